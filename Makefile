@@ -1,0 +1,40 @@
+# raftq — the one entry point for humans and CI.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PROTOS := $(wildcard proto/*.proto)
+
+.PHONY: venv test test-slow bench lint proto run clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Regenerate protobuf/gRPC code from proto/*.proto (committed; a test fails when stale).
+proto: $(STAMP)
+	$(PY) scripts/gen_proto.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m bench $(BENCH_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy broker metadata partitions assignors transport bench tests
+
+run: $(STAMP)
+	$(PY) -m broker.cli dev up --brokers 3 --demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache data

@@ -1,0 +1,1 @@
+"""raftq broker: gRPC services, routing, cluster bring-up, CLI (see ARCHITECTURE.md)."""

@@ -1,0 +1,1 @@
+"""The metadata Raft group: frontend -> state machine -> table -> backend."""

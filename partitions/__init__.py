@@ -1,0 +1,1 @@
+"""A partition replica: the deterministic state machine over its own SQLite file."""

@@ -1,0 +1,115 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OK: _ClassVar[ErrorCode]
+    NOT_LEADER: _ClassVar[ErrorCode]
+    UNKNOWN_TOPIC: _ClassVar[ErrorCode]
+    INVALID_ARGUMENT: _ClassVar[ErrorCode]
+    RECORD_TOO_LARGE: _ClassVar[ErrorCode]
+    LEASE_EXPIRED: _ClassVar[ErrorCode]
+    FENCED: _ClassVar[ErrorCode]
+    UNAVAILABLE: _ClassVar[ErrorCode]
+    UNAUTHENTICATED: _ClassVar[ErrorCode]
+    PERMISSION_DENIED: _ClassVar[ErrorCode]
+    UNKNOWN_PARTITION: _ClassVar[ErrorCode]
+    RECORD_NOT_FOUND: _ClassVar[ErrorCode]
+    OUT_OF_ORDER_SEQUENCE: _ClassVar[ErrorCode]
+    MALFORMED_COMMAND: _ClassVar[ErrorCode]
+    NOT_LEASED: _ClassVar[ErrorCode]
+    TOPIC_EXISTS: _ClassVar[ErrorCode]
+    UNKNOWN_GROUP: _ClassVar[ErrorCode]
+    UNKNOWN_MEMBER: _ClassVar[ErrorCode]
+    TIMEOUT: _ClassVar[ErrorCode]
+    INTERNAL: _ClassVar[ErrorCode]
+
+class Ordering(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FIFO: _ClassVar[Ordering]
+    PRIORITY: _ClassVar[Ordering]
+OK: ErrorCode
+NOT_LEADER: ErrorCode
+UNKNOWN_TOPIC: ErrorCode
+INVALID_ARGUMENT: ErrorCode
+RECORD_TOO_LARGE: ErrorCode
+LEASE_EXPIRED: ErrorCode
+FENCED: ErrorCode
+UNAVAILABLE: ErrorCode
+UNAUTHENTICATED: ErrorCode
+PERMISSION_DENIED: ErrorCode
+UNKNOWN_PARTITION: ErrorCode
+RECORD_NOT_FOUND: ErrorCode
+OUT_OF_ORDER_SEQUENCE: ErrorCode
+MALFORMED_COMMAND: ErrorCode
+NOT_LEASED: ErrorCode
+TOPIC_EXISTS: ErrorCode
+UNKNOWN_GROUP: ErrorCode
+UNKNOWN_MEMBER: ErrorCode
+TIMEOUT: ErrorCode
+INTERNAL: ErrorCode
+FIFO: Ordering
+PRIORITY: Ordering
+
+class Record(_message.Message):
+    __slots__ = ("key", "value", "headers", "priority", "deliver_at_ms", "idempotency_key")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    value: bytes
+    headers: _containers.ScalarMap[str, bytes]
+    priority: int
+    deliver_at_ms: int
+    idempotency_key: str
+    def __init__(self, key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, bytes]] = ..., priority: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class StoredRecord(_message.Message):
+    __slots__ = ("offset", "timestamp_ms", "record")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    timestamp_ms: int
+    record: Record
+    def __init__(self, offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., record: _Optional[_Union[Record, _Mapping]] = ...) -> None: ...
+
+class TopicConfig(_message.Message):
+    __slots__ = ("ordering", "lease_ms", "max_deliveries", "dead_letter_topic", "retention_ms", "retention_bytes", "max_record_bytes", "dedup_window_ms", "nack_backoff_base_ms", "nack_backoff_max_ms")
+    ORDERING_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECORD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
+    NACK_BACKOFF_BASE_MS_FIELD_NUMBER: _ClassVar[int]
+    NACK_BACKOFF_MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    ordering: Ordering
+    lease_ms: int
+    max_deliveries: int
+    dead_letter_topic: str
+    retention_ms: int
+    retention_bytes: int
+    max_record_bytes: int
+    dedup_window_ms: int
+    nack_backoff_base_ms: int
+    nack_backoff_max_ms: int
+    def __init__(self, ordering: _Optional[_Union[Ordering, str]] = ..., lease_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_record_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., nack_backoff_base_ms: _Optional[int] = ..., nack_backoff_max_ms: _Optional[int] = ...) -> None: ...

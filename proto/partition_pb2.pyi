@@ -1,0 +1,208 @@
+from proto import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class StartFrom(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EARLIEST: _ClassVar[StartFrom]
+    LATEST: _ClassVar[StartFrom]
+EARLIEST: StartFrom
+LATEST: StartFrom
+
+class PartitionCommand(_message.Message):
+    __slots__ = ("now_ms", "append", "lease", "ack", "nack", "extend_lease", "release", "update_record", "cancel_record", "configure", "retain", "dead_letter_done")
+    NOW_MS_FIELD_NUMBER: _ClassVar[int]
+    APPEND_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    NACK_FIELD_NUMBER: _ClassVar[int]
+    EXTEND_LEASE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_RECORD_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_RECORD_FIELD_NUMBER: _ClassVar[int]
+    CONFIGURE_FIELD_NUMBER: _ClassVar[int]
+    RETAIN_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_DONE_FIELD_NUMBER: _ClassVar[int]
+    now_ms: int
+    append: Append
+    lease: Lease
+    ack: Settle
+    nack: Nack
+    extend_lease: ExtendLease
+    release: Release
+    update_record: UpdateRecord
+    cancel_record: CancelRecord
+    configure: Configure
+    retain: Retain
+    dead_letter_done: DeadLetterDone
+    def __init__(self, now_ms: _Optional[int] = ..., append: _Optional[_Union[Append, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., ack: _Optional[_Union[Settle, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., extend_lease: _Optional[_Union[ExtendLease, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., update_record: _Optional[_Union[UpdateRecord, _Mapping]] = ..., cancel_record: _Optional[_Union[CancelRecord, _Mapping]] = ..., configure: _Optional[_Union[Configure, _Mapping]] = ..., retain: _Optional[_Union[Retain, _Mapping]] = ..., dead_letter_done: _Optional[_Union[DeadLetterDone, _Mapping]] = ...) -> None: ...
+
+class Append(_message.Message):
+    __slots__ = ("records", "producer_id", "sequence")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[_common_pb2.Record]
+    producer_id: str
+    sequence: int
+    def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...
+
+class Lease(_message.Message):
+    __slots__ = ("group", "member", "max_records", "lease_ms", "start_from", "max_bytes")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    START_FROM_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member: str
+    max_records: int
+    lease_ms: int
+    start_from: StartFrom
+    max_bytes: int
+    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., max_records: _Optional[int] = ..., lease_ms: _Optional[int] = ..., start_from: _Optional[_Union[StartFrom, str]] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class DeliveryRef(_message.Message):
+    __slots__ = ("offset", "delivery_count")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    delivery_count: int
+    def __init__(self, offset: _Optional[int] = ..., delivery_count: _Optional[int] = ...) -> None: ...
+
+class Settle(_message.Message):
+    __slots__ = ("group", "member", "refs")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    REFS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member: str
+    refs: _containers.RepeatedCompositeFieldContainer[DeliveryRef]
+    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., refs: _Optional[_Iterable[_Union[DeliveryRef, _Mapping]]] = ...) -> None: ...
+
+class Nack(_message.Message):
+    __slots__ = ("group", "member", "refs", "delay_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    REFS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member: str
+    refs: _containers.RepeatedCompositeFieldContainer[DeliveryRef]
+    delay_ms: int
+    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., refs: _Optional[_Iterable[_Union[DeliveryRef, _Mapping]]] = ..., delay_ms: _Optional[int] = ...) -> None: ...
+
+class ExtendLease(_message.Message):
+    __slots__ = ("group", "member", "refs", "lease_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    REFS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member: str
+    refs: _containers.RepeatedCompositeFieldContainer[DeliveryRef]
+    lease_ms: int
+    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., refs: _Optional[_Iterable[_Union[DeliveryRef, _Mapping]]] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+
+class Release(_message.Message):
+    __slots__ = ("group", "member")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member: str
+    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ...) -> None: ...
+
+class UpdateRecord(_message.Message):
+    __slots__ = ("offset", "priority", "deliver_at_ms")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    priority: int
+    deliver_at_ms: int
+    def __init__(self, offset: _Optional[int] = ..., priority: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
+
+class CancelRecord(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class Configure(_message.Message):
+    __slots__ = ("config", "topic", "partition")
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    config: _common_pb2.TopicConfig
+    topic: str
+    partition: int
+    def __init__(self, config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class Retain(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DeadLetterDone(_message.Message):
+    __slots__ = ("up_to_seq",)
+    UP_TO_SEQ_FIELD_NUMBER: _ClassVar[int]
+    up_to_seq: int
+    def __init__(self, up_to_seq: _Optional[int] = ...) -> None: ...
+
+class RecordResult(_message.Message):
+    __slots__ = ("offset", "error", "message", "duplicate")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    error: _common_pb2.ErrorCode
+    message: str
+    duplicate: bool
+    def __init__(self, offset: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
+class Delivery(_message.Message):
+    __slots__ = ("record", "delivery_count", "lease_deadline_ms")
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    record: _common_pb2.StoredRecord
+    delivery_count: int
+    lease_deadline_ms: int
+    def __init__(self, record: _Optional[_Union[_common_pb2.StoredRecord, _Mapping]] = ..., delivery_count: _Optional[int] = ..., lease_deadline_ms: _Optional[int] = ...) -> None: ...
+
+class RefResult(_message.Message):
+    __slots__ = ("offset", "error", "message", "dead_lettered")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    error: _common_pb2.ErrorCode
+    message: str
+    dead_lettered: bool
+    def __init__(self, offset: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., dead_lettered: _Optional[bool] = ...) -> None: ...
+
+class CommandResult(_message.Message):
+    __slots__ = ("error", "message", "records", "deliveries", "refs", "count", "skipped")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    REFS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    error: _common_pb2.ErrorCode
+    message: str
+    records: _containers.RepeatedCompositeFieldContainer[RecordResult]
+    deliveries: _containers.RepeatedCompositeFieldContainer[Delivery]
+    refs: _containers.RepeatedCompositeFieldContainer[RefResult]
+    count: int
+    skipped: bool
+    def __init__(self, error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., records: _Optional[_Iterable[_Union[RecordResult, _Mapping]]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., refs: _Optional[_Iterable[_Union[RefResult, _Mapping]]] = ..., count: _Optional[int] = ..., skipped: _Optional[bool] = ...) -> None: ...

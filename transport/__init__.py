@@ -1,0 +1,1 @@
+"""I/O edges: the raft transport (multiplexed TCP and in-memory hub) and gRPC plumbing."""
