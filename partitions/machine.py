@@ -1,0 +1,670 @@
+"""The partition state machine: ``apply(command_bytes, raft_index)`` over a PartitionStore.
+
+Pure with respect to the world: what apply does is a function of (store state, command bytes).
+No clock (the leader stamps ``now_ms`` into each command; the machine's clock is the highest
+``now_ms`` applied, so time inside the machine never goes backwards across leader changes), no
+randomness, no configuration lookups (topic config is replicated state, set by ``Configure``),
+no network.
+
+apply never raises. A command that does not decode, or that is invalid, returns a
+``CommandResult`` with an error code and leaves the store unchanged (its applied index too: a
+replay meets the same rejection). An entry at or below the stored applied index is skipped. A
+store failure (disk full, I/O error) or a bug is caught, rolled back, reported as INTERNAL and
+latches ``failed``: the replica must stop and be rebuilt (replay or snapshot), never continue
+with state that differs from its peers.
+
+Semantics (DESIGN.md § Consuming): per group, every record is pending until acknowledged. A
+pending record is *ready* (ordered fifo by offset, or by (priority, deliver_at_ms, offset)) or
+*waiting* until ``visible_at_ms`` — a future deliver_at, a nack delay, or a lease deadline. A
+lease whose deadline passes makes the record ready again; a record delivered ``max_deliveries``
+times that comes back (expiry or nack) goes to the dead-letter outbox and ends in its group.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from partitions.rows import GroupRow, OutboxRow, PendingRow, RecordRow
+from partitions.store import PartitionStore, order_keys
+from proto import common_pb2, partition_pb2
+from proto.common_pb2 import ErrorCode
+
+log = logging.getLogger("raftq.partition")
+
+MAX_LEASE_RECORDS = 10_000
+MAX_REFS = 10_000
+MAX_APPEND_RECORDS = 100_000
+MAX_NAME_CHARS = 255
+PRODUCER_BATCHES_KEPT = 5  # like Kafka: the last five batches of a producer answer retries
+INT32_MAX = 2**31 - 1
+INT32_MIN = -(2**31)
+INT64_MAX = 2**63 - 1
+
+DEFAULT_CONFIG = common_pb2.TopicConfig(
+    ordering=common_pb2.FIFO,
+    lease_ms=30_000,
+    max_deliveries=5,
+    dead_letter_topic="",
+    retention_ms=0,
+    retention_bytes=0,
+    max_record_bytes=1 << 20,
+    dedup_window_ms=300_000,
+    nack_backoff_base_ms=1_000,
+    nack_backoff_max_ms=300_000,
+)
+
+
+class Rejected(Exception):
+    """An invalid command: becomes an error result; the transaction is rolled back."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def record_size(record: common_pb2.Record) -> int:
+    """What counts toward max_record_bytes and retention_bytes: key + value + headers."""
+    size = len(record.key) + len(record.value)
+    for name, value in record.headers.items():
+        size += len(name.encode()) + len(value)
+    return size
+
+
+def check_record(record: common_pb2.Record, config: common_pb2.TopicConfig) -> Rejected | None:
+    """Why a producer's record cannot be appended, or None. Frontends call it before proposing."""
+    size = record_size(record)
+    if config.max_record_bytes and size > config.max_record_bytes:
+        return Rejected(
+            ErrorCode.RECORD_TOO_LARGE,
+            f"record is {size} bytes, over the topic's max_record_bytes "
+            f"({config.max_record_bytes}): split it or raise max_record_bytes",
+        )
+    if record.deliver_at_ms < 0:
+        return Rejected(ErrorCode.INVALID_ARGUMENT, "deliver_at_ms must be >= 0 (0 = now)")
+    if len(record.idempotency_key) > MAX_NAME_CHARS:
+        return Rejected(
+            ErrorCode.INVALID_ARGUMENT, f"idempotency_key is over {MAX_NAME_CHARS} characters"
+        )
+    return None
+
+
+def check_config(config: common_pb2.TopicConfig) -> Rejected | None:
+    """Why a topic config cannot be used, or None."""
+    problems = []
+    if config.ordering not in (common_pb2.FIFO, common_pb2.PRIORITY):
+        problems.append("ordering must be fifo or priority")
+    if config.lease_ms <= 0:
+        problems.append("lease_ms must be > 0")
+    if config.max_deliveries < 0:
+        problems.append("max_deliveries must be >= 0 (0 = unlimited)")
+    for name in ("retention_ms", "retention_bytes", "dedup_window_ms"):
+        if getattr(config, name) < 0:
+            problems.append(f"{name} must be >= 0")
+    if config.max_record_bytes <= 0:
+        problems.append("max_record_bytes must be > 0")
+    if config.nack_backoff_base_ms < 0 or config.nack_backoff_max_ms < config.nack_backoff_base_ms:
+        problems.append("need 0 <= nack_backoff_base_ms <= nack_backoff_max_ms")
+    if problems:
+        return Rejected(ErrorCode.INVALID_ARGUMENT, "; ".join(problems))
+    return None
+
+
+def nack_backoff_ms(config: common_pb2.TopicConfig, delivery_count: int) -> int:
+    """Redelivery delay of a nack without delay_ms: base * 2^(count-1), capped."""
+    exponent = min(max(delivery_count - 1, 0), 40)
+    return int(min(config.nack_backoff_base_ms * (1 << exponent), config.nack_backoff_max_ms))
+
+
+@dataclass(frozen=True)
+class Offsets:
+    log_start: int
+    end: int  # the next offset to be assigned
+
+
+@dataclass(frozen=True)
+class GroupLag:
+    group: str
+    committed: int  # lowest unacknowledged offset
+    end: int
+    lag: int
+    pending: int
+    leased: int
+
+
+def _headers_blob(record: common_pb2.Record) -> bytes | None:
+    if not record.headers:
+        return None
+    carrier = common_pb2.Record()
+    carrier.headers.update(record.headers)
+    return carrier.SerializeToString(deterministic=True)
+
+
+def stored_record(row: RecordRow) -> common_pb2.StoredRecord:
+    record = common_pb2.Record(
+        value=row.value,
+        priority=row.priority,
+        deliver_at_ms=row.deliver_at_ms,
+        idempotency_key=row.idempotency_key or "",
+    )
+    if row.key is not None:
+        record.key = row.key
+    if row.headers:
+        record.headers.update(common_pb2.Record.FromString(row.headers).headers)
+    return common_pb2.StoredRecord(offset=row.offset, timestamp_ms=row.timestamp_ms, record=record)
+
+
+def _error(code: int, message: str) -> partition_pb2.CommandResult:
+    return partition_pb2.CommandResult(error=code, message=message)  # type: ignore[arg-type]
+
+
+class PartitionMachine:
+    """One partition replica's state machine. Not thread-safe: one applier thread owns it."""
+
+    def __init__(self, store: PartitionStore) -> None:
+        self.store = store
+        self.failed: BaseException | None = None
+        self._reload()
+        self._handlers: dict[str, Callable[[Any, int], partition_pb2.CommandResult]] = {
+            "append": self._on_append,
+            "lease": self._on_lease,
+            "ack": self._on_ack,
+            "nack": self._on_nack,
+            "extend_lease": self._on_extend_lease,
+            "release": self._on_release,
+            "update_record": self._on_update_record,
+            "cancel_record": self._on_cancel_record,
+            "configure": self._on_configure,
+            "retain": self._on_retain,
+            "dead_letter_done": self._on_dead_letter_done,
+        }
+
+    def _reload(self) -> None:
+        self.meta = self.store.load_meta()
+        self.config = common_pb2.TopicConfig()
+        if self.meta.config:
+            self.config.ParseFromString(self.meta.config)
+        else:
+            self.config.CopyFrom(DEFAULT_CONFIG)
+
+    # -- the replicated entry point -----------------------------------------------------------
+
+    def apply(self, data: bytes, raft_index: int) -> partition_pb2.CommandResult:
+        """Apply one committed command. Never raises; see the module docstring."""
+        if raft_index <= self.meta.applied_index:
+            return partition_pb2.CommandResult(skipped=True)
+        if self.failed is not None:
+            return _error(ErrorCode.INTERNAL, f"replica failed earlier: {self.failed!r}")
+        try:
+            command = partition_pb2.PartitionCommand.FromString(data)
+        except (DecodeError, ValueError) as exc:
+            return _error(ErrorCode.MALFORMED_COMMAND, f"command does not decode: {exc}")
+        op = command.WhichOneof("op")
+        if op is None:
+            return _error(ErrorCode.MALFORMED_COMMAND, "command names no operation")
+        before = self.meta.copy()
+        try:
+            with self.store.transaction():
+                now_ms = max(command.now_ms, self.meta.clock_ms)
+                result = self._handlers[op](getattr(command, op), now_ms)
+                self.meta.clock_ms = now_ms
+                self.meta.applied_index = raft_index
+                self.store.save_meta(self.meta)
+            return result
+        except Rejected as rejected:
+            self._reload()
+            return _error(rejected.code, rejected.message)
+        except Exception as exc:  # a bug or a storage failure: stop this replica, never diverge
+            self.failed = exc
+            log.exception(
+                "[topic/partition=%s/%d] apply of index %d failed; replica stopped",
+                self.meta.topic,
+                self.meta.partition,
+                raft_index,
+            )
+            self.meta = before
+            return _error(ErrorCode.INTERNAL, f"apply failed: {exc!r}")
+
+    # -- append -------------------------------------------------------------------------------
+
+    def _on_append(self, cmd: partition_pb2.Append, now_ms: int) -> partition_pb2.CommandResult:
+        if not cmd.records:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, "append carries no records")
+        if len(cmd.records) > MAX_APPEND_RECORDS:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, f"over {MAX_APPEND_RECORDS} records")
+        for i, record in enumerate(cmd.records):
+            problem = check_record(record, self.config)
+            if problem is not None:
+                raise Rejected(problem.code, f"record {i}: {problem.message}")
+        if cmd.producer_id:
+            earlier = self._producer_duplicate(cmd.producer_id, cmd.sequence)
+            if earlier is not None:
+                return partition_pb2.CommandResult(
+                    records=[partition_pb2.RecordResult(offset=o, duplicate=True) for o in earlier]
+                )
+        results, rows, idem = self._plan_append(cmd.records, now_ms)
+        if cmd.producer_id:
+            for row in rows:
+                row.producer_id, row.sequence = cmd.producer_id, cmd.sequence
+        self.store.insert_records(rows)
+        if idem:
+            self.store.idempotency_put(idem)
+        if cmd.producer_id:
+            self.store.producer_put(
+                cmd.producer_id,
+                cmd.sequence,
+                [r.offset for r in results],
+                now_ms,
+                PRODUCER_BATCHES_KEPT,
+            )
+        self.meta.next_offset += len(rows)
+        self.meta.log_bytes += sum(r.size for r in rows)
+        return partition_pb2.CommandResult(records=results)
+
+    def _producer_duplicate(self, producer_id: str, sequence: int) -> list[int] | None:
+        """Offsets of an already-applied batch, None for the next batch; Rejected otherwise."""
+        last = self.store.producer_last_sequence(producer_id)
+        if last is None or sequence == last + 1:
+            return None
+        earlier = self.store.producer_batch(producer_id, sequence)
+        if earlier is not None:
+            return earlier
+        if sequence > last:
+            raise Rejected(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE,
+                f"producer {producer_id!r} sent sequence {sequence} after {last}: a batch is "
+                "missing; resend it, or restart with a new producer id",
+            )
+        raise Rejected(
+            ErrorCode.OUT_OF_ORDER_SEQUENCE,
+            f"producer {producer_id!r} sequence {sequence} is older than the batches "
+            f"remembered (last {last}); it cannot be deduplicated",
+        )
+
+    def _plan_append(
+        self, records: Sequence[common_pb2.Record], now_ms: int
+    ) -> tuple[list[partition_pb2.RecordResult], list[RecordRow], list[tuple[str, int, int]]]:
+        """Decide offsets and dedup for a batch. Reads the store; writes nothing."""
+        keys = [r.idempotency_key for r in records if r.idempotency_key]
+        window_start = now_ms - self.config.dedup_window_ms
+        known: dict[str, int] = {}
+        if keys:
+            for key, (offset, ts) in self.store.idempotency_lookup(keys).items():
+                if ts >= window_start:
+                    known[key] = offset
+        results: list[partition_pb2.RecordResult] = []
+        rows: list[RecordRow] = []
+        idem: list[tuple[str, int, int]] = []
+        offset = self.meta.next_offset
+        for record in records:
+            key = record.idempotency_key
+            if key and key in known:
+                results.append(partition_pb2.RecordResult(offset=known[key], duplicate=True))
+                continue
+            headers = _headers_blob(record)
+            rkey = record.key if record.HasField("key") else None
+            rows.append(
+                RecordRow(
+                    offset,
+                    now_ms,
+                    rkey,
+                    record.value,
+                    headers,
+                    record.priority,
+                    record.deliver_at_ms,
+                    key or None,
+                    None,
+                    None,
+                    len(rkey or b"") + len(record.value) + len(headers or b""),
+                )
+            )
+            results.append(partition_pb2.RecordResult(offset=offset))
+            if key:
+                known[key] = offset
+                idem.append((key, offset, now_ms))
+            offset += 1
+        return results, rows, idem
+
+    # -- leasing ------------------------------------------------------------------------------
+
+    def _group(self, name: str, start_from: int = partition_pb2.EARLIEST) -> GroupRow:
+        if not name or len(name) > MAX_NAME_CHARS:
+            raise Rejected(
+                ErrorCode.INVALID_ARGUMENT, f"group name must be 1-{MAX_NAME_CHARS} characters"
+            )
+        group = self.store.group_get(name)
+        if group is None:
+            start = self.meta.log_start if start_from == partition_pb2.EARLIEST else None
+            group = self.store.group_create(name, self.meta.next_offset if start is None else start)
+        return group
+
+    def _catch_up(self, group: GroupRow, now_ms: int) -> None:
+        """Materialize new records into the group's timeline; expire due waits (DLQ first)."""
+        if group.materialized_upto < self.meta.next_offset:
+            start = max(group.materialized_upto, self.meta.log_start)
+            self.store.materialize(group.gid, start, now_ms, self.config.ordering)
+            group.materialized_upto = self.meta.next_offset
+            self.store.group_set_materialized(group.gid, group.materialized_upto)
+        if self.config.max_deliveries:
+            exhausted = self.store.due_offsets(group.gid, now_ms, self.config.max_deliveries)
+            if exhausted:
+                rows = self.store.pending_get(group.gid, exhausted)
+                self._dead_letter(group, list(rows.values()), "max_deliveries", now_ms)
+        self.store.promote(group.gid, now_ms)
+
+    def _dead_letter(
+        self, group: GroupRow, rows: list[PendingRow], reason: str, now_ms: int
+    ) -> None:
+        records = self.store.get_records([p.offset for p in rows])
+        outbox = []
+        for p in rows:
+            record = records.get(p.offset)
+            if record is None:
+                continue
+            self.meta.outbox_seq += 1
+            outbox.append(
+                OutboxRow(
+                    self.meta.outbox_seq,
+                    group.name,
+                    p.offset,
+                    reason,
+                    p.delivery_count,
+                    now_ms,
+                    stored_record(record).SerializeToString(),
+                )
+            )
+        self.store.outbox_put(outbox)
+        self.store.pending_delete(group.gid, [p.offset for p in rows])
+
+    def _on_lease(self, cmd: partition_pb2.Lease, now_ms: int) -> partition_pb2.CommandResult:
+        if not cmd.member:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, "member must be set")
+        if not 1 <= cmd.max_records <= MAX_LEASE_RECORDS:
+            raise Rejected(
+                ErrorCode.INVALID_ARGUMENT, f"max_records must be 1..{MAX_LEASE_RECORDS}"
+            )
+        if cmd.lease_ms < 0 or cmd.max_bytes < 0:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, "lease_ms and max_bytes must be >= 0")
+        group = self._group(cmd.group, cmd.start_from)
+        self._catch_up(group, now_ms)
+        deadline = now_ms + (cmd.lease_ms or self.config.lease_ms)
+        chosen = self.store.select_ready(group.gid, cmd.max_records)
+        if self.config.max_deliveries:  # only after max_deliveries was lowered
+            spent = [p for p in chosen if p.delivery_count >= self.config.max_deliveries]
+            if spent:
+                self._dead_letter(group, spent, "max_deliveries", now_ms)
+                chosen = [p for p in chosen if p.delivery_count < self.config.max_deliveries]
+        records = self.store.get_records([p.offset for p in chosen])
+        deliveries = []
+        taken: list[int] = []
+        total = 0
+        for p in chosen:
+            row = records[p.offset]
+            if cmd.max_bytes and taken and total + row.size > cmd.max_bytes:
+                break
+            total += row.size
+            taken.append(p.offset)
+            deliveries.append(
+                partition_pb2.Delivery(
+                    record=stored_record(row),
+                    delivery_count=p.delivery_count + 1,
+                    lease_deadline_ms=deadline,
+                )
+            )
+        self.store.lease(group.gid, taken, cmd.member, deadline)
+        return partition_pb2.CommandResult(deliveries=deliveries)
+
+    def _check_refs(
+        self, group_name: str, member: str, refs: Sequence[partition_pb2.DeliveryRef], now_ms: int
+    ) -> tuple[GroupRow, dict[int, PendingRow], list[partition_pb2.RefResult]]:
+        """Which refs name a live lease of ``member``; per-ref errors for the others."""
+        if not member:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, "member must be set")
+        if not 1 <= len(refs) <= MAX_REFS:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, f"name 1..{MAX_REFS} records")
+        group = self.store.group_get(group_name)
+        if group is None:
+            raise Rejected(ErrorCode.UNKNOWN_GROUP, f"group {group_name!r} has leased nothing here")
+        rows = self.store.pending_get(group.gid, [r.offset for r in refs])
+        held: dict[int, PendingRow] = {}
+        results = []
+        for ref in refs:
+            error, message = self._ref_error(ref, rows.get(ref.offset), member, now_ms)
+            if error == ErrorCode.OK and ref.offset in held:
+                error, message = ErrorCode.INVALID_ARGUMENT, "offset named twice"
+            if error == ErrorCode.OK:
+                held[ref.offset] = rows[ref.offset]
+            results.append(
+                partition_pb2.RefResult(offset=ref.offset, error=error, message=message)  # type: ignore[arg-type]
+            )
+        return group, held, results
+
+    def _ref_error(
+        self, ref: partition_pb2.DeliveryRef, row: PendingRow | None, member: str, now_ms: int
+    ) -> tuple[int, str]:
+        if row is None:
+            return ErrorCode.RECORD_NOT_FOUND, "no pending record at this offset (acked already?)"
+        if row.delivery_count != ref.delivery_count:
+            return (
+                ErrorCode.LEASE_EXPIRED,
+                f"delivery {ref.delivery_count} is over; the record is at delivery "
+                f"{row.delivery_count}",
+            )
+        if row.owner != member:
+            return ErrorCode.NOT_LEASED, "the record is not leased to this member"
+        if row.ready or row.visible_at_ms <= now_ms:
+            return ErrorCode.LEASE_EXPIRED, "the lease ended; the record will be redelivered"
+        return ErrorCode.OK, ""
+
+    def _on_ack(self, cmd: partition_pb2.Settle, now_ms: int) -> partition_pb2.CommandResult:
+        group, held, results = self._check_refs(cmd.group, cmd.member, cmd.refs, now_ms)
+        self.store.pending_delete(group.gid, list(held))
+        return partition_pb2.CommandResult(refs=results, count=len(held))
+
+    def _on_nack(self, cmd: partition_pb2.Nack, now_ms: int) -> partition_pb2.CommandResult:
+        if cmd.HasField("delay_ms") and cmd.delay_ms < 0:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, "delay_ms must be >= 0")
+        group, held, results = self._check_refs(cmd.group, cmd.member, cmd.refs, now_ms)
+        limit = self.config.max_deliveries
+        spent = [p for p in held.values() if limit and p.delivery_count >= limit]
+        if spent:
+            self._dead_letter(group, spent, "max_deliveries", now_ms)
+            dead = {p.offset for p in spent}
+            for result in results:
+                result.dead_lettered = result.offset in dead and result.error == ErrorCode.OK
+        retry = []
+        for p in held.values():
+            if limit and p.delivery_count >= limit:
+                continue
+            delay = cmd.delay_ms if cmd.HasField("delay_ms") else None
+            if delay is None:
+                delay = nack_backoff_ms(self.config, p.delivery_count)
+            p.ready, p.owner, p.visible_at_ms = False, None, min(now_ms + delay, INT64_MAX)
+            retry.append(p)
+        self.store.pending_put(group.gid, retry)
+        return partition_pb2.CommandResult(refs=results, count=len(held))
+
+    def _on_extend_lease(
+        self, cmd: partition_pb2.ExtendLease, now_ms: int
+    ) -> partition_pb2.CommandResult:
+        if cmd.lease_ms <= 0:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, "lease_ms must be > 0")
+        group, held, results = self._check_refs(cmd.group, cmd.member, cmd.refs, now_ms)
+        for p in held.values():
+            p.visible_at_ms = now_ms + cmd.lease_ms
+        self.store.pending_put(group.gid, list(held.values()))
+        return partition_pb2.CommandResult(refs=results, count=len(held))
+
+    def _on_release(self, cmd: partition_pb2.Release, now_ms: int) -> partition_pb2.CommandResult:
+        group = self.store.group_get(cmd.group)
+        if group is None:
+            return partition_pb2.CommandResult(count=0)
+        released = self.store.release(group.gid, cmd.member or None, now_ms)
+        return partition_pb2.CommandResult(count=released)
+
+    # -- moving records on the timeline -------------------------------------------------------
+
+    def _on_update_record(
+        self, cmd: partition_pb2.UpdateRecord, now_ms: int
+    ) -> partition_pb2.CommandResult:
+        if not cmd.HasField("priority") and not cmd.HasField("deliver_at_ms"):
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, "set priority, deliver_at_ms or both")
+        if cmd.HasField("deliver_at_ms") and cmd.deliver_at_ms < 0:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, "deliver_at_ms must be >= 0")
+        row = self.store.get_record(cmd.offset)
+        if row is None:
+            raise Rejected(ErrorCode.RECORD_NOT_FOUND, f"no record at offset {cmd.offset}")
+        priority = cmd.priority if cmd.HasField("priority") else row.priority
+        deliver_at = cmd.deliver_at_ms if cmd.HasField("deliver_at_ms") else row.deliver_at_ms
+        self.store.set_record_schedule(cmd.offset, priority, deliver_at)
+        k1, k2 = order_keys(self.config.ordering, priority, deliver_at)
+        changed = []
+        for gid, p in self.store.pending_for_offset(cmd.offset).items():
+            p.k1, p.k2 = k1, k2
+            if p.owner is None and cmd.HasField("deliver_at_ms"):
+                p.visible_at_ms = deliver_at
+                p.ready = deliver_at <= now_ms
+            changed.append((gid, p))
+        for gid, p in changed:
+            self.store.pending_put(gid, [p])
+        return partition_pb2.CommandResult(count=len(changed))
+
+    def _on_cancel_record(
+        self, cmd: partition_pb2.CancelRecord, now_ms: int
+    ) -> partition_pb2.CommandResult:
+        row = self.store.get_record(cmd.offset)
+        if row is None:
+            raise Rejected(ErrorCode.RECORD_NOT_FOUND, f"no record at offset {cmd.offset}")
+        self.store.delete_record(cmd.offset)
+        self.meta.log_bytes -= row.size
+        return partition_pb2.CommandResult(count=self.store.pending_delete_offset(cmd.offset))
+
+    # -- configuration, retention, outbox -----------------------------------------------------
+
+    def _on_configure(
+        self, cmd: partition_pb2.Configure, now_ms: int
+    ) -> partition_pb2.CommandResult:
+        problem = check_config(cmd.config)
+        if problem is not None:
+            raise problem
+        if cmd.config.ordering != self.config.ordering:
+            self.store.pending_reorder(int(cmd.config.ordering == common_pb2.PRIORITY))
+        self.config.CopyFrom(cmd.config)
+        self.meta.config = cmd.config.SerializeToString(deterministic=True)
+        if cmd.topic:
+            self.meta.topic, self.meta.partition = cmd.topic, cmd.partition
+        return partition_pb2.CommandResult()
+
+    def _on_retain(self, cmd: partition_pb2.Retain, now_ms: int) -> partition_pb2.CommandResult:
+        start = self.meta.log_start
+        if self.config.retention_ms:
+            since = self.store.first_offset_since(now_ms - self.config.retention_ms)
+            start = max(start, self.meta.next_offset if since is None else since)
+        dropped_bytes = 0
+        if self.config.retention_bytes and self.meta.log_bytes > self.config.retention_bytes:
+            excess = self.meta.log_bytes - self.config.retention_bytes
+            cursor = self.meta.log_start
+            while dropped_bytes < excess:
+                sizes = self.store.sizes_from(cursor, 1000)
+                if not sizes:
+                    break
+                for offset, size in sizes:
+                    if dropped_bytes >= excess:
+                        break
+                    dropped_bytes += size
+                    cursor = offset + 1
+            start = max(start, cursor)
+        dropped = 0
+        if start > self.meta.log_start:
+            gone = self.store.sizes_from(self.meta.log_start, start - self.meta.log_start)
+            gone_bytes = sum(size for offset, size in gone if offset < start)
+            dropped = sum(1 for offset, _ in gone if offset < start)
+            self.store.delete_records_below(start)
+            self.store.pending_delete_below(start)
+            self.meta.log_start = start
+            self.meta.log_bytes -= gone_bytes
+        window_start = now_ms - self.config.dedup_window_ms
+        self.store.idempotency_forget_before(window_start)
+        self.store.producer_forget_before(window_start)
+        return partition_pb2.CommandResult(count=dropped)
+
+    def _on_dead_letter_done(
+        self, cmd: partition_pb2.DeadLetterDone, now_ms: int
+    ) -> partition_pb2.CommandResult:
+        return partition_pb2.CommandResult(count=self.store.outbox_delete_upto(cmd.up_to_seq))
+
+    # -- reads that need no Raft --------------------------------------------------------------
+
+    @property
+    def applied_index(self) -> int:
+        return self.meta.applied_index
+
+    def offsets(self) -> Offsets:
+        return Offsets(self.meta.log_start, self.meta.next_offset)
+
+    def fetch(
+        self, offset: int, max_records: int, max_bytes: int = 0
+    ) -> list[common_pb2.StoredRecord]:
+        """Records from ``offset`` (or the log start, if later) in offset order; cancelled
+        records leave gaps. At least one record is returned when any exists."""
+        rows = self.store.records_from(max(offset, self.meta.log_start), max_records)
+        out: list[common_pb2.StoredRecord] = []
+        total = 0
+        for row in rows:
+            if max_bytes and out and total + row.size > max_bytes:
+                break
+            total += row.size
+            out.append(stored_record(row))
+        return out
+
+    def lag(self, group: str) -> GroupLag | None:
+        row = self.store.group_get(group)
+        if row is None:
+            return None
+        lowest = self.store.lowest_pending(row.gid)
+        committed = row.materialized_upto if lowest is None else min(lowest, row.materialized_upto)
+        committed = max(committed, self.meta.log_start)
+        end = self.meta.next_offset
+        return GroupLag(
+            group,
+            committed,
+            end,
+            end - committed,
+            self.store.count_pending(row.gid) + max(0, end - row.materialized_upto),
+            self.store.count_leased(row.gid, self.meta.clock_ms),
+        )
+
+    def groups(self) -> list[str]:
+        return [g.name for g in self.store.groups()]
+
+    def outbox(self, limit: int = 100) -> list[OutboxRow]:
+        return self.store.outbox_list(limit)
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "applied_index": self.meta.applied_index,
+            "log_start": self.meta.log_start,
+            "end_offset": self.meta.next_offset,
+            "log_bytes": self.meta.log_bytes,
+            "clock_ms": self.meta.clock_ms,
+            "dead_letter_outbox": len(self.store.outbox_list(INT32_MAX)),
+            "failed": self.failed is not None,
+            "groups": {g: self.lag(g) for g in self.groups()},
+        }
+
+    # -- snapshots ----------------------------------------------------------------------------
+
+    def snapshot(self, path: str) -> None:
+        """A consistent copy of the partition at the current applied index."""
+        self.store.backup_to(path)
+
+    def restore(self, path: str) -> None:
+        """Replace the state with a snapshot written by ``snapshot``; clears ``failed``."""
+        self.store.restore_from(path)
+        self.failed = None
+        self._reload()

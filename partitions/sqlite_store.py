@@ -1,0 +1,524 @@
+"""The partition replica's own SQLite file, written through APSW (the only module importing apsw).
+
+One file per partition replica, WAL mode, ``synchronous=FULL`` by default. The layout:
+
+    meta        one row: applied Raft index, next offset, log start, bytes, clock, config
+    records     the log: offset -> key, value, headers, priority, deliver_at, dedup fields
+    idempotency idempotency key -> (offset, timestamp) within the topic's dedup window
+    producers   (producer_id, sequence) -> offsets of the batch (the last few per producer)
+    groups      consumer groups that have leased from this partition
+    pending     per group, every record it has not acknowledged: ready (ordered by
+                (k1, k2, offset)) or waiting until visible_at_ms (delay, nack or lease)
+    outbox      dead-lettered records waiting to be forwarded to the dead-letter topic
+
+``applied_index`` is written in the same transaction as the change it belongs to, so a replay
+after a crash skips exactly the entries already applied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import apsw
+
+from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, RecordRow
+from partitions.store import canonical_dump
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    applied_index INTEGER NOT NULL, next_offset INTEGER NOT NULL, log_start INTEGER NOT NULL,
+    log_bytes INTEGER NOT NULL, clock_ms INTEGER NOT NULL, outbox_seq INTEGER NOT NULL,
+    config BLOB NOT NULL, topic TEXT NOT NULL, partition_id INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta VALUES (1, 0, 0, 0, 0, 0, 0, x'', '', 0);
+CREATE TABLE IF NOT EXISTS records(
+    ofs INTEGER PRIMARY KEY, timestamp_ms INTEGER NOT NULL, key BLOB, value BLOB NOT NULL,
+    headers BLOB, priority INTEGER NOT NULL, deliver_at_ms INTEGER NOT NULL,
+    idempotency_key TEXT, producer_id TEXT, sequence INTEGER, size INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS idempotency(
+    key TEXT PRIMARY KEY, ofs INTEGER NOT NULL, timestamp_ms INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency(timestamp_ms);
+CREATE TABLE IF NOT EXISTS producers(
+    producer_id TEXT NOT NULL, sequence INTEGER NOT NULL, offsets BLOB NOT NULL,
+    updated_ms INTEGER NOT NULL, PRIMARY KEY (producer_id, sequence)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS groups(
+    gid INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, materialized_upto INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS pending(
+    gid INTEGER NOT NULL, ofs INTEGER NOT NULL, k1 INTEGER NOT NULL, k2 INTEGER NOT NULL,
+    visible_at_ms INTEGER NOT NULL, ready INTEGER NOT NULL, owner TEXT,
+    delivery_count INTEGER NOT NULL, PRIMARY KEY (gid, ofs)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS pending_ready ON pending(gid, k1, k2, ofs) WHERE ready = 1;
+CREATE INDEX IF NOT EXISTS pending_waiting ON pending(gid, visible_at_ms) WHERE ready = 0;
+CREATE TABLE IF NOT EXISTS outbox(
+    seq INTEGER PRIMARY KEY, grp TEXT NOT NULL, ofs INTEGER NOT NULL, reason TEXT NOT NULL,
+    delivery_count INTEGER NOT NULL, dead_at_ms INTEGER NOT NULL, record BLOB NOT NULL);
+"""
+
+_RECORD_COLUMNS = (
+    "ofs, timestamp_ms, key, value, headers, priority, deliver_at_ms, idempotency_key, "
+    "producer_id, sequence, size"
+)
+_PENDING_COLUMNS = "ofs, k1, k2, visible_at_ms, ready, owner, delivery_count"
+SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+def _offsets_blob(offsets: Sequence[int]) -> bytes:
+    return b"".join(o.to_bytes(8, "little", signed=True) for o in offsets)
+
+
+def _blob_offsets(blob: bytes) -> list[int]:
+    return [int.from_bytes(blob[i : i + 8], "little", signed=True) for i in range(0, len(blob), 8)]
+
+
+def _pending(row: tuple[Any, ...]) -> PendingRow:
+    return PendingRow(row[0], row[1], row[2], row[3], bool(row[4]), row[5], row[6])
+
+
+class SqliteStore:
+    """A partition replica's SQLite file. Raises apsw errors on I/O failure (disk full etc.)."""
+
+    def __init__(self, path: str, *, synchronous: str = "FULL", cache_kib: int = 65536) -> None:
+        if synchronous not in SYNCHRONOUS_MODES:
+            raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
+        self.path = path
+        self._conn = apsw.Connection(path)
+        self._conn.setbusytimeout(5000)
+        cur = self._conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
+        cur.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
+        cur.execute("PRAGMA temp_store=MEMORY")
+        with self._conn:
+            cur.execute(SCHEMA)
+        self._cur = cur
+
+    # -- transactions -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._conn:
+            yield
+
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return list(self._cur.execute(sql, args))
+
+    def load_meta(self) -> Meta:
+        (row,) = self._rows(
+            "SELECT applied_index, next_offset, log_start, log_bytes, clock_ms, outbox_seq, "
+            "config, topic, partition_id FROM meta WHERE id = 1"
+        )
+        return Meta(*row)
+
+    def save_meta(self, meta: Meta) -> None:
+        self._cur.execute(
+            "UPDATE meta SET applied_index=?, next_offset=?, log_start=?, log_bytes=?, "
+            "clock_ms=?, outbox_seq=?, config=?, topic=?, partition_id=? WHERE id = 1",
+            (
+                meta.applied_index,
+                meta.next_offset,
+                meta.log_start,
+                meta.log_bytes,
+                meta.clock_ms,
+                meta.outbox_seq,
+                meta.config,
+                meta.topic,
+                meta.partition,
+            ),
+        )
+
+    # -- records ------------------------------------------------------------------------------
+
+    def insert_records(self, rows: Sequence[RecordRow]) -> None:
+        self._cur.executemany(
+            f"INSERT INTO records({_RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    r.offset,
+                    r.timestamp_ms,
+                    r.key,
+                    r.value,
+                    r.headers,
+                    r.priority,
+                    r.deliver_at_ms,
+                    r.idempotency_key,
+                    r.producer_id,
+                    r.sequence,
+                    r.size,
+                )
+                for r in rows
+            ],
+        )
+
+    def get_record(self, offset: int) -> RecordRow | None:
+        rows = self._rows(f"SELECT {_RECORD_COLUMNS} FROM records WHERE ofs = ?", (offset,))
+        return RecordRow(*rows[0]) if rows else None
+
+    def records_from(self, offset: int, limit: int) -> list[RecordRow]:
+        return [
+            RecordRow(*r)
+            for r in self._cur.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM records WHERE ofs >= ? ORDER BY ofs LIMIT ?",
+                (offset, limit),
+            )
+        ]
+
+    def get_records(self, offsets: Sequence[int]) -> dict[int, RecordRow]:
+        if not offsets:
+            return {}
+        lo, hi = min(offsets), max(offsets)
+        if hi - lo < 4 * len(offsets):
+            wanted = set(offsets)
+            return {
+                r[0]: RecordRow(*r)
+                for r in self._cur.execute(
+                    f"SELECT {_RECORD_COLUMNS} FROM records WHERE ofs BETWEEN ? AND ?", (lo, hi)
+                )
+                if r[0] in wanted
+            }
+        found: dict[int, RecordRow] = {}
+        for offset in offsets:
+            row = self.get_record(offset)
+            if row is not None:
+                found[offset] = row
+        return found
+
+    def set_record_schedule(self, offset: int, priority: int, deliver_at_ms: int) -> None:
+        self._cur.execute(
+            "UPDATE records SET priority = ?, deliver_at_ms = ? WHERE ofs = ?",
+            (priority, deliver_at_ms, offset),
+        )
+
+    def delete_record(self, offset: int) -> None:
+        self._cur.execute("DELETE FROM records WHERE ofs = ?", (offset,))
+
+    def first_offset_since(self, timestamp_ms: int) -> int | None:
+        rows = self._rows(
+            "SELECT ofs FROM records WHERE timestamp_ms >= ? ORDER BY ofs LIMIT 1", (timestamp_ms,)
+        )
+        return rows[0][0] if rows else None
+
+    def sizes_from(self, offset: int, limit: int) -> list[tuple[int, int]]:
+        return [
+            (r[0], r[1])
+            for r in self._cur.execute(
+                "SELECT ofs, size FROM records WHERE ofs >= ? ORDER BY ofs LIMIT ?",
+                (offset, limit),
+            )
+        ]
+
+    def delete_records_below(self, offset: int) -> None:
+        self._cur.execute("DELETE FROM records WHERE ofs < ?", (offset,))
+
+    # -- dedup --------------------------------------------------------------------------------
+
+    def idempotency_lookup(self, keys: Sequence[str]) -> dict[str, tuple[int, int]]:
+        found: dict[str, tuple[int, int]] = {}
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for key, ofs, ts in self._cur.execute(
+                f"SELECT key, ofs, timestamp_ms FROM idempotency WHERE key IN ({marks})", chunk
+            ):
+                found[key] = (ofs, ts)
+        return found
+
+    def idempotency_put(self, entries: Sequence[tuple[str, int, int]]) -> None:
+        self._cur.executemany(
+            "INSERT OR REPLACE INTO idempotency(key, ofs, timestamp_ms) VALUES (?,?,?)", entries
+        )
+
+    def idempotency_forget_before(self, timestamp_ms: int) -> int:
+        self._cur.execute("DELETE FROM idempotency WHERE timestamp_ms < ?", (timestamp_ms,))
+        return self._conn.changes()
+
+    def producer_batch(self, producer_id: str, sequence: int) -> list[int] | None:
+        rows = self._rows(
+            "SELECT offsets FROM producers WHERE producer_id = ? AND sequence = ?",
+            (producer_id, sequence),
+        )
+        return _blob_offsets(rows[0][0]) if rows else None
+
+    def producer_last_sequence(self, producer_id: str) -> int | None:
+        rows = self._rows(
+            "SELECT max(sequence) FROM producers WHERE producer_id = ?", (producer_id,)
+        )
+        return rows[0][0]
+
+    def producer_put(
+        self, producer_id: str, sequence: int, offsets: Sequence[int], now_ms: int, keep: int
+    ) -> None:
+        self._cur.execute(
+            "INSERT OR REPLACE INTO producers(producer_id, sequence, offsets, updated_ms) "
+            "VALUES (?,?,?,?)",
+            (producer_id, sequence, _offsets_blob(offsets), now_ms),
+        )
+        self._cur.execute(
+            "DELETE FROM producers WHERE producer_id = ? AND sequence <= ?",
+            (producer_id, sequence - keep),
+        )
+
+    def producer_forget_before(self, timestamp_ms: int) -> int:
+        self._cur.execute(
+            "DELETE FROM producers WHERE producer_id IN (SELECT producer_id FROM producers "
+            "GROUP BY producer_id HAVING max(updated_ms) < ?)",
+            (timestamp_ms,),
+        )
+        return self._conn.changes()
+
+    # -- groups -------------------------------------------------------------------------------
+
+    def group_get(self, name: str) -> GroupRow | None:
+        rows = self._rows("SELECT gid, name, materialized_upto FROM groups WHERE name = ?", (name,))
+        return GroupRow(*rows[0]) if rows else None
+
+    def group_create(self, name: str, materialized_upto: int) -> GroupRow:
+        self._cur.execute(
+            "INSERT INTO groups(name, materialized_upto) VALUES (?, ?)", (name, materialized_upto)
+        )
+        return GroupRow(self._conn.last_insert_rowid(), name, materialized_upto)
+
+    def group_set_materialized(self, gid: int, upto: int) -> None:
+        self._cur.execute("UPDATE groups SET materialized_upto = ? WHERE gid = ?", (upto, gid))
+
+    def groups(self) -> list[GroupRow]:
+        return [
+            GroupRow(*r)
+            for r in self._cur.execute(
+                "SELECT gid, name, materialized_upto FROM groups ORDER BY gid"
+            )
+        ]
+
+    def materialize(self, gid: int, from_offset: int, now_ms: int, ordering: int) -> int:
+        self._cur.execute(
+            "INSERT INTO pending(gid, ofs, k1, k2, visible_at_ms, ready, owner, delivery_count) "
+            "SELECT ?1, ofs, CASE WHEN ?2 THEN priority ELSE 0 END, "
+            "CASE WHEN ?2 THEN deliver_at_ms ELSE 0 END, deliver_at_ms, deliver_at_ms <= ?3, "
+            "NULL, 0 FROM records WHERE ofs >= ?4",
+            (gid, ordering, now_ms, from_offset),
+        )
+        return self._conn.changes()
+
+    def due_offsets(self, gid: int, now_ms: int, min_count: int) -> list[int]:
+        return [
+            r[0]
+            for r in self._cur.execute(
+                "SELECT ofs FROM pending WHERE gid = ? AND ready = 0 AND visible_at_ms <= ? "
+                "AND delivery_count >= ? ORDER BY ofs",
+                (gid, now_ms, min_count),
+            )
+        ]
+
+    def promote(self, gid: int, now_ms: int) -> int:
+        self._cur.execute(
+            "UPDATE pending SET ready = 1, owner = NULL "
+            "WHERE gid = ? AND ready = 0 AND visible_at_ms <= ?",
+            (gid, now_ms),
+        )
+        return self._conn.changes()
+
+    def select_ready(self, gid: int, limit: int) -> list[PendingRow]:
+        return [
+            _pending(r)
+            for r in self._cur.execute(
+                f"SELECT {_PENDING_COLUMNS} FROM pending WHERE gid = ? AND ready = 1 "
+                "ORDER BY k1, k2, ofs LIMIT ?",
+                (gid, limit),
+            )
+        ]
+
+    def lease(self, gid: int, offsets: Sequence[int], owner: str, deadline_ms: int) -> None:
+        self._cur.executemany(
+            "UPDATE pending SET ready = 0, owner = ?, visible_at_ms = ?, "
+            "delivery_count = delivery_count + 1 WHERE gid = ? AND ofs = ?",
+            [(owner, deadline_ms, gid, o) for o in offsets],
+        )
+
+    def pending_get(self, gid: int, offsets: Sequence[int]) -> dict[int, PendingRow]:
+        found: dict[int, PendingRow] = {}
+        for i in range(0, len(offsets), 500):
+            chunk = list(offsets[i : i + 500])
+            marks = ",".join("?" * len(chunk))
+            for r in self._cur.execute(
+                f"SELECT {_PENDING_COLUMNS} FROM pending WHERE gid = ? AND ofs IN ({marks})",
+                (gid, *chunk),
+            ):
+                found[r[0]] = _pending(r)
+        return found
+
+    def pending_put(self, gid: int, rows: Sequence[PendingRow]) -> None:
+        self._cur.executemany(
+            "INSERT OR REPLACE INTO pending(gid, ofs, k1, k2, visible_at_ms, ready, owner, "
+            "delivery_count) VALUES (?,?,?,?,?,?,?,?)",
+            [
+                (
+                    gid,
+                    p.offset,
+                    p.k1,
+                    p.k2,
+                    p.visible_at_ms,
+                    int(p.ready),
+                    p.owner,
+                    p.delivery_count,
+                )
+                for p in rows
+            ],
+        )
+
+    def pending_delete(self, gid: int, offsets: Sequence[int]) -> None:
+        self._cur.executemany(
+            "DELETE FROM pending WHERE gid = ? AND ofs = ?", [(gid, o) for o in offsets]
+        )
+
+    def pending_for_offset(self, offset: int) -> dict[int, PendingRow]:
+        found: dict[int, PendingRow] = {}
+        for g in self.groups():
+            rows = self._rows(
+                f"SELECT {_PENDING_COLUMNS} FROM pending WHERE gid = ? AND ofs = ?",
+                (g.gid, offset),
+            )
+            if rows:
+                found[g.gid] = _pending(rows[0])
+        return found
+
+    def pending_delete_offset(self, offset: int) -> int:
+        gone = 0
+        for g in self.groups():
+            self._cur.execute("DELETE FROM pending WHERE gid = ? AND ofs = ?", (g.gid, offset))
+            gone += self._conn.changes()
+        return gone
+
+    def pending_delete_below(self, offset: int) -> int:
+        gone = 0
+        for g in self.groups():
+            self._cur.execute("DELETE FROM pending WHERE gid = ? AND ofs < ?", (g.gid, offset))
+            gone += self._conn.changes()
+        return gone
+
+    def pending_reorder(self, ordering: int) -> None:
+        self._cur.execute(
+            "UPDATE pending SET "
+            "k1 = CASE WHEN ?1 THEN (SELECT priority FROM records r WHERE r.ofs = pending.ofs) "
+            "ELSE 0 END, k2 = CASE WHEN ?1 THEN "
+            "(SELECT deliver_at_ms FROM records r WHERE r.ofs = pending.ofs) ELSE 0 END",
+            (ordering,),
+        )
+
+    def release(self, gid: int, owner: str | None, now_ms: int) -> int:
+        if owner is None:
+            self._cur.execute(
+                "UPDATE pending SET ready = 1, owner = NULL, visible_at_ms = ? "
+                "WHERE gid = ? AND ready = 0 AND owner IS NOT NULL",
+                (now_ms, gid),
+            )
+        else:
+            self._cur.execute(
+                "UPDATE pending SET ready = 1, owner = NULL, visible_at_ms = ? "
+                "WHERE gid = ? AND ready = 0 AND owner = ?",
+                (now_ms, gid, owner),
+            )
+        return self._conn.changes()
+
+    def lowest_pending(self, gid: int) -> int | None:
+        rows = self._rows("SELECT min(ofs) FROM pending WHERE gid = ?", (gid,))
+        return rows[0][0]
+
+    def count_leased(self, gid: int, now_ms: int) -> int:
+        rows = self._rows(
+            "SELECT count(*) FROM pending WHERE gid = ? AND ready = 0 AND owner IS NOT NULL "
+            "AND visible_at_ms > ?",
+            (gid, now_ms),
+        )
+        return int(rows[0][0])
+
+    def count_pending(self, gid: int) -> int:
+        return int(self._rows("SELECT count(*) FROM pending WHERE gid = ?", (gid,))[0][0])
+
+    # -- outbox -------------------------------------------------------------------------------
+
+    def outbox_put(self, rows: Sequence[OutboxRow]) -> None:
+        self._cur.executemany(
+            "INSERT INTO outbox(seq, grp, ofs, reason, delivery_count, dead_at_ms, record) "
+            "VALUES (?,?,?,?,?,?,?)",
+            [
+                (o.seq, o.group, o.offset, o.reason, o.delivery_count, o.dead_at_ms, o.record)
+                for o in rows
+            ],
+        )
+
+    def outbox_list(self, limit: int) -> list[OutboxRow]:
+        return [
+            OutboxRow(*r)
+            for r in self._cur.execute(
+                "SELECT seq, grp, ofs, reason, delivery_count, dead_at_ms, record FROM outbox "
+                "ORDER BY seq LIMIT ?",
+                (limit,),
+            )
+        ]
+
+    def outbox_delete_upto(self, seq: int) -> int:
+        self._cur.execute("DELETE FROM outbox WHERE seq <= ?", (seq,))
+        return self._conn.changes()
+
+    # -- whole store --------------------------------------------------------------------------
+
+    def backup_to(self, path: str) -> None:
+        """Write a consistent copy of the partition to ``path`` (SQLite backup API), fsync'd."""
+        tmp = path + ".tmp"
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        dest = apsw.Connection(tmp)
+        try:
+            with dest.backup("main", self._conn, "main") as backup:
+                while not backup.done:
+                    backup.step(-1)
+        finally:
+            dest.close()
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+
+    def restore_from(self, path: str) -> None:
+        """Replace the whole partition with the copy at ``path`` (written by backup_to)."""
+        source = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            with self._conn.backup("main", source, "main") as backup:
+                while not backup.done:
+                    backup.step(-1)
+        finally:
+            source.close()
+
+    def dump(self) -> dict[str, Any]:
+        return canonical_dump(
+            self.load_meta(),
+            (RecordRow(*r) for r in self._rows(f"SELECT {_RECORD_COLUMNS} FROM records")),
+            (
+                (k, (o, t))
+                for k, o, t in self._rows("SELECT key, ofs, timestamp_ms FROM idempotency")
+            ),
+            (
+                (p, s, _blob_offsets(b), t)
+                for p, s, b, t in self._rows(
+                    "SELECT producer_id, sequence, offsets, updated_ms FROM producers"
+                )
+            ),
+            self.groups(),
+            (
+                (r[0], _pending(r[1:]))
+                for r in self._rows(f"SELECT gid, {_PENDING_COLUMNS} FROM pending")
+            ),
+            (
+                OutboxRow(*r)
+                for r in self._rows(
+                    "SELECT seq, grp, ofs, reason, delivery_count, dead_at_ms, record FROM outbox"
+                )
+            ),
+        )
+
+    def close(self) -> None:
+        self._conn.close()

@@ -1,0 +1,414 @@
+"""The partition store: a small Protocol and its in-memory twin.
+
+The state machine (partitions/machine.py) decides; a store only reads and writes rows. Two stores
+implement this Protocol and one contract suite (tests/test_partition_store_contract.py) runs
+against both:
+
+- ``SqliteStore`` (partitions/sqlite_store.py): the partition's own SQLite file through APSW.
+- ``MemoryStore`` (here): dicts and sorted scans; the twin for unit tests and simulations.
+
+Every mutating call happens inside ``transaction()``; a store rolls the whole transaction back
+when the block raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol
+
+from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, RecordRow
+
+
+class PartitionStore(Protocol):
+    """What a partition replica needs from storage. Errors raised here are I/O failures."""
+
+    def transaction(self) -> contextlib.AbstractContextManager[None]: ...
+    def load_meta(self) -> Meta: ...
+    def save_meta(self, meta: Meta) -> None: ...
+
+    # records
+    def insert_records(self, rows: Sequence[RecordRow]) -> None: ...
+    def get_record(self, offset: int) -> RecordRow | None: ...
+    def records_from(self, offset: int, limit: int) -> list[RecordRow]: ...
+    def get_records(self, offsets: Sequence[int]) -> dict[int, RecordRow]: ...
+    def set_record_schedule(self, offset: int, priority: int, deliver_at_ms: int) -> None: ...
+    def delete_record(self, offset: int) -> None: ...
+    def first_offset_since(self, timestamp_ms: int) -> int | None: ...
+    def sizes_from(self, offset: int, limit: int) -> list[tuple[int, int]]: ...
+    def delete_records_below(self, offset: int) -> None: ...
+
+    # dedup
+    def idempotency_lookup(self, keys: Sequence[str]) -> dict[str, tuple[int, int]]: ...
+    def idempotency_put(self, entries: Sequence[tuple[str, int, int]]) -> None: ...
+    def idempotency_forget_before(self, timestamp_ms: int) -> int: ...
+    def producer_batch(self, producer_id: str, sequence: int) -> list[int] | None: ...
+    def producer_last_sequence(self, producer_id: str) -> int | None: ...
+    def producer_put(
+        self, producer_id: str, sequence: int, offsets: Sequence[int], now_ms: int, keep: int
+    ) -> None: ...
+    def producer_forget_before(self, timestamp_ms: int) -> int: ...
+
+    # groups and their pending rows
+    def group_get(self, name: str) -> GroupRow | None: ...
+    def group_create(self, name: str, materialized_upto: int) -> GroupRow: ...
+    def group_set_materialized(self, gid: int, upto: int) -> None: ...
+    def groups(self) -> list[GroupRow]: ...
+    def materialize(self, gid: int, from_offset: int, now_ms: int, ordering: int) -> int: ...
+    def due_offsets(self, gid: int, now_ms: int, min_count: int) -> list[int]: ...
+    def promote(self, gid: int, now_ms: int) -> int: ...
+    def select_ready(self, gid: int, limit: int) -> list[PendingRow]: ...
+    def lease(self, gid: int, offsets: Sequence[int], owner: str, deadline_ms: int) -> None: ...
+    def pending_get(self, gid: int, offsets: Sequence[int]) -> dict[int, PendingRow]: ...
+    def pending_put(self, gid: int, rows: Sequence[PendingRow]) -> None: ...
+    def pending_delete(self, gid: int, offsets: Sequence[int]) -> None: ...
+    def pending_for_offset(self, offset: int) -> dict[int, PendingRow]: ...
+    def pending_delete_offset(self, offset: int) -> int: ...
+    def pending_delete_below(self, offset: int) -> int: ...
+    def pending_reorder(self, ordering: int) -> None: ...
+    def release(self, gid: int, owner: str | None, now_ms: int) -> int: ...
+    def lowest_pending(self, gid: int) -> int | None: ...
+    def count_leased(self, gid: int, now_ms: int) -> int: ...
+    def count_pending(self, gid: int) -> int: ...
+
+    # dead-letter outbox
+    def outbox_put(self, rows: Sequence[OutboxRow]) -> None: ...
+    def outbox_list(self, limit: int) -> list[OutboxRow]: ...
+    def outbox_delete_upto(self, seq: int) -> int: ...
+
+    # whole-store
+    def backup_to(self, path: str) -> None: ...
+    def restore_from(self, path: str) -> None: ...
+    def dump(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
+def order_keys(ordering: int, priority: int, deliver_at_ms: int) -> tuple[int, int]:
+    """(k1, k2) of a pending row: fifo ignores priority and schedule; priority sorts by both."""
+    return (priority, deliver_at_ms) if ordering else (0, 0)
+
+
+class MemoryStore:
+    """The in-memory twin of SqliteStore: the same behaviour, nothing durable.
+
+    Transactions snapshot the whole state and restore it when the block raises, so a failed
+    command leaves the store exactly as it was (as SQLite's rollback does).
+    """
+
+    def __init__(self) -> None:
+        self._meta = Meta()
+        self._records: dict[int, RecordRow] = {}
+        self._idem: dict[str, tuple[int, int]] = {}
+        self._producers: dict[str, dict[int, tuple[list[int], int]]] = {}
+        self._groups: dict[str, GroupRow] = {}
+        self._pending: dict[int, dict[int, PendingRow]] = {}
+        self._outbox: dict[int, OutboxRow] = {}
+        self._depth = 0
+
+    # -- transactions -------------------------------------------------------------------------
+
+    def _state(self) -> tuple[Any, ...]:
+        return (
+            self._meta,
+            self._records,
+            self._idem,
+            self._producers,
+            self._groups,
+            self._pending,
+            self._outbox,
+        )
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        if self._depth:
+            yield
+            return
+        saved = copy.deepcopy(self._state())
+        self._depth += 1
+        try:
+            yield
+        except BaseException:
+            (
+                self._meta,
+                self._records,
+                self._idem,
+                self._producers,
+                self._groups,
+                self._pending,
+                self._outbox,
+            ) = saved
+            raise
+        finally:
+            self._depth -= 1
+
+    def load_meta(self) -> Meta:
+        return self._meta.copy()
+
+    def save_meta(self, meta: Meta) -> None:
+        self._meta = meta.copy()
+
+    # -- records ------------------------------------------------------------------------------
+
+    def insert_records(self, rows: Sequence[RecordRow]) -> None:
+        for row in rows:
+            assert row.offset not in self._records, f"offset {row.offset} written twice"
+            self._records[row.offset] = copy.copy(row)
+
+    def get_record(self, offset: int) -> RecordRow | None:
+        row = self._records.get(offset)
+        return copy.copy(row) if row else None
+
+    def records_from(self, offset: int, limit: int) -> list[RecordRow]:
+        found = sorted(o for o in self._records if o >= offset)[:limit]
+        return [copy.copy(self._records[o]) for o in found]
+
+    def get_records(self, offsets: Sequence[int]) -> dict[int, RecordRow]:
+        return {o: copy.copy(self._records[o]) for o in offsets if o in self._records}
+
+    def set_record_schedule(self, offset: int, priority: int, deliver_at_ms: int) -> None:
+        row = self._records[offset]
+        row.priority, row.deliver_at_ms = priority, deliver_at_ms
+
+    def delete_record(self, offset: int) -> None:
+        del self._records[offset]
+
+    def first_offset_since(self, timestamp_ms: int) -> int | None:
+        found = [o for o, r in self._records.items() if r.timestamp_ms >= timestamp_ms]
+        return min(found) if found else None
+
+    def sizes_from(self, offset: int, limit: int) -> list[tuple[int, int]]:
+        found = sorted(o for o in self._records if o >= offset)[:limit]
+        return [(o, self._records[o].size) for o in found]
+
+    def delete_records_below(self, offset: int) -> None:
+        for o in [o for o in self._records if o < offset]:
+            del self._records[o]
+
+    # -- dedup --------------------------------------------------------------------------------
+
+    def idempotency_lookup(self, keys: Sequence[str]) -> dict[str, tuple[int, int]]:
+        return {k: self._idem[k] for k in keys if k in self._idem}
+
+    def idempotency_put(self, entries: Sequence[tuple[str, int, int]]) -> None:
+        for key, offset, ts in entries:
+            self._idem[key] = (offset, ts)
+
+    def idempotency_forget_before(self, timestamp_ms: int) -> int:
+        old = [k for k, (_, ts) in self._idem.items() if ts < timestamp_ms]
+        for k in old:
+            del self._idem[k]
+        return len(old)
+
+    def producer_batch(self, producer_id: str, sequence: int) -> list[int] | None:
+        batch = self._producers.get(producer_id, {}).get(sequence)
+        return list(batch[0]) if batch else None
+
+    def producer_last_sequence(self, producer_id: str) -> int | None:
+        batches = self._producers.get(producer_id)
+        return max(batches) if batches else None
+
+    def producer_put(
+        self, producer_id: str, sequence: int, offsets: Sequence[int], now_ms: int, keep: int
+    ) -> None:
+        batches = self._producers.setdefault(producer_id, {})
+        batches[sequence] = (list(offsets), now_ms)
+        for old in sorted(batches)[:-keep]:
+            del batches[old]
+
+    def producer_forget_before(self, timestamp_ms: int) -> int:
+        gone = [
+            p for p, b in self._producers.items() if max(t for _, t in b.values()) < timestamp_ms
+        ]
+        for p in gone:
+            del self._producers[p]
+        return len(gone)
+
+    # -- groups -------------------------------------------------------------------------------
+
+    def group_get(self, name: str) -> GroupRow | None:
+        row = self._groups.get(name)
+        return copy.copy(row) if row else None
+
+    def group_create(self, name: str, materialized_upto: int) -> GroupRow:
+        row = GroupRow(len(self._groups) + 1, name, materialized_upto)
+        self._groups[name] = row
+        self._pending[row.gid] = {}
+        return copy.copy(row)
+
+    def group_set_materialized(self, gid: int, upto: int) -> None:
+        for row in self._groups.values():
+            if row.gid == gid:
+                row.materialized_upto = upto
+
+    def groups(self) -> list[GroupRow]:
+        return [copy.copy(r) for r in sorted(self._groups.values(), key=lambda r: r.gid)]
+
+    def materialize(self, gid: int, from_offset: int, now_ms: int, ordering: int) -> int:
+        pending = self._pending[gid]
+        added = 0
+        for offset in sorted(o for o in self._records if o >= from_offset):
+            rec = self._records[offset]
+            k1, k2 = order_keys(ordering, rec.priority, rec.deliver_at_ms)
+            ready = rec.deliver_at_ms <= now_ms
+            pending[offset] = PendingRow(offset, k1, k2, rec.deliver_at_ms, ready, None, 0)
+            added += 1
+        return added
+
+    def due_offsets(self, gid: int, now_ms: int, min_count: int) -> list[int]:
+        return sorted(
+            p.offset
+            for p in self._pending[gid].values()
+            if not p.ready and p.visible_at_ms <= now_ms and p.delivery_count >= min_count
+        )
+
+    def promote(self, gid: int, now_ms: int) -> int:
+        moved = 0
+        for p in self._pending[gid].values():
+            if not p.ready and p.visible_at_ms <= now_ms:
+                p.ready, p.owner = True, None
+                moved += 1
+        return moved
+
+    def select_ready(self, gid: int, limit: int) -> list[PendingRow]:
+        ready = [p for p in self._pending[gid].values() if p.ready]
+        ready.sort(key=lambda p: (p.k1, p.k2, p.offset))
+        return [copy.copy(p) for p in ready[:limit]]
+
+    def lease(self, gid: int, offsets: Sequence[int], owner: str, deadline_ms: int) -> None:
+        pending = self._pending[gid]
+        for offset in offsets:
+            p = pending[offset]
+            p.ready, p.owner, p.visible_at_ms = False, owner, deadline_ms
+            p.delivery_count += 1
+
+    def pending_get(self, gid: int, offsets: Sequence[int]) -> dict[int, PendingRow]:
+        pending = self._pending.get(gid, {})
+        return {o: copy.copy(pending[o]) for o in offsets if o in pending}
+
+    def pending_put(self, gid: int, rows: Sequence[PendingRow]) -> None:
+        for row in rows:
+            self._pending[gid][row.offset] = copy.copy(row)
+
+    def pending_delete(self, gid: int, offsets: Sequence[int]) -> None:
+        for offset in offsets:
+            self._pending[gid].pop(offset, None)
+
+    def pending_for_offset(self, offset: int) -> dict[int, PendingRow]:
+        return {
+            gid: copy.copy(rows[offset]) for gid, rows in self._pending.items() if offset in rows
+        }
+
+    def pending_delete_offset(self, offset: int) -> int:
+        return sum(1 for rows in self._pending.values() if rows.pop(offset, None))
+
+    def pending_delete_below(self, offset: int) -> int:
+        gone = 0
+        for rows in self._pending.values():
+            for o in [o for o in rows if o < offset]:
+                del rows[o]
+                gone += 1
+        return gone
+
+    def pending_reorder(self, ordering: int) -> None:
+        for rows in self._pending.values():
+            for p in rows.values():
+                rec = self._records[p.offset]
+                p.k1, p.k2 = order_keys(ordering, rec.priority, rec.deliver_at_ms)
+
+    def release(self, gid: int, owner: str | None, now_ms: int) -> int:
+        released = 0
+        for p in self._pending[gid].values():
+            if p.owner is not None and not p.ready and (owner is None or p.owner == owner):
+                p.ready, p.owner, p.visible_at_ms = True, None, now_ms
+                released += 1
+        return released
+
+    def lowest_pending(self, gid: int) -> int | None:
+        rows = self._pending.get(gid)
+        return min(rows) if rows else None
+
+    def count_leased(self, gid: int, now_ms: int) -> int:
+        return sum(
+            1
+            for p in self._pending.get(gid, {}).values()
+            if p.owner is not None and p.visible_at_ms > now_ms
+        )
+
+    def count_pending(self, gid: int) -> int:
+        return len(self._pending.get(gid, {}))
+
+    # -- outbox -------------------------------------------------------------------------------
+
+    def outbox_put(self, rows: Sequence[OutboxRow]) -> None:
+        for row in rows:
+            self._outbox[row.seq] = copy.copy(row)
+
+    def outbox_list(self, limit: int) -> list[OutboxRow]:
+        return [copy.copy(self._outbox[s]) for s in sorted(self._outbox)[:limit]]
+
+    def outbox_delete_upto(self, seq: int) -> int:
+        gone = [s for s in self._outbox if s <= seq]
+        for s in gone:
+            del self._outbox[s]
+        return len(gone)
+
+    # -- whole store --------------------------------------------------------------------------
+
+    def backup_to(self, path: str) -> None:
+        raise NotImplementedError("MemoryStore keeps nothing on disk; snapshot SqliteStore")
+
+    def restore_from(self, path: str) -> None:
+        raise NotImplementedError("MemoryStore keeps nothing on disk; snapshot SqliteStore")
+
+    def dump(self) -> dict[str, Any]:
+        return canonical_dump(
+            self._meta,
+            self._records.values(),
+            self._idem.items(),
+            (
+                (p, s, offsets, ts)
+                for p, batches in self._producers.items()
+                for s, (offsets, ts) in batches.items()
+            ),
+            list(self._groups.values()),
+            ((gid, row) for gid, rows in self._pending.items() for row in rows.values()),
+            self._outbox.values(),
+        )
+
+    def close(self) -> None:
+        pass
+
+
+def canonical_dump(
+    meta: Meta,
+    records: Iterable[RecordRow],
+    idem: Iterable[tuple[str, tuple[int, int]]],
+    producers: Iterable[tuple[str, int, Sequence[int], int]],
+    groups: Sequence[GroupRow],
+    pending: Iterable[tuple[int, PendingRow]],
+    outbox: Iterable[OutboxRow],
+) -> dict[str, Any]:
+    """A store's whole state as plain sorted data: equal dumps mean equal replicas."""
+    names = {g.gid: g.name for g in groups}
+    return {
+        "meta": meta.copy(),
+        "records": sorted((copy.copy(r) for r in records), key=lambda r: r.offset),
+        "idempotency": sorted(idem),
+        "producers": sorted((p, s, list(o), t) for p, s, o, t in producers),
+        "groups": sorted((g.name, g.materialized_upto) for g in groups),
+        "pending": sorted(
+            (
+                names[g],
+                p.offset,
+                p.k1,
+                p.k2,
+                p.visible_at_ms,
+                p.ready,
+                p.owner or "",
+                p.delivery_count,
+            )
+            for g, p in pending
+        ),
+        "outbox": sorted((copy.copy(o) for o in outbox), key=lambda o: o.seq),
+    }
