@@ -75,8 +75,6 @@ class RaftqError(Exception):
         return self.kind.retriable
 
 
-
-
 class NotLeader(RaftqError):
     kind = _kind("NOT_LEADER", True, "UNAVAILABLE", "not the leader: retry against the leader hint")
 
