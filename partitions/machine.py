@@ -455,10 +455,10 @@ class PartitionMachine:
                 f"delivery {ref.delivery_count} is over; the record is at delivery "
                 f"{row.delivery_count}",
             )
-        if row.owner != member:
-            return ErrorCode.NOT_LEASED, "the record is not leased to this member"
         if row.ready or row.visible_at_ms <= now_ms:
             return ErrorCode.LEASE_EXPIRED, "the lease ended; the record will be redelivered"
+        if row.owner != member:
+            return ErrorCode.NOT_LEASED, "the record is not leased to this member"
         return ErrorCode.OK, ""
 
     def _on_ack(self, cmd: partition_pb2.Settle, now_ms: int) -> partition_pb2.CommandResult:
@@ -526,9 +526,9 @@ class PartitionMachine:
         changed = []
         for gid, p in self.store.pending_for_offset(cmd.offset).items():
             p.k1, p.k2 = k1, k2
-            if p.owner is None and cmd.HasField("deliver_at_ms"):
-                p.visible_at_ms = deliver_at
-                p.ready = deliver_at <= now_ms
+            leased = p.owner is not None and p.visible_at_ms > now_ms
+            if cmd.HasField("deliver_at_ms") and not leased:  # a live lease keeps its deadline
+                p.owner, p.visible_at_ms, p.ready = None, deliver_at, deliver_at <= now_ms
             changed.append((gid, p))
         for gid, p in changed:
             self.store.pending_put(gid, [p])

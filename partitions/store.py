@@ -320,7 +320,7 @@ class MemoryStore:
         released = 0
         for p in self._pending[gid].values():
             if p.owner is not None and not p.ready and (owner is None or p.owner == owner):
-                p.ready, p.owner, p.visible_at_ms = True, None, now_ms
+                p.owner, p.visible_at_ms = None, now_ms  # due now: the next catch-up promotes
                 released += 1
         return released
 
