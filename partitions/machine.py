@@ -528,7 +528,7 @@ class PartitionMachine:
             p.k1, p.k2 = k1, k2
             leased = p.owner is not None and p.visible_at_ms > now_ms
             if cmd.HasField("deliver_at_ms") and not leased:  # a live lease keeps its deadline
-                p.owner, p.visible_at_ms, p.ready = None, deliver_at, deliver_at <= now_ms
+                p.owner, p.visible_at_ms, p.ready = None, deliver_at, False  # catch-up decides
             changed.append((gid, p))
         for gid, p in changed:
             self.store.pending_put(gid, [p])
