@@ -360,6 +360,7 @@ class PartitionMachine:
     def _dead_letter(
         self, group: GroupRow, rows: list[PendingRow], reason: str, now_ms: int
     ) -> None:
+        rows = sorted(rows, key=lambda p: p.offset)
         records = self.store.get_records([p.offset for p in rows])
         outbox = []
         for p in rows:
@@ -447,8 +448,12 @@ class PartitionMachine:
     def _ref_error(
         self, ref: partition_pb2.DeliveryRef, row: PendingRow | None, member: str, now_ms: int
     ) -> tuple[int, str]:
-        if row is None:
-            return ErrorCode.RECORD_NOT_FOUND, "no pending record at this offset (acked already?)"
+        if row is None or row.delivery_count == 0:
+            return (
+                ErrorCode.RECORD_NOT_FOUND,
+                "no delivery of this record to the group is pending (acked, never delivered, "
+                "or gone)",
+            )
         if row.delivery_count != ref.delivery_count:
             return (
                 ErrorCode.LEASE_EXPIRED,
