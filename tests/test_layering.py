@@ -1,0 +1,208 @@
+"""The layering invariants of ARCHITECTURE.md, checked on every import of the source tree.
+
+Each I/O library is imported in one place, and the pure packages (what Raft applies, the
+assignor) import no I/O, clock, randomness or threads. A rule is an absence: "only X imports
+Y", "P imports none of Z". The checker reads files with ``ast`` and never imports them.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import pathlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SCANNED = ("broker", "metadata", "partitions", "assignors", "transport", "proto", "bench")
+
+PURE = ("partitions/", "metadata/", "assignors/")
+PURE_EXCEPT = ("partitions/sqlite_store.py",)
+IMPURE_MODULES = frozenset(
+    {"grpc", "apsw", "pysyncobj", "dynaconf", "socket", "threading", "time", "random"}
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Files matching ``applies_to`` and not ``except_in`` import none of ``modules``.
+
+    A pattern ending in "/" is a directory, one with "*" a glob, anything else one file.
+    """
+
+    text: str  # the invariant as ARCHITECTURE.md states it
+    modules: frozenset[str]  # top-level module names; "grpc" also covers grpc_* and *_pb2_grpc
+    applies_to: tuple[str, ...]
+    except_in: tuple[str, ...] = ()
+
+
+EVERYWHERE = ("",)
+
+RULES = (
+    Rule(
+        "Only partitions/sqlite_store.py imports apsw.",
+        frozenset({"apsw"}),
+        EVERYWHERE,
+        ("partitions/sqlite_store.py",),
+    ),
+    Rule(
+        "Only transport/raft/ imports pysyncobj.",
+        frozenset({"pysyncobj"}),
+        EVERYWHERE,
+        ("transport/raft/",),
+    ),
+    Rule(
+        "Only broker/config.py imports dynaconf.",
+        frozenset({"dynaconf"}),
+        EVERYWHERE,
+        ("broker/config.py",),
+    ),
+    Rule(
+        "Only broker/metrics.py imports prometheus_client.",
+        frozenset({"prometheus_client"}),
+        EVERYWHERE,
+        ("broker/metrics.py",),
+    ),
+    Rule(
+        "Only transport/, broker/ and the generated proto/*_pb2_grpc.py import grpc.",
+        frozenset({"grpc"}),
+        EVERYWHERE,
+        ("transport/", "broker/", "proto/*_pb2_grpc.py"),
+    ),
+    Rule(
+        "partitions/ (except sqlite_store.py), metadata/ and assignors/ import none of "
+        + ", ".join(sorted(IMPURE_MODULES))
+        + ": what Raft applies and what the assignor decides are pure functions.",
+        IMPURE_MODULES,
+        PURE,
+        PURE_EXCEPT,
+    ),
+)
+
+
+def _matches(path: str, patterns: tuple[str, ...]) -> bool:
+    for pattern in patterns:
+        if pattern == "" or (pattern.endswith("/") and path.startswith(pattern)):
+            return True
+        if "*" in pattern and fnmatch.fnmatchcase(path, pattern):
+            return True
+        if path == pattern:
+            return True
+    return False
+
+
+def _family(module: str) -> str:
+    """The name rules use for an imported module: its top level, grpc for all of gRPC."""
+    top = module.split(".")[0]
+    if top.startswith("grpc_") or module.endswith("_pb2_grpc"):
+        return "grpc"  # grpc_health, grpc_reflection; generated stubs import grpc themselves
+    return top
+
+
+def imports(source: str, filename: str = "<source>") -> Iterator[tuple[int, str]]:
+    """(line, module) of every absolute import, including import_module("x")/__import__("x")."""
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0 and node.module:
+                yield node.lineno, node.module
+                for alias in node.names:  # from proto import partition_pb2_grpc
+                    yield node.lineno, f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            first = node.args[0]
+            if (
+                name in ("import_module", "__import__")
+                and isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+            ):
+                yield node.lineno, first.value
+
+
+def violations(root: pathlib.Path, rules: tuple[Rule, ...] = RULES) -> list[str]:
+    """``path:line imports module — rule`` for every broken rule under ``root``'s packages."""
+    found: list[str] = []
+    for package in SCANNED:
+        for file in sorted((root / package).rglob("*.py")):
+            path = file.relative_to(root).as_posix()
+            for line, module in imports(file.read_text(encoding="utf-8"), path):
+                family = _family(module)
+                for rule in rules:
+                    if (
+                        family in rule.modules
+                        and _matches(path, rule.applies_to)
+                        and not _matches(path, rule.except_in)
+                    ):
+                        found.append(f"{path}:{line} imports {module}: {rule.text}")
+    return sorted(set(found))
+
+
+def test_the_source_tree_keeps_every_layering_rule() -> None:
+    assert (ROOT / "proto").is_dir()  # the scan is looking at the real tree
+    broken = violations(ROOT)
+    assert not broken, "layering rules broken (see ARCHITECTURE.md):\n" + "\n".join(broken)
+
+
+# --- the checker itself, on synthetic trees -------------------------------------------------
+
+CASES = [
+    # (file, source, broken?)
+    ("partitions/machine.py", "import time\n", True),
+    ("partitions/machine.py", "from time import monotonic\n", True),
+    ("partitions/machine.py", "import random as rnd\n", True),
+    ("partitions/machine.py", "import threading\n", True),
+    ("partitions/machine.py", "from proto import partition_pb2\n", False),
+    ("partitions/machine.py", "from proto import partition_pb2_grpc\n", True),
+    ("partitions/machine.py", "from . import codec\nfrom .store import Store\n", False),
+    ("partitions/machine.py", "import importlib\nimportlib.import_module('apsw')\n", True),
+    ("partitions/sqlite_store.py", "import apsw\n", False),
+    ("partitions/sqlite_store.py", "import socket\n", False),
+    ("partitions/sqlite_store.py", "import pysyncobj\n", True),
+    ("assignors/sticky.py", "import random\n", True),
+    ("assignors/sticky.py", "from collections import Counter\n", False),
+    ("metadata/state_machine.py", "def f():\n    import socket\n", True),
+    ("metadata/frontend.py", "import grpc\n", True),
+    ("metadata/frontend.py", "from grpc_health.v1 import health\n", True),
+    ("broker/server.py", "import apsw\n", True),
+    ("broker/server.py", "import grpc\nfrom grpc_reflection.v1alpha import reflection\n", False),
+    ("broker/server.py", "import dynaconf\n", True),
+    ("broker/config.py", "from dynaconf import Dynaconf\n", False),
+    ("broker/server.py", "import prometheus_client\n", True),
+    ("broker/metrics.py", "from prometheus_client import Gauge\n", False),
+    ("transport/raft/group.py", "from pysyncobj import SyncObj\n", False),
+    ("transport/grpc_server.py", "import pysyncobj\n", True),
+    ("transport/grpc_server.py", "import grpc\n", False),
+    ("bench/load.py", "import grpc\n", True),
+    ("proto/partition_pb2_grpc.py", "import grpc\n", False),
+    ("proto/errors.py", "import grpc\n", True),
+]
+
+
+@pytest.mark.parametrize(("path", "source", "broken"), CASES)
+def test_checker_flags_exactly_the_broken_imports(
+    tmp_path: pathlib.Path, path: str, source: str, broken: bool
+) -> None:
+    file = tmp_path / path
+    file.parent.mkdir(parents=True)
+    file.write_text(source)
+    found = violations(tmp_path)
+    assert bool(found) == broken, found
+    if broken:
+        assert found[0].startswith(f"{path}:")
+
+
+def test_checker_reports_line_module_and_rule(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "assignors").mkdir()
+    (tmp_path / "assignors" / "sticky.py").write_text('"""doc"""\n\nimport time\n')
+    (found,) = violations(tmp_path)
+    assert found.startswith("assignors/sticky.py:3 imports time: partitions/ (except")
+
+
+def test_every_rule_names_what_it_allows() -> None:
+    for rule in RULES:
+        assert rule.modules and rule.applies_to and rule.text.endswith(".")
