@@ -1,0 +1,829 @@
+"""RaftNode: the hardened pysyncobj node every raftq Raft group runs on.
+
+One :class:`RaftNode` is one replica of one Raft group (the metadata group or a partition).
+It replicates opaque command bytes through a single ``apply(data, index)`` callback and fixes
+the pysyncobj 0.3.17 defects that break "acknowledged = durable" (see ../shared/PYSYNCOBJ.md):
+
+1. **Durability.** The journal is :class:`~transport.raft.journal.DurableJournal`: a follower
+   fsyncs appended entries before its ``append_entries`` acknowledgement leaves, the leader
+   counts itself toward commit only up to its fsync'd index, term and vote are fsync'd before
+   any message reflecting them. With ``group_commit=True`` the fsync is deferred to
+   :meth:`RaftNode.sync`, which the driver calls after ticking every group and before it
+   flushes the buffered outgoing messages (one fsync per group per driver round).
+2. **Truncation.** A follower deletes entries only from the first index whose *term* conflicts
+   with the leader's (Raft §5.3), never at or below its commit or applied index, and advances
+   its commit index only up to the last entry it verified against the leader. The leader never
+   moves ``nextIndex`` (or ``matchIndex``) backwards on a success response.
+3. **Large entries.** ``appendEntriesBatchSizeBytes`` is set above ``max_entry_bytes`` and
+   :meth:`RaftNode.propose` refuses bigger commands, so no entry ever takes pysyncobj's broken
+   chunked path (syncobj.py:1275-1296); a 100 KiB command replicates like any other.
+4. **One apply(bytes).** Commands are stored as ``REGULAR | b"R" | data`` (no pickle, no
+   positional ``@replicated`` method ids); ``apply`` gets the data and its Raft index, and an
+   exception from it is logged and turned into an :class:`ApplyError` result instead of
+   wedging the group. Snapshots go through the ``serializer``/``deserializer`` hooks with
+   ``useFork=False`` and call the user's ``snapshot(path)`` / ``restore(path)``.
+
+Threading: everything pysyncobj does (message handling, apply, callbacks, snapshots) runs on
+the tick thread: the node's own thread with ``auto_tick=True``, the caller of :meth:`tick`
+otherwise. ``propose`` / ``propose_sync`` and the read-only accessors are safe from any thread;
+``transfer_leadership`` / ``add_node`` / ``remove_node`` are queued onto the tick thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import enum
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pysyncobj
+from pysyncobj.config import FAIL_REASON, SyncObjConf
+from pysyncobj.encryptor import HAS_CRYPTO
+from pysyncobj.monotonic import monotonic as monotonic_time
+from pysyncobj.node import TCPNode
+from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE, SyncObj, SyncObjException
+from pysyncobj.transport import TCPTransport, TransportNotReadyError
+
+from proto import errors
+from transport.raft.journal import DurableJournal
+from transport.raft.snapshot import read_snapshot, write_snapshot
+
+logger = logging.getLogger(__name__)
+
+# The hardening overrides name-mangled internals of exactly this release.
+assert pysyncobj.syncobj.VERSION == "0.3.17", pysyncobj.syncobj.VERSION
+
+RAW_V1 = b"R"  # command format marker after the pysyncobj type byte; append-only
+_REGULAR = bytes([_COMMAND_TYPE.REGULAR])
+_NO_OP = bytes([_COMMAND_TYPE.NO_OP])
+_STATE_NAMES = {
+    _RAFT_STATE.FOLLOWER: "follower",
+    _RAFT_STATE.CANDIDATE: "candidate",
+    _RAFT_STATE.LEADER: "leader",
+}
+
+
+class FailReason(enum.IntEnum):
+    """pysyncobj's FAIL_REASON codes, as passed to propose callbacks."""
+
+    SUCCESS = FAIL_REASON.SUCCESS
+    QUEUE_FULL = FAIL_REASON.QUEUE_FULL
+    MISSING_LEADER = FAIL_REASON.MISSING_LEADER
+    DISCARDED = FAIL_REASON.DISCARDED
+    NOT_LEADER = FAIL_REASON.NOT_LEADER
+    LEADER_CHANGED = FAIL_REASON.LEADER_CHANGED
+    REQUEST_DENIED = FAIL_REASON.REQUEST_DENIED
+    UNKNOWN_OUTCOME = FAIL_REASON.UNKNOWN_OUTCOME
+
+
+@dataclass(frozen=True)
+class ApplyError:
+    """The result of an entry whose ``apply`` raised (logged; the group keeps going)."""
+
+    index: int
+    message: str
+
+
+@dataclass(frozen=True)
+class RaftTimings:
+    """Timing and size knobs of one group; seconds and bytes, units last."""
+
+    election_timeout_min_s: float = 0.4
+    election_timeout_max_s: float = 1.4
+    heartbeat_s: float = 0.1
+    tick_s: float = 0.05
+    connection_timeout_s: float = 3.5
+    connection_retry_s: float = 1.0
+    leader_fallback_s: float = 5.0
+    max_entry_bytes: int = 2 << 20
+    append_batch_bytes: int = (2 << 20) + 4096
+    max_inflight: int = 10_000
+    compaction_min_entries: int = 5000
+    compaction_min_time_s: float = 300.0
+    snapshot_chunk_bytes: int = 1 << 20
+
+    @classmethod
+    def fast(cls, **overrides: Any) -> RaftTimings:
+        """Short timeouts (tests, local dev): ~0.2 s elections after a leader dies."""
+        values: dict[str, Any] = {
+            "election_timeout_min_s": 0.15,
+            "election_timeout_max_s": 0.35,
+            "heartbeat_s": 0.04,
+            "tick_s": 0.02,
+            "connection_timeout_s": 1.0,
+            "connection_retry_s": 0.1,
+            "leader_fallback_s": 2.0,
+        }
+        values.update(overrides)
+        return cls(**values)
+
+    def validate(self) -> None:
+        """Raise ValueError when the knobs contradict each other."""
+        checks = [
+            (self.heartbeat_s > 0, "heartbeat_s > 0"),
+            (
+                self.election_timeout_min_s > 3 * self.heartbeat_s,
+                "election_timeout_min_s > 3 * heartbeat_s",
+            ),
+            (
+                self.election_timeout_max_s > self.election_timeout_min_s,
+                "election_timeout_max_s > election_timeout_min_s",
+            ),
+            (
+                self.connection_timeout_s >= self.election_timeout_max_s,
+                "connection_timeout_s >= election_timeout_max_s",
+            ),
+            (self.leader_fallback_s > self.heartbeat_s, "leader_fallback_s > heartbeat_s"),
+            (self.tick_s > 0, "tick_s > 0"),
+            # pysyncobj chunks a single entry whose stored command (type byte + format byte +
+            # data) reaches append_batch_bytes, and that path is broken: never let it happen.
+            (
+                self.append_batch_bytes > self.max_entry_bytes + 2,
+                "append_batch_bytes > max_entry_bytes + 2",
+            ),
+            (self.max_inflight > 0, "max_inflight > 0"),
+            (self.compaction_min_entries >= 2, "compaction_min_entries >= 2"),
+        ]
+        for ok, rule in checks:
+            if not ok:
+                raise ValueError(f"RaftTimings: {rule} does not hold: {self}")
+
+
+class _HardenedSyncObj(SyncObj):
+    """pysyncobj's SyncObj with the hardening overrides; driven only by :class:`RaftNode`.
+
+    Methods named ``_SyncObj__*`` replace SyncObj's private (name-mangled) methods of 0.3.17.
+    """
+
+    _SyncObj__raftLeader: Any
+    _SyncObj__needLoadDumpFile: bool
+    _SyncObj__onReadyCalled: bool
+
+    def __init__(
+        self,
+        owner: RaftNode,
+        self_addr: str,
+        peers: Sequence[str],
+        conf: SyncObjConf,
+        journal: DurableJournal,
+        transport_class: type,
+    ) -> None:
+        self._raftq = owner
+        self._raftq_journal = journal
+        super().__init__(self_addr, list(peers), conf, transportClass=transport_class)
+        # SyncObj built a MemoryJournal (conf.journalFile is None); swap in the durable one
+        # and redo what SyncObj.__init__ derived from it (syncobj.py:166-176).
+        if len(journal) == 0:
+            journal.add(_NO_OP, 1, 0)
+            journal.sync()
+        self._SyncObj__raftLog = journal
+        self._SyncObj__raftCurrentTerm = max(journal.getCurrentTerm(), journal[-1][2])
+        self._SyncObj__votedForNodeId = journal.getVotedForNodeId()
+        self._SyncObj__raftCommitIndex = journal.getRaftCommitIndex()
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def _group(self) -> str:
+        return self._raftq.name
+
+    def _last_index(self) -> int:
+        return int(self._SyncObj__raftLog[-1][1])
+
+    def _sync_before_reply(self) -> None:
+        if not self._raftq.group_commit:
+            self._raftq_journal.sync()
+
+    # -------------------------------------------------------------------- apply
+    def _SyncObj__doApplyCommand(self, command: bytes) -> Any:
+        if command[:1] == _REGULAR:
+            index = self.raftLastApplied + 1
+            if command[1:2] == RAW_V1:
+                return self._raftq._apply_entry(bytes(command[2:]), index)
+            logger.error("[group=%s] entry %d has an unknown command format", self._group, index)
+            return ApplyError(index, "unknown command format")
+        return SyncObj._SyncObj__doApplyCommand(self, command)
+
+    # ----------------------------------------------------------------- messages
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "append_entries":
+            self.on_append_entries(node, message)
+        elif kind == "next_node_idx":
+            if self._SyncObj__raftState == _RAFT_STATE.LEADER:
+                self.on_next_node_idx(node, message)
+        else:
+            SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def on_append_entries(self, node: Any, message: dict[str, Any]) -> None:
+        """Follower side of AppendEntries (replaces syncobj.py:945-1035)."""
+        term = message["term"]
+        if term < self._SyncObj__raftCurrentTerm:
+            return
+        if term > self._SyncObj__raftCurrentTerm:
+            self._SyncObj__transferInProgress = False
+        if not self._SyncObj__transferInProgress:
+            self._SyncObj__raftElectionDeadline = (
+                monotonic_time() + self._SyncObj__generateRaftTimeout()
+            )
+        if self._SyncObj__raftLeader != node:
+            self._SyncObj__onLeaderChanged()
+        self._SyncObj__raftLeader = node
+        if term > self._SyncObj__raftCurrentTerm:
+            self._SyncObj__setCurrentTerm(term, None)
+        self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+        leader_commit = message["commit_index"]
+        self._SyncObj__leaderCommitIndex = leader_commit
+
+        if "prevLogIdx" in message:
+            verified = self._append_from_leader(node, message)
+        elif message.get("serialized") is not None:
+            if not self._SyncObj__serializer.setTransmissionData(message["serialized"]):
+                return
+            self._SyncObj__loadDumpFile(clearJournal=True)
+            self._sync_before_reply()
+            self._SyncObj__sendNextNodeIdx(node, success=True)
+            verified = self._last_index()
+        else:
+            return
+        if verified is None:
+            return
+        # Commit only what was verified against this leader: a tail beyond it may be stale.
+        new_commit = min(leader_commit, verified)
+        if new_commit > self._SyncObj__raftCommitIndex:
+            self._SyncObj__raftCommitIndex = new_commit
+            self._raftq_journal.setRaftCommitIndex(new_commit)
+
+    def _append_from_leader(self, node: Any, message: dict[str, Any]) -> int | None:
+        """Append the leader's entries; return the last index verified to match the leader."""
+        if message.get("transmission") is not None:
+            logger.error(
+                "[group=%s] chunked append_entries from %s ignored: raftq never chunks entries",
+                self._group,
+                node,
+            )
+            return None
+        entries = message.get("entries", [])
+        prev_idx, prev_term = message["prevLogIdx"], message["prevLogTerm"]
+        prev = self._SyncObj__getEntries(prev_idx, 1)
+        if not prev:
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return None
+        if prev[0][2] != prev_term:
+            self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=prev_idx, success=False, reset=True)
+            return None
+        log = self._SyncObj__raftLog
+        first, last = log[0][1], self._last_index()
+        append_from = len(entries)
+        for k, entry in enumerate(entries):
+            idx = entry[1]
+            if idx != prev_idx + 1 + k:
+                logger.error("[group=%s] non-contiguous append_entries from %s", self._group, node)
+                return None
+            if idx > last:
+                append_from = k
+                break
+            if log[idx - first][2] == entry[2]:
+                continue  # already have it (Raft §5.3: keep matching entries)
+            floor = max(self._SyncObj__raftCommitIndex, self.raftLastApplied)
+            if idx <= floor:
+                logger.critical(
+                    "[group=%s] leader %s conflicts at index %d <= commit/applied %d: refusing",
+                    self._group,
+                    node,
+                    idx,
+                    floor,
+                )
+                return None
+            self._truncate_from(idx)
+            append_from = k
+            break
+        dynamic = self._SyncObj__conf.dynamicMembershipChange
+        for entry in entries[append_from:]:
+            log.add(*entry)
+            if dynamic:
+                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                if change is not None:
+                    self._SyncObj__doChangeCluster(change)
+        verified = prev_idx + len(entries)
+        self._sync_before_reply()
+        self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=verified + 1, success=True)
+        return int(verified)
+
+    def _truncate_from(self, idx: int) -> None:
+        last = self._last_index()
+        logger.warning(
+            "[group=%s] truncating conflicting entries %d..%d (term mismatch with leader)",
+            self._group,
+            idx,
+            last,
+        )
+        if self._SyncObj__conf.dynamicMembershipChange:
+            for entry in reversed(self._SyncObj__getEntries(idx)):
+                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                if change is not None:
+                    self._SyncObj__doChangeCluster(change, reverse=True)
+        self._SyncObj__deleteEntriesFrom(idx)
+
+    def on_next_node_idx(self, node: Any, message: dict[str, Any]) -> None:
+        """Leader side of an append response (replaces syncobj.py:1070-1083)."""
+        next_index = self._SyncObj__raftNextIndex
+        match_index = self._SyncObj__raftMatchIndex
+        if node not in next_index:
+            return
+        reported = message["next_node_idx"]
+        match = match_index.get(node, 0)
+        if message["success"]:
+            # A success for an older, pipelined batch must not move either index backwards.
+            if reported - 1 > match:
+                match_index[node] = reported - 1
+            if reported > next_index[node]:
+                next_index[node] = reported
+        elif message["reset"]:
+            if reported - 1 < match:
+                logger.error(
+                    "[group=%s] %s now lacks entries %d..%d it acknowledged (disk lost?)",
+                    self._group,
+                    node,
+                    reported,
+                    match,
+                )
+                match_index[node] = reported - 1
+            next_index[node] = reported
+        self._SyncObj__lastResponseTime[node] = monotonic_time()
+
+    # --------------------------------------------------------------------- tick
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        """SyncObj._onTick (syncobj.py:611-706) with durable-only self votes for commit."""
+        transport = self._SyncObj__transport
+        if not transport.ready:
+            with contextlib.suppress(TransportNotReadyError):
+                transport.tryGetReady()
+        if not transport.ready:
+            time.sleep(timeToWait)
+            self._SyncObj__applyLogEntries()
+            return
+
+        conf = self._SyncObj__conf
+        if self._SyncObj__needLoadDumpFile:
+            if conf.fullDumpFile is not None and os.path.isfile(conf.fullDumpFile):
+                self._SyncObj__loadDumpFile(clearJournal=False)
+            self._SyncObj__needLoadDumpFile = False
+
+        if monotonic_time() - self._SyncObj__startTime > self._SyncObj__numOneSecondDumps:
+            self._SyncObj__numOneSecondDumps += 1
+            self._SyncObj__raftLog.onOneSecondTimer()
+
+        others = self._SyncObj__otherNodes
+        state = self._SyncObj__raftState
+        if (
+            state in (_RAFT_STATE.FOLLOWER, _RAFT_STATE.CANDIDATE)
+            and self.selfNode is not None
+            and self._SyncObj__raftElectionDeadline < monotonic_time()
+            and self._SyncObj__connectedToAnyone()
+        ):
+            self._start_election()
+
+        if self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            self._advance_leader_commit()
+            deadline = monotonic_time() - conf.leaderFallbackTimeout
+            alive = 1 + sum(1 for n in others if self._SyncObj__lastResponseTime[n] > deadline)
+            if alive <= (len(others) + 1) / 2:
+                logger.warning("[group=%s] no quorum heard from: stepping down", self._group)
+                self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+                self._SyncObj__raftLeader = None
+
+        need_send = self._SyncObj__applyLogEntries()
+        if self._SyncObj__raftState == _RAFT_STATE.LEADER and (
+            monotonic_time() > self._SyncObj__newAppendEntriesTime or need_send
+        ):
+            self._SyncObj__sendAppendEntries()
+
+        if (
+            not self._SyncObj__onReadyCalled
+            and self.raftLastApplied == self._SyncObj__leaderCommitIndex
+        ):
+            if conf.onReady:
+                conf.onReady()
+            self._SyncObj__onReadyCalled = True
+
+        self._checkCommandsToApply()
+        self._SyncObj__tryLogCompaction()
+        with self._SyncObj__onTickCallbacksLock:
+            for callback in self._SyncObj__onTickCallbacks:
+                callback()
+        self._sync_before_reply()  # the leader's own appends, while followers work on theirs
+        self._poller.poll(timeToWait)
+
+    def _start_election(self) -> None:
+        self._SyncObj__raftElectionDeadline = (
+            monotonic_time() + self._SyncObj__generateRaftTimeout()
+        )
+        self._SyncObj__transferInProgress = False
+        self._SyncObj__raftLeader = None
+        self._SyncObj__setState(_RAFT_STATE.CANDIDATE)
+        self._SyncObj__setCurrentTerm(self._SyncObj__raftCurrentTerm + 1, self.selfNode.id)
+        self._SyncObj__votesCount = 1
+        last = self._SyncObj__raftLog[-1]
+        for node in self._SyncObj__otherNodes:
+            self._SyncObj__transport.send(
+                node,
+                {
+                    "type": "request_vote",
+                    "term": self._SyncObj__raftCurrentTerm,
+                    "last_log_index": last[1],
+                    "last_log_term": last[2],
+                },
+            )
+        self._SyncObj__onLeaderChanged()
+        if self._SyncObj__votesCount > (len(self._SyncObj__otherNodes) + 1) / 2:
+            self._SyncObj__onBecomeLeader()
+
+    def _advance_leader_commit(self) -> None:
+        others = self._SyncObj__otherNodes
+        match_index = self._SyncObj__raftMatchIndex
+        durable = self._raftq_journal.durable_index
+        commit_idx = next_commit = self._SyncObj__raftCommitIndex
+        while commit_idx < self._last_index():
+            commit_idx += 1
+            count = 1 if durable >= commit_idx else 0  # HARDENED: self counts once fsync'd
+            count += sum(1 for n in others if match_index[n] >= commit_idx)
+            if count <= (len(others) + 1) / 2:
+                break
+            entries = self._SyncObj__getEntries(commit_idx, 1)
+            if entries and entries[0][2] == self._SyncObj__raftCurrentTerm:
+                next_commit = commit_idx
+        if next_commit != self._SyncObj__raftCommitIndex:
+            self._SyncObj__raftCommitIndex = next_commit
+            self._raftq_journal.setRaftCommitIndex(next_commit)
+        self._SyncObj__leaderCommitIndex = self._SyncObj__raftCommitIndex
+
+
+Callback = Callable[[object, int], None]
+
+
+class RaftNode:
+    """One replica of one Raft group, replicating bytes through ``apply(data, index)``.
+
+    ``apply`` runs on the tick thread, in log order, once per committed entry per process
+    lifetime; after a restart entries after the last snapshot are applied again with the same
+    indexes, so ``apply`` must store ``index`` with its change and skip ``index <= stored``.
+    It must be a pure function of (state, data) and should not raise: an exception is logged
+    and the proposer gets an :class:`ApplyError` result.
+
+    Files under ``data_dir``: ``<name>.journal``, ``<name>.journal.meta``, ``<name>.snapshot``.
+
+    Raises (constructor): ``ValueError`` for contradictory arguments or timings;
+    ``errors.Unavailable`` when the default TCP transport cannot bind ``self_addr``;
+    ``ImportError`` when ``secret`` is set for the default TCP transport without the
+    ``cryptography`` module.
+    """
+
+    def __init__(
+        self,
+        self_addr: str,
+        peers: Sequence[str],
+        *,
+        apply: Callable[[bytes, int], object],
+        data_dir: str | Path,
+        name: str,
+        snapshot: Callable[[str], None] | None = None,
+        restore: Callable[[str], None] | None = None,
+        fsync: bool = True,
+        auto_tick: bool = True,
+        transport_class: type | None = None,
+        secret: str | None = None,
+        timings: RaftTimings | None = None,
+        group_commit: bool = False,
+    ) -> None:
+        if (snapshot is None) != (restore is None):
+            raise ValueError("snapshot and restore callbacks go together")
+        if group_commit and auto_tick:
+            raise ValueError("group_commit needs a driver: auto_tick=False and sync() per round")
+        if secret is not None and transport_class is None and not HAS_CRYPTO:
+            raise ImportError("secret= with the default TCP transport needs 'cryptography'")
+        self.name = name
+        self.self_addr = self_addr
+        self.group_commit = group_commit
+        self.timings = timings or RaftTimings()
+        self.timings.validate()
+        self._apply = apply
+        self._snapshot = snapshot
+        self._restore = restore
+        self._fsync = fsync
+        self._lock = threading.Lock()
+        self._inflight = 0
+        self._apply_errors = 0
+        self._calls: collections.deque[Callable[[], None]] = collections.deque()
+        self._tick_ident: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._destroyed = False
+
+        data_dir = Path(data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.journal = DurableJournal(data_dir / f"{name}.journal", fsync=fsync, group=name)
+        conf = self._conf(data_dir / f"{name}.snapshot", secret, transport_class)
+        try:
+            self._obj = _HardenedSyncObj(
+                self,
+                self_addr,
+                [p for p in peers if p != self_addr],
+                conf,
+                self.journal,
+                transport_class or TCPTransport,
+            )
+        except SyncObjException as exc:
+            self.journal._destroy()
+            raise errors.Unavailable(f"[group={name}] cannot bind {self_addr}: {exc}") from exc
+        self._tick_thread_name = f"raft-{name}"
+        if auto_tick:
+            self._thread = threading.Thread(target=self._run, name=self._tick_thread_name)
+            self._thread.daemon = True
+            self._thread.start()
+
+    def _conf(self, dump: Path, secret: str | None, transport_class: type | None) -> SyncObjConf:
+        t = self.timings
+        compaction: dict[str, Any] = {}
+        if self._snapshot is None:
+            # No user snapshot: never compact, or a lagging replica could not catch up.
+            compaction = {"logCompactionMinEntries": 2**62, "logCompactionMinTime": 10**12}
+        else:
+            compaction = {
+                "logCompactionMinEntries": t.compaction_min_entries,
+                "logCompactionMinTime": t.compaction_min_time_s,
+            }
+        return SyncObjConf(
+            autoTick=False,
+            appendEntriesUseBatch=False,
+            raftMinTimeout=t.election_timeout_min_s,
+            raftMaxTimeout=t.election_timeout_max_s,
+            appendEntriesPeriod=t.heartbeat_s,
+            connectionTimeout=t.connection_timeout_s,
+            connectionRetryTime=t.connection_retry_s,
+            leaderFallbackTimeout=t.leader_fallback_s,
+            appendEntriesBatchSizeBytes=t.append_batch_bytes,
+            commandsQueueSize=t.max_inflight,
+            logCompactionBatchSize=t.snapshot_chunk_bytes,
+            journalFile=None,  # DurableJournal is swapped in (always with fullDumpFile)
+            fullDumpFile=str(dump),
+            serializer=self._serialize,
+            deserializer=self._deserialize,
+            useFork=False,
+            dynamicMembershipChange=True,
+            bindAddress=self.self_addr,
+            bindRetryTime=0.2,
+            maxBindRetries=5,
+            password=secret if transport_class is None else None,
+            **compaction,
+        )
+
+    # ------------------------------------------------------------ tick thread
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick(self.timings.tick_s)
+            except Exception:
+                logger.exception("[group=%s] tick failed", self.name)
+                self._stop.wait(self.timings.tick_s)
+        self._obj._doDestroy()
+
+    def tick(self, timeout: float = 0.0) -> None:
+        """Run one pysyncobj tick (for ``auto_tick=False``), waiting up to ``timeout`` for I/O.
+
+        Without group commit, the journal is fsync'd before the tick's poll; with it, call
+        :meth:`sync` after the tick and before outgoing messages are flushed.
+        """
+        self._tick_ident = threading.get_ident()
+        while self._calls:
+            self._calls.popleft()()
+        if not self.group_commit:
+            self.journal.sync()
+        self._obj.doTick(timeout)
+
+    def sync(self) -> None:
+        """fsync journal (and due meta) if anything changed since the last call: group commit."""
+        self.journal.sync()
+
+    # -------------------------------------------------------------- proposing
+    def propose(self, data: bytes, callback: Callback | None = None) -> None:
+        """Replicate ``data``; ``callback(result, err)`` runs on the tick thread when known.
+
+        ``err`` is a :class:`FailReason`: ``SUCCESS`` with ``apply``'s result (an
+        :class:`ApplyError` if it raised); ``NOT_LEADER`` when this node does not lead (no
+        forwarding); ``QUEUE_FULL`` over ``max_inflight``; ``DISCARDED`` when a new leader
+        overwrote the entry; ``LEADER_CHANGED`` / ``UNKNOWN_OUTCOME`` when it may or may not
+        have been applied (retry idempotently). Callbacks must not block.
+        Raises ``errors.RecordTooLarge`` when ``data`` exceeds ``max_entry_bytes``.
+        """
+        if len(data) > self.timings.max_entry_bytes:
+            raise errors.RecordTooLarge(
+                f"[group={self.name}] raft entry of {len(data)} bytes over "
+                f"max_entry_bytes={self.timings.max_entry_bytes}: split the batch"
+            )
+        if not self._obj._isLeader():
+            self._call_back(callback, None, FailReason.NOT_LEADER)
+            return
+        with self._lock:
+            if self._inflight >= self.timings.max_inflight:
+                full = True
+            else:
+                full = False
+                self._inflight += 1
+        if full:
+            self._call_back(callback, None, FailReason.QUEUE_FULL)
+            return
+
+        def done(result: object, err: int) -> None:
+            with self._lock:
+                self._inflight -= 1
+            self._call_back(callback, result, err)
+
+        self._obj._applyCommand(RAW_V1 + bytes(data), done, _COMMAND_TYPE.REGULAR)
+
+    def propose_sync(self, data: bytes, timeout: float) -> object:
+        """Replicate ``data`` and wait for ``apply``'s result. Must not run on the tick thread.
+
+        Normal errors: ``errors.NotLeader`` (with ``leader_hint``; the entry was not appended
+        or was overwritten), ``errors.Unavailable`` (no leader known, queue full, request
+        denied), ``errors.Timeout`` (outcome unknown: retry idempotently),
+        ``errors.RecordTooLarge``; ``errors.Internal`` when ``apply`` raised.
+        """
+        assert threading.get_ident() != self._tick_ident, "propose_sync on the tick thread"
+        if not self._obj._isLeader():
+            raise errors.NotLeader(f"[group={self.name}] not the leader", leader_hint=self.hint())
+        done = threading.Event()
+        box: list[Any] = []
+
+        def callback(result: object, err: int) -> None:
+            box.append((result, err))
+            done.set()
+
+        self.propose(data, callback)
+        if not done.wait(timeout):
+            raise errors.Timeout(f"[group={self.name}] no outcome in {timeout:.3g} s")
+        result, err = box[0]
+        if err == FailReason.SUCCESS:
+            if isinstance(result, ApplyError):
+                raise errors.Internal(f"[group={self.name}] apply failed: {result.message}")
+            return result
+        raise self._error_for(err)
+
+    def _error_for(self, err: int) -> errors.RaftqError:
+        where = f"[group={self.name}]"
+        if err in (FailReason.NOT_LEADER, FailReason.DISCARDED):
+            return errors.NotLeader(f"{where} not the leader", leader_hint=self.hint())
+        if err == FailReason.MISSING_LEADER:
+            return errors.Unavailable(f"{where} no leader known")
+        if err == FailReason.QUEUE_FULL:
+            return errors.Unavailable(f"{where} too many proposals in flight")
+        if err == FailReason.REQUEST_DENIED:
+            return errors.Unavailable(f"{where} request denied")
+        return errors.Timeout(f"{where} outcome unknown ({FailReason(err).name})")
+
+    def _call_back(self, callback: Callback | None, result: object, err: int) -> None:
+        if callback is None:
+            return
+        try:
+            callback(result, err)
+        except Exception:
+            # pysyncobj bumps lastApplied after callbacks: a raise here would re-apply.
+            logger.exception("[group=%s] propose callback raised", self.name)
+
+    def _apply_entry(self, data: bytes, index: int) -> object:
+        try:
+            return self._apply(data, index)
+        except Exception as exc:
+            self._apply_errors += 1
+            logger.exception("[group=%s] apply of entry %d raised", self.name, index)
+            return ApplyError(index, f"{type(exc).__name__}: {exc}")
+
+    # -------------------------------------------------------------- snapshots
+    def _serialize(self, tmp_path: str, data: tuple[Any, ...]) -> None:
+        assert self._snapshot is not None
+        try:
+            write_snapshot(tmp_path, data, self._snapshot, fsync=self._fsync)
+        except Exception:
+            logger.exception("[group=%s] snapshot failed; the log is kept", self.name)
+            raise
+
+    def _deserialize(self, path: str) -> tuple[Any, ...]:
+        if self._restore is None:
+            raise RuntimeError(f"[group={self.name}] snapshot file without a restore callback")
+        try:
+            last, prev, cluster = read_snapshot(path, self._restore, fsync=self._fsync)
+        except Exception:
+            logger.critical("[group=%s] cannot restore snapshot %s", self.name, path)
+            raise
+        logger.info("[group=%s] restored snapshot at index %d", self.name, last[1])
+        return last, prev, [TCPNode(addr) for addr in cluster]
+
+    # ------------------------------------------------------------ membership
+    def _call_soon(self, fn: Callable[[], None]) -> None:
+        self._calls.append(fn)
+
+    def transfer_leadership(self, to: str | None = None, callback: Callback | None = None) -> None:
+        """Ask a caught-up follower (``to``, or the most caught-up) to take over. Async.
+
+        ``callback`` gets ``SUCCESS`` once the request is sent, ``NOT_LEADER`` or
+        ``REQUEST_DENIED`` (target unknown or not caught up); poll :meth:`leader` to confirm.
+        """
+        self._call_soon(lambda: self._obj.transferLeadership(to, self._safe(callback)))
+
+    def add_node(self, addr: str, callback: Callback | None = None) -> None:
+        """Add a voter (one change at a time: wait for the callback). Async."""
+        self._call_soon(lambda: self._obj.addNodeToCluster(addr, self._safe(callback)))
+
+    def remove_node(self, addr: str, callback: Callback | None = None) -> None:
+        """Remove a voter; stop the removed node's RaftNode afterwards. Async."""
+        self._call_soon(lambda: self._obj.removeNodeFromCluster(addr, self._safe(callback)))
+
+    def _safe(self, callback: Callback | None) -> Callback:
+        return lambda result, err: self._call_back(callback, result, err)
+
+    # -------------------------------------------------------------- accessors
+    def is_leader(self) -> bool:
+        return bool(self._obj._isLeader())
+
+    def leader(self) -> str | None:
+        node = self._obj._getLeader()
+        return None if node is None else str(node.id)
+
+    def hint(self) -> str:
+        return self.leader() or ""
+
+    @property
+    def term(self) -> int:
+        return int(self._obj.raftCurrentTerm)
+
+    @property
+    def commit_index(self) -> int:
+        return int(self._obj.raftCommitIndex)
+
+    @property
+    def applied_index(self) -> int:
+        return int(self._obj.raftLastApplied)
+
+    @property
+    def transport(self) -> Any:
+        """The pysyncobj Transport instance this node's SyncObj created."""
+        return self._obj._SyncObj__transport
+
+    @property
+    def syncobj(self) -> Any:
+        """The underlying SyncObj (tests and tooling inside transport/raft only)."""
+        return self._obj
+
+    def status(self) -> dict[str, Any]:
+        """A snapshot of the node's state and counters (safe from any thread)."""
+        raw = self._obj.getStatus()
+        return {
+            "group": self.name,
+            "self": self.self_addr,
+            "state": _STATE_NAMES.get(raw["state"], str(raw["state"])),
+            "leader": self.leader(),
+            "term": raw["raft_term"],
+            "commit_index": raw["commit_idx"],
+            "applied_index": raw["last_applied"],
+            "log_len": raw["log_len"],
+            "durable_index": self.journal.durable_index,
+            "has_quorum": raw["has_quorum"],
+            "next_index": {
+                k.removeprefix("next_node_idx_server_"): v
+                for k, v in raw.items()
+                if k.startswith("next_node_idx_server_")
+            },
+            "match_index": {
+                k.removeprefix("match_idx_server_"): v
+                for k, v in raw.items()
+                if k.startswith("match_idx_server_")
+            },
+            **self.statistics(),
+        }
+
+    def statistics(self) -> dict[str, int]:
+        return {
+            "fsync_count": self.journal.fsync_count,
+            "journal_bytes_written": self.journal.bytes_written,
+            "inflight": self._inflight,
+            "apply_errors": self._apply_errors,
+        }
+
+    # -------------------------------------------------------------- lifecycle
+    def destroy(self) -> None:
+        """Stop ticking, close connections and the journal (fsyncing what is pending)."""
+        if self._destroyed:
+            return
+        self._destroyed = True
+        if self._thread is not None:
+            self._stop.set()
+            if self._thread is not threading.current_thread():
+                self._thread.join()
+        else:
+            self._obj._doDestroy()
