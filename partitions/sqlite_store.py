@@ -97,6 +97,12 @@ class SqliteStore:
             cur.execute(SCHEMA)
         self._cur = cur
 
+    def pragmas(self) -> dict[str, str]:
+        """The durability settings in force: ``journal_mode`` and ``synchronous``, upper case."""
+        (journal,) = self._rows("PRAGMA journal_mode")[0]
+        (sync,) = self._rows("PRAGMA synchronous")[0]
+        return {"journal_mode": str(journal).upper(), "synchronous": SYNCHRONOUS_MODES[sync]}
+
     # -- transactions -------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -163,7 +169,7 @@ class SqliteStore:
             RecordRow(*r)
             for r in self._cur.execute(
                 f"SELECT {_RECORD_COLUMNS} FROM records WHERE ofs >= ? ORDER BY ofs LIMIT ?",
-                (offset, limit),
+                (offset, max(limit, 0)),
             )
         ]
 
@@ -192,9 +198,11 @@ class SqliteStore:
             "UPDATE records SET priority = ?, deliver_at_ms = ? WHERE ofs = ?",
             (priority, deliver_at_ms, offset),
         )
+        assert self._conn.changes() == 1, f"no record at offset {offset} to schedule"
 
     def delete_record(self, offset: int) -> None:
         self._cur.execute("DELETE FROM records WHERE ofs = ?", (offset,))
+        assert self._conn.changes() == 1, f"no record at offset {offset} to delete"
 
     def first_offset_since(self, timestamp_ms: int) -> int | None:
         rows = self._rows(
@@ -207,7 +215,7 @@ class SqliteStore:
             (r[0], r[1])
             for r in self._cur.execute(
                 "SELECT ofs, size FROM records WHERE ofs >= ? ORDER BY ofs LIMIT ?",
-                (offset, limit),
+                (offset, max(limit, 0)),
             )
         ]
 
@@ -257,18 +265,21 @@ class SqliteStore:
             "VALUES (?,?,?,?)",
             (producer_id, sequence, _offsets_blob(offsets), now_ms),
         )
+        assert keep >= 1, "keep at least the batch being written"
         self._cur.execute(
-            "DELETE FROM producers WHERE producer_id = ? AND sequence <= ?",
-            (producer_id, sequence - keep),
+            "DELETE FROM producers WHERE producer_id = ?1 AND sequence NOT IN (SELECT sequence "
+            "FROM producers WHERE producer_id = ?1 ORDER BY sequence DESC LIMIT ?2)",
+            (producer_id, keep),
         )
 
     def producer_forget_before(self, timestamp_ms: int) -> int:
-        self._cur.execute(
-            "DELETE FROM producers WHERE producer_id IN (SELECT producer_id FROM producers "
-            "GROUP BY producer_id HAVING max(updated_ms) < ?)",
+        """Forget every producer whose newest batch is older; returns how many producers."""
+        gone = self._rows(
+            "SELECT producer_id FROM producers GROUP BY producer_id HAVING max(updated_ms) < ?",
             (timestamp_ms,),
         )
-        return self._conn.changes()
+        self._cur.executemany("DELETE FROM producers WHERE producer_id = ?", gone)
+        return len(gone)
 
     # -- groups -------------------------------------------------------------------------------
 
@@ -327,16 +338,20 @@ class SqliteStore:
             for r in self._cur.execute(
                 f"SELECT {_PENDING_COLUMNS} FROM pending WHERE gid = ? AND ready = 1 "
                 "ORDER BY k1, k2, ofs LIMIT ?",
-                (gid, limit),
+                (gid, max(limit, 0)),
             )
         ]
 
     def lease(self, gid: int, offsets: Sequence[int], owner: str, deadline_ms: int) -> None:
+        assert len(set(offsets)) == len(offsets), f"group {gid} leases an offset twice"
+        before = self._conn.total_changes()
         self._cur.executemany(
             "UPDATE pending SET ready = 0, owner = ?, visible_at_ms = ?, "
             "delivery_count = delivery_count + 1 WHERE gid = ? AND ofs = ?",
             [(owner, deadline_ms, gid, o) for o in offsets],
         )
+        leased = self._conn.total_changes() - before
+        assert leased == len(offsets), f"group {gid} leases offsets it does not have"
 
     def pending_get(self, gid: int, offsets: Sequence[int]) -> dict[int, PendingRow]:
         found: dict[int, PendingRow] = {}
@@ -456,7 +471,7 @@ class SqliteStore:
             for r in self._cur.execute(
                 "SELECT seq, grp, ofs, reason, delivery_count, dead_at_ms, record FROM outbox "
                 "ORDER BY seq LIMIT ?",
-                (limit,),
+                (max(limit, 0),),
             )
         ]
 
@@ -569,8 +584,19 @@ def raw_insert_benchmark(
         elapsed = 0.0
         for b in range(batches):
             rows = [
-                (offset + i, b, None, rng.randbytes(value_size), None, 0, 0, None, None, None,
-                 value_size)
+                (
+                    offset + i,
+                    b,
+                    None,
+                    rng.randbytes(value_size),
+                    None,
+                    0,
+                    0,
+                    None,
+                    None,
+                    None,
+                    value_size,
+                )
                 for i in range(batch_size)
             ]
             offset += batch_size

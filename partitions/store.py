@@ -8,7 +8,16 @@ against both:
 - ``MemoryStore`` (here): dicts and sorted scans; the twin for unit tests and simulations.
 
 Every mutating call happens inside ``transaction()``; a store rolls the whole transaction back
-when the block raises.
+when the block raises. A nested ``transaction()`` is a savepoint: when only the inner block raises
+(and the outer block catches it), only the inner block's changes are undone.
+
+Contract details both stores keep (checked by the contract suite):
+
+- A ``limit`` below 0 is treated as 0 (nothing is returned).
+- Calling a method in a way only a bug can (writing an offset, group name or outbox seq that
+  exists, materializing an offset the group already has, scheduling, deleting or leasing a row
+  that does not exist) raises; inside ``transaction()`` nothing of the call remains.
+- Reads of a group id that has no rows answer empty (no rows, 0, None).
 """
 
 from __future__ import annotations
@@ -104,7 +113,6 @@ class MemoryStore:
         self._groups: dict[str, GroupRow] = {}
         self._pending: dict[int, dict[int, PendingRow]] = {}
         self._outbox: dict[int, OutboxRow] = {}
-        self._depth = 0
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -121,11 +129,9 @@ class MemoryStore:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
-        if self._depth:
-            yield
-            return
+        # Every level snapshots (a savepoint, as SQLite nests transactions): an inner block that
+        # raises undoes its own changes even when the outer block catches the exception.
         saved = copy.deepcopy(self._state())
-        self._depth += 1
         try:
             yield
         except BaseException:
@@ -139,8 +145,6 @@ class MemoryStore:
                 self._outbox,
             ) = saved
             raise
-        finally:
-            self._depth -= 1
 
     def load_meta(self) -> Meta:
         return self._meta.copy()
@@ -160,17 +164,19 @@ class MemoryStore:
         return copy.copy(row) if row else None
 
     def records_from(self, offset: int, limit: int) -> list[RecordRow]:
-        found = sorted(o for o in self._records if o >= offset)[:limit]
+        found = sorted(o for o in self._records if o >= offset)[: max(limit, 0)]
         return [copy.copy(self._records[o]) for o in found]
 
     def get_records(self, offsets: Sequence[int]) -> dict[int, RecordRow]:
         return {o: copy.copy(self._records[o]) for o in offsets if o in self._records}
 
     def set_record_schedule(self, offset: int, priority: int, deliver_at_ms: int) -> None:
+        assert offset in self._records, f"no record at offset {offset} to schedule"
         row = self._records[offset]
         row.priority, row.deliver_at_ms = priority, deliver_at_ms
 
     def delete_record(self, offset: int) -> None:
+        assert offset in self._records, f"no record at offset {offset} to delete"
         del self._records[offset]
 
     def first_offset_since(self, timestamp_ms: int) -> int | None:
@@ -178,7 +184,7 @@ class MemoryStore:
         return min(found) if found else None
 
     def sizes_from(self, offset: int, limit: int) -> list[tuple[int, int]]:
-        found = sorted(o for o in self._records if o >= offset)[:limit]
+        found = sorted(o for o in self._records if o >= offset)[: max(limit, 0)]
         return [(o, self._records[o].size) for o in found]
 
     def delete_records_below(self, offset: int) -> None:
@@ -211,6 +217,7 @@ class MemoryStore:
     def producer_put(
         self, producer_id: str, sequence: int, offsets: Sequence[int], now_ms: int, keep: int
     ) -> None:
+        assert keep >= 1, "keep at least the batch being written"
         batches = self._producers.setdefault(producer_id, {})
         batches[sequence] = (list(offsets), now_ms)
         for old in sorted(batches)[:-keep]:
@@ -231,6 +238,7 @@ class MemoryStore:
         return copy.copy(row) if row else None
 
     def group_create(self, name: str, materialized_upto: int) -> GroupRow:
+        assert name not in self._groups, f"group {name!r} created twice"
         row = GroupRow(len(self._groups) + 1, name, materialized_upto)
         self._groups[name] = row
         self._pending[row.gid] = {}
@@ -246,8 +254,10 @@ class MemoryStore:
 
     def materialize(self, gid: int, from_offset: int, now_ms: int, ordering: int) -> int:
         pending = self._pending[gid]
+        offsets = sorted(o for o in self._records if o >= from_offset)
+        assert not pending.keys() & offsets, f"group {gid} materializes offsets it already has"
         added = 0
-        for offset in sorted(o for o in self._records if o >= from_offset):
+        for offset in offsets:
             rec = self._records[offset]
             k1, k2 = order_keys(ordering, rec.priority, rec.deliver_at_ms)
             ready = rec.deliver_at_ms <= now_ms
@@ -258,25 +268,28 @@ class MemoryStore:
     def due_offsets(self, gid: int, now_ms: int, min_count: int) -> list[int]:
         return sorted(
             p.offset
-            for p in self._pending[gid].values()
+            for p in self._pending.get(gid, {}).values()
             if not p.ready and p.visible_at_ms <= now_ms and p.delivery_count >= min_count
         )
 
     def promote(self, gid: int, now_ms: int) -> int:
         moved = 0
-        for p in self._pending[gid].values():
+        for p in self._pending.get(gid, {}).values():
             if not p.ready and p.visible_at_ms <= now_ms:
                 p.ready, p.owner = True, None
                 moved += 1
         return moved
 
     def select_ready(self, gid: int, limit: int) -> list[PendingRow]:
-        ready = [p for p in self._pending[gid].values() if p.ready]
+        ready = [p for p in self._pending.get(gid, {}).values() if p.ready]
         ready.sort(key=lambda p: (p.k1, p.k2, p.offset))
-        return [copy.copy(p) for p in ready[:limit]]
+        return [copy.copy(p) for p in ready[: max(limit, 0)]]
 
     def lease(self, gid: int, offsets: Sequence[int], owner: str, deadline_ms: int) -> None:
         pending = self._pending[gid]
+        assert len(set(offsets)) == len(offsets) and all(o in pending for o in offsets), (
+            f"group {gid} leases offsets it does not have (or twice)"
+        )
         for offset in offsets:
             p = pending[offset]
             p.ready, p.owner, p.visible_at_ms = False, owner, deadline_ms
@@ -318,7 +331,7 @@ class MemoryStore:
 
     def release(self, gid: int, owner: str | None, now_ms: int) -> int:
         released = 0
-        for p in self._pending[gid].values():
+        for p in self._pending.get(gid, {}).values():
             if p.owner is not None and not p.ready and (owner is None or p.owner == owner):
                 p.owner, p.visible_at_ms = None, now_ms  # due now: the next catch-up promotes
                 released += 1
@@ -332,7 +345,7 @@ class MemoryStore:
         return sum(
             1
             for p in self._pending.get(gid, {}).values()
-            if p.owner is not None and p.visible_at_ms > now_ms
+            if not p.ready and p.owner is not None and p.visible_at_ms > now_ms
         )
 
     def count_pending(self, gid: int) -> int:
@@ -342,10 +355,11 @@ class MemoryStore:
 
     def outbox_put(self, rows: Sequence[OutboxRow]) -> None:
         for row in rows:
+            assert row.seq not in self._outbox, f"outbox seq {row.seq} written twice"
             self._outbox[row.seq] = copy.copy(row)
 
     def outbox_list(self, limit: int) -> list[OutboxRow]:
-        return [copy.copy(self._outbox[s]) for s in sorted(self._outbox)[:limit]]
+        return [copy.copy(self._outbox[s]) for s in sorted(self._outbox)[: max(limit, 0)]]
 
     def outbox_delete_upto(self, seq: int) -> int:
         gone = [s for s in self._outbox if s <= seq]
