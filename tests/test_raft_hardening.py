@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -493,3 +494,80 @@ def test_raising_apply_does_not_wedge_the_group(
     else:
         assert applied == [] and results == []  # wedged: "after" never applies
         assert errors_seen >= 10  # the poison entry is retried on every tick
+
+
+# ------------------------------------------------- 2b. pipelined load, seeded
+def pipelined_load(kind: str, tmp: Path, seed: int, steps: int = 300) -> list[str]:
+    """Leader A pipelines 10 KB entries to B and C over FIFO links; returns violations of
+    "a follower holds every entry the leader counts as matched on it"."""
+    rng = random.Random(seed)
+    nodes: dict[str, Any]
+    if kind == "raftq":
+        timings = RaftTimings.fast(max_entry_bytes=60_000, append_batch_bytes=64 * 1024)
+        nodes = {
+            addr: RaftNode(
+                addr,
+                [A, B, C],
+                apply=lambda d, i: i,
+                data_dir=tmp / addr,
+                name="g",
+                auto_tick=False,
+                transport_class=RecordingTransport,
+                timings=timings,
+                fsync=False,
+            )
+            for addr in (A, B, C)
+        }
+    else:
+        nodes = {
+            addr: StockNode(
+                addr,
+                [A, B, C],
+                apply=lambda d, i: i,
+                transport_class=RecordingTransport,
+                timings=FAST,
+                auto_tick=False,
+            )
+            for addr in (A, B, C)
+        }
+    leader = nodes[A]
+    make_leader(leader)
+    links: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    violations: list[str] = []
+
+    def collect() -> None:
+        for src, node in nodes.items():
+            for dst, message in transport_of(node).sent:
+                links.setdefault((src, dst), []).append(message)
+            transport_of(node).sent.clear()
+
+    for step in range(steps):
+        roll = rng.random()
+        if roll < 0.3:
+            data = rng.randbytes(10_000)
+            leader.propose(data) if kind == "raftq" else leader.apply(data)
+        elif roll < 0.55:
+            tick(leader)
+        else:
+            busy = [link for link, queue in links.items() if queue]
+            if busy:
+                src, dst = rng.choice(busy)
+                transport_of(nodes[dst]).deliver(src, links[(src, dst)].pop(0))
+        collect()
+        leader_log = {e[1]: e[2] for e in log_entries(leader)}
+        for follower in (B, C):
+            matched = match_index(leader, follower)
+            have = {e[1]: e[2] for e in log_entries(nodes[follower])}
+            if matched in leader_log and have.get(matched) != leader_log[matched]:
+                violations.append(f"step {step}: {follower} acked {matched}, has {max(have)}")
+    for node in nodes.values():
+        destroy(node)
+    return violations
+
+
+def test_pipelined_load_never_loses_acknowledged_entries(tmp_path: Path) -> None:
+    seed = int(os.environ.get("RAFTQ_SEED", random.randrange(2**32)))
+    print(f"seed={seed} (replay: RAFTQ_SEED={seed})")
+    assert pipelined_load("raftq", tmp_path / "raftq", seed) == []
+    stock_runs = [pipelined_load("stock", tmp_path / f"stock{k}", seed + k) for k in range(2)]
+    assert any(stock_runs), "stock pysyncobj kept every acknowledged entry in 2 seeded runs"
