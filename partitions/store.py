@@ -18,12 +18,14 @@ Contract details both stores keep (checked by the contract suite):
   exists, materializing an offset the group already has, scheduling, deleting or leasing a row
   that does not exist) raises; inside ``transaction()`` nothing of the call remains.
 - Reads of a group id that has no rows answer empty (no rows, 0, None).
+- Integers are 64-bit (SQLite's INTEGER): writing one outside that range raises OverflowError.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -93,6 +95,20 @@ class PartitionStore(Protocol):
     def close(self) -> None: ...
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _fits(*values: object) -> None:
+    """Refuse what SqliteStore cannot store, as it does: an integer outside 64 bits."""
+    for value in values:
+        if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            raise OverflowError(f"{value} does not fit in a 64-bit integer")
+
+
+def _fits_row(row: Any) -> None:
+    _fits(*(getattr(row, f.name) for f in dataclasses.fields(row)))
+
+
 def order_keys(ordering: int, priority: int, deliver_at_ms: int) -> tuple[int, int]:
     """(k1, k2) of a pending row: fifo ignores priority and schedule; priority sorts by both."""
     return (priority, deliver_at_ms) if ordering else (0, 0)
@@ -150,12 +166,14 @@ class MemoryStore:
         return self._meta.copy()
 
     def save_meta(self, meta: Meta) -> None:
+        _fits_row(meta)
         self._meta = meta.copy()
 
     # -- records ------------------------------------------------------------------------------
 
     def insert_records(self, rows: Sequence[RecordRow]) -> None:
         for row in rows:
+            _fits_row(row)
             assert row.offset not in self._records, f"offset {row.offset} written twice"
             self._records[row.offset] = copy.copy(row)
 
@@ -171,6 +189,7 @@ class MemoryStore:
         return {o: copy.copy(self._records[o]) for o in offsets if o in self._records}
 
     def set_record_schedule(self, offset: int, priority: int, deliver_at_ms: int) -> None:
+        _fits(priority, deliver_at_ms)
         assert offset in self._records, f"no record at offset {offset} to schedule"
         row = self._records[offset]
         row.priority, row.deliver_at_ms = priority, deliver_at_ms
@@ -198,6 +217,7 @@ class MemoryStore:
 
     def idempotency_put(self, entries: Sequence[tuple[str, int, int]]) -> None:
         for key, offset, ts in entries:
+            _fits(offset, ts)
             self._idem[key] = (offset, ts)
 
     def idempotency_forget_before(self, timestamp_ms: int) -> int:
@@ -218,6 +238,7 @@ class MemoryStore:
         self, producer_id: str, sequence: int, offsets: Sequence[int], now_ms: int, keep: int
     ) -> None:
         assert keep >= 1, "keep at least the batch being written"
+        _fits(sequence, now_ms, *offsets)
         batches = self._producers.setdefault(producer_id, {})
         batches[sequence] = (list(offsets), now_ms)
         for old in sorted(batches)[:-keep]:
@@ -239,12 +260,14 @@ class MemoryStore:
 
     def group_create(self, name: str, materialized_upto: int) -> GroupRow:
         assert name not in self._groups, f"group {name!r} created twice"
+        _fits(materialized_upto)
         row = GroupRow(len(self._groups) + 1, name, materialized_upto)
         self._groups[name] = row
         self._pending[row.gid] = {}
         return copy.copy(row)
 
     def group_set_materialized(self, gid: int, upto: int) -> None:
+        _fits(upto)
         for row in self._groups.values():
             if row.gid == gid:
                 row.materialized_upto = upto
@@ -290,6 +313,7 @@ class MemoryStore:
         assert len(set(offsets)) == len(offsets) and all(o in pending for o in offsets), (
             f"group {gid} leases offsets it does not have (or twice)"
         )
+        _fits(deadline_ms)
         for offset in offsets:
             p = pending[offset]
             p.ready, p.owner, p.visible_at_ms = False, owner, deadline_ms
@@ -301,6 +325,7 @@ class MemoryStore:
 
     def pending_put(self, gid: int, rows: Sequence[PendingRow]) -> None:
         for row in rows:
+            _fits_row(row)
             self._pending[gid][row.offset] = copy.copy(row)
 
     def pending_delete(self, gid: int, offsets: Sequence[int]) -> None:
@@ -355,6 +380,7 @@ class MemoryStore:
 
     def outbox_put(self, rows: Sequence[OutboxRow]) -> None:
         for row in rows:
+            _fits_row(row)
             assert row.seq not in self._outbox, f"outbox seq {row.seq} written twice"
             self._outbox[row.seq] = copy.copy(row)
 

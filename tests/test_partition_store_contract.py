@@ -649,6 +649,62 @@ def test_outbox_put_list_delete_upto(store: PartitionStore) -> None:
     assert store.outbox_list(10) == []
 
 
+# -- integers are 64-bit -----------------------------------------------------------------------
+
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+
+def test_int64_bounds_round_trip(store: PartitionStore) -> None:
+    with store.transaction():
+        store.save_meta(Meta(applied_index=INT64_MAX, clock_ms=INT64_MAX, log_bytes=INT64_MIN))
+        store.insert_records([rec(INT64_MAX, ts=INT64_MIN, deliver_at=INT64_MAX)])
+        gid = store.group_create("g", INT64_MAX).gid
+        store.pending_put(gid, [pend(INT64_MAX, k2=INT64_MAX, visible=INT64_MAX)])
+        store.producer_put("p", INT64_MAX, [INT64_MIN, INT64_MAX], INT64_MAX, 1)
+    assert store.load_meta().clock_ms == INT64_MAX
+    assert store.get_record(INT64_MAX) == rec(INT64_MAX, ts=INT64_MIN, deliver_at=INT64_MAX)
+    assert store.pending_get(gid, [INT64_MAX])[INT64_MAX].visible_at_ms == INT64_MAX
+    assert store.producer_batch("p", INT64_MAX) == [INT64_MIN, INT64_MAX]
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda s, g: s.save_meta(Meta(clock_ms=INT64_MAX + 1)),
+        lambda s, g: s.insert_records([rec(5, deliver_at=INT64_MAX + 1)]),
+        lambda s, g: s.set_record_schedule(0, 0, INT64_MAX + 1),
+        lambda s, g: s.idempotency_put([("k", 0, INT64_MIN - 1)]),
+        lambda s, g: s.producer_put("p", INT64_MAX + 1, [0], 0, 5),
+        lambda s, g: s.group_create("h", INT64_MAX + 1),
+        lambda s, g: s.group_set_materialized(g, INT64_MAX + 1),
+        lambda s, g: s.lease(g, [0], "m", INT64_MAX + 1),
+        lambda s, g: s.pending_put(g, [pend(1, visible=INT64_MAX + 1)]),
+        lambda s, g: s.outbox_put([OutboxRow(5, "g", 0, "r", 1, INT64_MAX + 1, b"")]),
+    ],
+    ids=[
+        "meta",
+        "record",
+        "schedule",
+        "idempotency",
+        "producer",
+        "group",
+        "materialized",
+        "lease",
+        "pending",
+        "outbox",
+    ],
+)
+def test_int64_overflow_raises_and_rolls_back(
+    store: PartitionStore, write: Callable[[PartitionStore, int], None]
+) -> None:
+    gid = populate(store)
+    before = store.dump()
+    with pytest.raises(OverflowError), store.transaction():
+        write(store, gid)
+    assert store.dump() == before
+
+
 # -- transactions -----------------------------------------------------------------------------
 
 
