@@ -43,10 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pysyncobj
+import pysyncobj.syncobj as _pso
 from pysyncobj.config import FAIL_REASON, SyncObjConf
 from pysyncobj.encryptor import HAS_CRYPTO
-from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.node import TCPNode
 from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE, SyncObj, SyncObjException
 from pysyncobj.transport import TCPTransport, TransportNotReadyError
@@ -58,7 +57,13 @@ from transport.raft.snapshot import read_snapshot, write_snapshot
 logger = logging.getLogger(__name__)
 
 # The hardening overrides name-mangled internals of exactly this release.
-assert pysyncobj.syncobj.VERSION == "0.3.17", pysyncobj.syncobj.VERSION
+assert _pso.VERSION == "0.3.17", _pso.VERSION
+
+
+def monotonic_time() -> float:
+    """pysyncobj's clock, looked up per call so a simulation's patched clock applies here too."""
+    return float(_pso.monotonicTime())
+
 
 RAW_V1 = b"R"  # command format marker after the pysyncobj type byte; append-only
 _REGULAR = bytes([_COMMAND_TYPE.REGULAR])
@@ -173,7 +178,7 @@ class _HardenedSyncObj(SyncObj):
         peers: Sequence[str],
         conf: SyncObjConf,
         journal: DurableJournal,
-        transport_class: type,
+        transport_class: Callable[..., Any],
     ) -> None:
         self._raftq = owner
         self._raftq_journal = journal
@@ -497,7 +502,7 @@ class RaftNode:
         restore: Callable[[str], None] | None = None,
         fsync: bool = True,
         auto_tick: bool = True,
-        transport_class: type | None = None,
+        transport_class: Callable[..., Any] | None = None,
         secret: str | None = None,
         timings: RaftTimings | None = None,
         group_commit: bool = False,
@@ -548,7 +553,9 @@ class RaftNode:
             self._thread.daemon = True
             self._thread.start()
 
-    def _conf(self, dump: Path, secret: str | None, transport_class: type | None) -> SyncObjConf:
+    def _conf(
+        self, dump: Path, secret: str | None, transport_class: Callable[..., Any] | None
+    ) -> SyncObjConf:
         t = self.timings
         compaction: dict[str, Any] = {}
         if self._snapshot is None:
@@ -747,6 +754,24 @@ class RaftNode:
     def _safe(self, callback: Callback | None) -> Callback:
         return lambda result, err: self._call_back(callback, result, err)
 
+    def tick_due(self, now: float) -> bool:
+        """Whether a tick at raft time ``now`` has work (lets a driver skip idle groups)."""
+        obj = self._obj
+        if self._calls:
+            return True
+        if obj._SyncObj__raftState == _RAFT_STATE.LEADER:
+            if now > obj._SyncObj__newAppendEntriesTime:
+                return True
+            if obj.raftCommitIndex < obj._SyncObj__raftLog[-1][1]:
+                return True
+        elif obj._SyncObj__raftElectionDeadline < now:
+            return True
+        return bool(
+            obj.raftCommitIndex > obj.raftLastApplied
+            or obj._SyncObj__commandsQueue._FastQueue__queue
+            or not obj._SyncObj__onReadyCalled
+        )
+
     # -------------------------------------------------------------- accessors
     def is_leader(self) -> bool:
         return bool(self._obj._isLeader())
@@ -782,7 +807,14 @@ class RaftNode:
 
     def status(self) -> dict[str, Any]:
         """A snapshot of the node's state and counters (safe from any thread)."""
-        raw = self._obj.getStatus()
+        for _attempt in range(3):
+            try:  # the tick thread may resize pysyncobj's dicts while we iterate them
+                raw = self._obj.getStatus()
+                break
+            except RuntimeError:
+                continue
+        else:
+            raw = self._obj.getStatus()
         return {
             "group": self.name,
             "self": self.self_addr,
