@@ -1,0 +1,907 @@
+"""One multiplexed, authenticated Raft transport per broker.
+
+Stock pysyncobj opens one port, one thread and one TCP connection per peer *per group* and
+unpickles whatever arrives (PYSYNCOBJ.md defects 4 and 5). Here a broker has:
+
+- one `MuxEndpoint`: one listening port, ONE connection per peer broker, every Raft group
+  multiplexed over it. A data frame carries a list of ``(group, message)`` pairs: everything the
+  groups sent to that peer since the last flush, coalesced into one frame.
+- one `GroupTransport` per group: a thin `pysyncobj.transport.Transport` view that buffers
+  outgoing messages in the endpoint and hands received ones to its SyncObj.
+- a `RaftDriver` (driver.py) thread that polls, delivers, ticks, syncs and then flushes.
+
+Wire format. Every frame is ``!I length`` + ``kind byte`` + body. Before authentication a frame
+may be at most `HANDSHAKE_FRAME_BYTES_MAX` bytes and only handshake kinds are accepted; after it,
+`frame_bytes_max`. A bad length, an unexpected kind, or a body that does not decode closes the
+connection; nothing else happens.
+
+Handshake (mutual HMAC-SHA256 challenge-response over a shared cluster secret; the higher address
+dials the lower one, so each pair of brokers has exactly one connection)::
+
+    dialer   -> HELLO      magic, version, nonce_c
+    listener -> CHALLENGE  magic, version, nonce_s, mac("server", nonce_c, nonce_s, listener_addr),
+                           listener_addr
+    dialer   -> AUTH       mac("client", nonce_s, nonce_c, dialer_addr), dialer_addr
+    listener -> WELCOME    (only after the dialer's mac verified)
+
+MACs are compared with `hmac.compare_digest`. Nothing is unpickled before both sides are
+authenticated, and even then only through `loads_data`, an Unpickler that refuses every global:
+only builtin scalars and containers can come out of it (pysyncobj messages are plain dicts).
+
+TLS is not implemented. The hook is `MuxEndpoint._wrap_socket` (called for every accepted and
+dialed socket before any byte moves) plus the `ssl.SSLWant*Error` branches in the read/write
+paths, which already treat them as "would block".
+
+Threading: a MuxEndpoint is driven by exactly one thread (its RaftDriver). `wake()` and the
+enqueue path are safe from any thread; everything else runs on the driver thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import hmac
+import io
+import logging
+import os
+import pickle
+import selectors
+import socket
+import ssl
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pysyncobj.transport import Transport
+
+logger = logging.getLogger("raftq.transport.raft.mux")
+
+MAGIC = b"RQMX"
+PROTOCOL_VERSION = 1
+NONCE_BYTES = 32
+MAC_BYTES = 32
+HANDSHAKE_FRAME_BYTES_MAX = 512
+FRAME_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
+OUT_BUFFER_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
+UNAUTHENTICATED_CONNECTIONS_MAX = 64
+PICKLE_PROTOCOL = 5
+
+_LEN = struct.Struct("!I")
+
+# Frame kinds. Append-only: a kind's number never changes meaning.
+KIND_HELLO = 1
+KIND_CHALLENGE = 2
+KIND_AUTH = 3
+KIND_WELCOME = 4
+KIND_BATCH = 5
+KIND_PING = 6
+
+_HANDSHAKE_KINDS = frozenset({KIND_HELLO, KIND_CHALLENGE, KIND_AUTH, KIND_WELCOME})
+
+
+class FrameError(Exception):
+    """The byte stream violates the framing or the handshake; the connection must be closed."""
+
+
+# --------------------------------------------------------------------------------------------
+# Pure parts: restricted unpickling, framing, handshake MACs.
+# --------------------------------------------------------------------------------------------
+
+
+class _DataOnlyUnpickler(pickle.Unpickler):
+    """Unpickler that resolves no globals: builtin scalars and containers only.
+
+    Without `find_class` a pickle cannot name a callable, so `__reduce__` payloads (os.system,
+    open, ...) fail before anything runs. Persistent ids are refused by the base class.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"global {module}.{name} refused")
+
+
+def loads_data(data: bytes) -> Any:
+    """Unpickle `data`, refusing every global. Raises `pickle.UnpicklingError` (or another
+    `Exception` for truncated/garbled input) on anything that is not plain data."""
+    return _DataOnlyUnpickler(io.BytesIO(data)).load()
+
+
+def dumps_data(obj: Any) -> bytes:
+    return pickle.dumps(obj, protocol=PICKLE_PROTOCOL)
+
+
+def encode_frame(kind: int, body: bytes = b"") -> bytes:
+    return _LEN.pack(len(body) + 1) + bytes((kind,)) + body
+
+
+class FrameDecoder:
+    """Splits a byte stream into ``(kind, body)`` frames. Raises `FrameError` on a length of 0 or
+    above `frame_bytes_max` as soon as the 4-byte prefix is seen (before buffering the body)."""
+
+    def __init__(self, frame_bytes_max: int) -> None:
+        self.frame_bytes_max = frame_bytes_max
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        self._buf += data
+        frames: list[tuple[int, bytes]] = []
+        buf = self._buf
+        pos = 0
+        while len(buf) - pos >= _LEN.size:
+            (length,) = _LEN.unpack_from(buf, pos)
+            if length == 0 or length > self.frame_bytes_max:
+                raise FrameError(f"frame length {length} outside 1..{self.frame_bytes_max}")
+            if len(buf) - pos - _LEN.size < length:
+                break
+            start = pos + _LEN.size
+            frames.append((buf[start], bytes(buf[start + 1 : start + length])))
+            pos = start + length
+            # A handshake frame switches the size limit; stop so the caller can adjust it.
+            if frames[-1][0] in _HANDSHAKE_KINDS:
+                break
+        del buf[:pos]
+        return frames
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buf)
+
+
+def _mac(secret: bytes, role: bytes, *parts: bytes) -> bytes:
+    h = hmac.new(secret, b"raftq-mux-v1 " + role, hashlib.sha256)
+    for part in parts:
+        h.update(_LEN.pack(len(part)))
+        h.update(part)
+    return h.digest()
+
+
+def server_proof(secret: bytes, nonce_c: bytes, nonce_s: bytes, server_addr: str) -> bytes:
+    return _mac(secret, b"server", nonce_c, nonce_s, server_addr.encode())
+
+
+def client_proof(secret: bytes, nonce_s: bytes, nonce_c: bytes, client_addr: str) -> bytes:
+    return _mac(secret, b"client", nonce_s, nonce_c, client_addr.encode())
+
+
+def hello_body(nonce_c: bytes) -> bytes:
+    return MAGIC + bytes((PROTOCOL_VERSION,)) + nonce_c
+
+
+def _split_addr(addr: str) -> tuple[str, int]:
+    host, port = addr.rsplit(":", 1)
+    return host, int(port)
+
+
+def should_dial(self_addr: str, peer_addr: str) -> bool:
+    """Exactly one side of each pair dials: the one with the greater address string."""
+    return self_addr > peer_addr
+
+
+# --------------------------------------------------------------------------------------------
+# The view a SyncObj sees. Shared by the TCP endpoint and the in-memory hub (hub.py).
+# --------------------------------------------------------------------------------------------
+
+
+class ViewHost(Protocol):
+    """What a `GroupTransport` needs from its broker-level endpoint (TCP or hub)."""
+
+    address: str
+
+    @property
+    def peer_generation(self) -> int:
+        """Changes whenever the set of connected peers may have changed."""
+        ...
+
+    def connected_peers(self) -> frozenset[str]: ...
+
+    def enqueue(self, peer: str, group: str, message: Any) -> bool: ...
+
+    def view_created(self, group: str, view: GroupTransport) -> None: ...
+
+    def view_destroyed(self, group: str, view: GroupTransport) -> None: ...
+
+    def add_peer(self, peer: str) -> None: ...
+
+
+class GroupTransport(Transport):
+    """A pysyncobj Transport for one Raft group: a view onto the broker's endpoint.
+
+    Nodes are named by the broker's raft address, so node id == peer endpoint address. Sends are
+    buffered in the endpoint until the driver flushes. Connection state is reconciled on the
+    group's tick (SyncObj installs its callbacks only after constructing the transport, so
+    nothing may be announced from the constructor).
+    """
+
+    def __init__(
+        self, host: ViewHost, group: str, syncObj: Any, selfNode: Any, otherNodes: Iterable[Any]
+    ) -> None:
+        super().__init__(syncObj, selfNode, otherNodes)
+        if selfNode is None:
+            raise ValueError(f"[group={group}] read-only nodes are not supported")
+        if selfNode.id != host.address:
+            raise ValueError(
+                f"[group={group}] self node {selfNode.id} is not this endpoint ({host.address})"
+            )
+        self.group = group
+        self._host = host
+        self._nodes: dict[str, Any] = {}
+        self._announced: set[str] = set()
+        self._seen_generation = -1
+        self._destroyed = False
+        for node in otherNodes:
+            self.addNode(node)
+        syncObj.addOnTickCallback(self._on_tick)
+        host.view_created(group, self)
+
+    # -- pysyncobj Transport API --------------------------------------------------------------
+
+    def send(self, node: Any, message: Any) -> bool:
+        if self._destroyed:
+            return False
+        return self._host.enqueue(node.id, self.group, message)
+
+    def addNode(self, node: Any) -> None:
+        self._nodes[node.id] = node
+        self._host.add_peer(node.id)
+        self._seen_generation = -1
+
+    def dropNode(self, node: Any) -> None:
+        self._nodes.pop(node.id, None)
+        if node.id in self._announced:
+            self._announced.discard(node.id)
+            self._onNodeDisconnected(node)
+
+    def destroy(self) -> None:
+        if self._destroyed:
+            return
+        self._destroyed = True
+        self.setOnMessageReceivedCallback(None)
+        self.setOnNodeConnectedCallback(None)
+        self.setOnNodeDisconnectedCallback(None)
+        self._host.view_destroyed(self.group, self)
+
+    # -- endpoint side -------------------------------------------------------------------------
+
+    def deliver(self, peer: str, message: Any) -> None:
+        """Hand one received message to the SyncObj (driver thread). Messages from nodes that
+        are not members of the group are dropped, as stock pysyncobj refuses their connection."""
+        node = self._nodes.get(peer)
+        if node is not None:
+            self._onMessageReceived(node, message)
+
+    def _on_tick(self) -> None:
+        if self._seen_generation != self._host.peer_generation:
+            self.reconcile()
+
+    def reconcile(self) -> None:
+        """Announce connects/disconnects so SyncObj's connected set matches the endpoint's."""
+        self._seen_generation = self._host.peer_generation
+        up = self._host.connected_peers()
+        for peer, node in self._nodes.items():
+            if peer in up and peer not in self._announced:
+                self._announced.add(peer)
+                self._onNodeConnected(node)
+            elif peer not in up and peer in self._announced:
+                self._announced.discard(peer)
+                self._onNodeDisconnected(node)
+
+
+# --------------------------------------------------------------------------------------------
+# The TCP endpoint.
+# --------------------------------------------------------------------------------------------
+
+
+class _State:
+    CONNECTING = "connecting"  # dialer: TCP connect in progress
+    AWAIT_CHALLENGE = "await_challenge"  # dialer: HELLO sent
+    AWAIT_WELCOME = "await_welcome"  # dialer: AUTH sent
+    AWAIT_HELLO = "await_hello"  # listener: accepted
+    AWAIT_AUTH = "await_auth"  # listener: CHALLENGE sent
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+@dataclass(eq=False)
+class _Conn:
+    sock: socket.socket
+    dialer: bool
+    state: str
+    label: str  # "ip:port" of the remote end until authenticated, then the peer's raft address
+    decoder: FrameDecoder
+    created_at: float
+    peer: str | None = None  # authenticated (or, for a dialer, expected) peer raft address
+    nonce_mine: bytes = b""
+    nonce_theirs: bytes = b""
+    out: bytearray = field(default_factory=bytearray)
+    last_recv: float = 0.0
+    last_send: float = 0.0
+    want_write: bool = False
+
+
+@dataclass(frozen=True)
+class MuxConfig:
+    """Endpoint knobs. Times in seconds, sizes in bytes (units last in names)."""
+
+    frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT
+    out_buffer_bytes_max: int = OUT_BUFFER_BYTES_MAX_DEFAULT
+    handshake_timeout_s: float = 3.0
+    ping_interval_s: float = 1.0
+    dead_after_s: float = 5.0  # no frame at all for this long: the connection is dead
+    reconnect_min_s: float = 0.05
+    reconnect_max_s: float = 1.0
+    housekeeping_interval_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.dead_after_s <= self.ping_interval_s:
+            raise ValueError("dead_after_s must exceed ping_interval_s")
+        if self.frame_bytes_max <= HANDSHAKE_FRAME_BYTES_MAX:
+            raise ValueError("frame_bytes_max too small")
+        if not 0 < self.reconnect_min_s <= self.reconnect_max_s:
+            raise ValueError("need 0 < reconnect_min_s <= reconnect_max_s")
+
+
+@dataclass
+class _Dial:
+    next_at: float = 0.0
+    backoff_s: float = 0.0
+
+
+class MuxEndpoint:
+    """The broker-level Raft endpoint: one port, one connection per peer, all groups.
+
+    Create it, then create groups with ``SyncObj(..., transportClass=ep.transport_class(name),
+    conf=SyncObjConf(autoTick=False, ...))`` and register them with a `RaftDriver`, which owns the
+    endpoint's thread. A group receives messages only while registered.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        secret: bytes,
+        *,
+        bind_address: str | None = None,
+        config: MuxConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if len(secret) < 16:
+            raise ValueError("cluster secret must be at least 16 bytes")
+        self.config = config or MuxConfig()
+        self._secret = secret
+        self._clock = clock
+        self._sel = selectors.DefaultSelector()
+        self._listener = self._bind(bind_address or address)
+        host, port = _split_addr(address)
+        if port == 0:  # tests: "127.0.0.2:0" becomes the address actually bound
+            port = self._listener.getsockname()[1]
+        self.address = f"{host}:{port}"
+        self._sel.register(self._listener, selectors.EVENT_READ, None)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+
+        self._conns: set[_Conn] = set()
+        self._links: dict[str, _Conn] = {}  # peer address -> OPEN connection
+        self._dials: dict[str, _Dial] = {}  # peers we dial -> backoff state
+        self._peers: set[str] = set()
+        self.peer_generation = 0
+        self._connected = frozenset[str]()
+
+        self._views_lock = threading.Lock()
+        self._created: dict[str, GroupTransport] = {}  # constructed, not yet registered
+        self._views: dict[str, GroupTransport] = {}  # registered: receive messages
+
+        self._pending_lock = threading.Lock()
+        self._pending: dict[str, list[tuple[str, Any]]] = {}
+        self._next_housekeeping = 0.0
+        self._closed = False
+        self.stats: dict[str, int] = dict.fromkeys(
+            (
+                "frames_sent",
+                "frames_received",
+                "batches_sent",
+                "bytes_sent",
+                "bytes_received",
+                "messages_sent",
+                "messages_received",
+                "messages_dropped_not_connected",
+                "messages_dropped_unknown_group",
+                "messages_dropped_too_large",
+                "auth_failures",
+                "protocol_errors",
+                "connections_accepted",
+                "connections_refused",
+                "callback_errors",
+            ),
+            0,
+        )
+        logger.info("[peer=%s] raft mux endpoint listening", self.address)
+
+    # -- public API ----------------------------------------------------------------------------
+
+    def transport_class(self, group: str) -> Callable[[Any, Any, Iterable[Any]], GroupTransport]:
+        """The `transportClass=` for group `group`'s SyncObj."""
+
+        def make(syncObj: Any, selfNode: Any, otherNodes: Iterable[Any]) -> GroupTransport:
+            return GroupTransport(self, group, syncObj, selfNode, otherNodes)
+
+        return make
+
+    @property
+    def bound_address(self) -> tuple[str, int]:
+        host, port = self._listener.getsockname()[:2]
+        return host, port
+
+    def connected_peers(self) -> frozenset[str]:
+        return self._connected
+
+    def add_peer(self, peer: str) -> None:
+        """Make sure a connection to `peer` is (being) established. Safe from any thread."""
+        if peer == self.address or peer in self._peers:
+            return
+        with self._views_lock:
+            self._peers.add(peer)
+            if should_dial(self.address, peer):
+                self._dials.setdefault(peer, _Dial())
+        self.wake()
+
+    def wake(self) -> None:
+        """Interrupt a blocking `poll`. Safe from any thread."""
+        with contextlib.suppress(OSError):  # BlockingIOError: a wake-up is already pending
+            self._wake_w.send(b"\0")
+
+    def activate(self, group: str) -> None:
+        """Start delivering messages to `group` (driver thread, at registration)."""
+        with self._views_lock:
+            view = self._created.pop(group, None)
+            if view is None:
+                raise KeyError(f"[group={group}] no transport was created for this group")
+            self._views[group] = view
+
+    def deactivate(self, group: str) -> None:
+        with self._views_lock:
+            self._views.pop(group, None)
+            self._created.pop(group, None)
+
+    def enqueue(self, peer: str, group: str, message: Any) -> bool:
+        """Buffer `message` for `peer` until the next `flush`. False if the peer is not connected
+        (the message is dropped, as a dead TCP connection would)."""
+        if peer not in self._connected:
+            self.stats["messages_dropped_not_connected"] += 1
+            return False
+        with self._pending_lock:
+            batch = self._pending.get(peer)
+            if batch is None:
+                self._pending[peer] = [(group, message)]
+            else:
+                batch.append((group, message))
+        return True
+
+    def discard_pending(self, group: str) -> int:
+        """Drop `group`'s buffered messages (its journal sync failed: its acks must not leave)."""
+        dropped = 0
+        with self._pending_lock:
+            for peer, batch in self._pending.items():
+                kept = [item for item in batch if item[0] != group]
+                dropped += len(batch) - len(kept)
+                self._pending[peer] = kept
+        return dropped
+
+    def flush(self) -> None:
+        """Encode everything buffered since the last flush: one frame per peer (split only if it
+        would exceed `frame_bytes_max`) and start writing it."""
+        with self._pending_lock:
+            pending, self._pending = self._pending, {}
+        for peer, batch in pending.items():
+            conn = self._links.get(peer)
+            if conn is None or not batch:
+                self.stats["messages_dropped_not_connected"] += len(batch)
+                continue
+            for body in self._encode_batches(peer, batch):
+                self._queue_frame(conn, KIND_BATCH, body)
+                self.stats["batches_sent"] += 1
+            if conn.state != _State.CLOSED:
+                self._write(conn)
+
+    def poll(self, timeout_s: float) -> set[str]:
+        """Wait up to `timeout_s` for I/O, then handle it: accept, handshake, read, deliver.
+        Returns the names of groups that received messages."""
+        touched: set[str] = set()
+        now = self._clock()
+        if now >= self._next_housekeeping:
+            self._housekeeping(now)
+            self._next_housekeeping = now + self.config.housekeeping_interval_s
+        timeout_s = max(0.0, min(timeout_s, self._next_housekeeping - now))
+        for key, mask in self._sel.select(timeout_s):
+            obj = key.fileobj
+            if obj is self._listener:
+                self._accept()
+            elif obj is self._wake_r:
+                self._drain_wake()
+            else:
+                conn: _Conn = key.data
+                if conn.state == _State.CLOSED:
+                    continue
+                if mask & selectors.EVENT_WRITE:
+                    self._on_writable(conn)
+                if mask & selectors.EVENT_READ and conn.state != _State.CLOSED:
+                    self._on_readable(conn, touched)
+        return touched
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for conn in list(self._conns):
+            self._close(conn, "endpoint closing", log=False)
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(sock)
+            sock.close()
+        self._sel.close()
+        logger.info("[peer=%s] raft mux endpoint closed", self.address)
+
+    def statistics(self) -> dict[str, int]:
+        out = dict(self.stats)
+        out["peers_connected"] = len(self._connected)
+        out["connections_open"] = len(self._conns)
+        out["groups_registered"] = len(self._views)
+        return out
+
+    # -- ViewHost ------------------------------------------------------------------------------
+
+    def view_created(self, group: str, view: GroupTransport) -> None:
+        with self._views_lock:
+            if group in self._views or group in self._created:
+                raise ValueError(f"[group={group}] already has a transport on {self.address}")
+            self._created[group] = view
+
+    def view_destroyed(self, group: str, view: GroupTransport) -> None:
+        with self._views_lock:
+            if self._views.get(group) is view:
+                del self._views[group]
+            if self._created.get(group) is view:
+                del self._created[group]
+
+    # -- sockets -------------------------------------------------------------------------------
+
+    def _bind(self, addr: str) -> socket.socket:
+        host, port = _split_addr(addr)
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        sock.setblocking(False)
+        return sock
+
+    def _wrap_socket(self, sock: socket.socket, *, server_side: bool) -> socket.socket:
+        """TLS hook: return `sock` wrapped (non-blocking, ``do_handshake_on_connect=False``) once
+        TLS is wanted. Until then the HMAC handshake authenticates but does not encrypt."""
+        return sock
+
+    def _accept(self) -> None:
+        try:
+            sock, remote = self._listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            logger.warning("[peer=%s] accept failed: %s", self.address, exc)
+            return
+        label = f"{remote[0]}:{remote[1]}"
+        unauthenticated = sum(1 for c in self._conns if c.state != _State.OPEN)
+        if unauthenticated >= UNAUTHENTICATED_CONNECTIONS_MAX:
+            self.stats["connections_refused"] += 1
+            logger.warning("[peer=%s] refused: too many unauthenticated connections", label)
+            sock.close()
+            return
+        self.stats["connections_accepted"] += 1
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = self._wrap_socket(sock, server_side=True)
+        now = self._clock()
+        conn = _Conn(
+            sock=sock,
+            dialer=False,
+            state=_State.AWAIT_HELLO,
+            label=label,
+            decoder=FrameDecoder(HANDSHAKE_FRAME_BYTES_MAX),
+            created_at=now,
+            last_recv=now,
+            last_send=now,
+        )
+        self._conns.add(conn)
+        self._sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _dial(self, peer: str, now: float) -> None:
+        host, port = _split_addr(peer)
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        err = sock.connect_ex((host, port))
+        if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
+            sock.close()
+            self._dial_failed(peer, now, os.strerror(err))
+            return
+        sock = self._wrap_socket(sock, server_side=False)
+        conn = _Conn(
+            sock=sock,
+            dialer=True,
+            state=_State.CONNECTING,
+            label=peer,
+            decoder=FrameDecoder(HANDSHAKE_FRAME_BYTES_MAX),
+            created_at=now,
+            peer=peer,
+            last_recv=now,
+            last_send=now,
+        )
+        self._conns.add(conn)
+        self._sel.register(sock, selectors.EVENT_WRITE, conn)
+        conn.want_write = True
+
+    def _dial_failed(self, peer: str, now: float, why: str) -> None:
+        dial = self._dials.get(peer)
+        if dial is None:
+            return
+        cfg = self.config
+        dial.backoff_s = min(cfg.reconnect_max_s, max(cfg.reconnect_min_s, dial.backoff_s * 2))
+        dial.next_at = now + dial.backoff_s
+        logger.debug("[peer=%s] dial failed (%s); retry in %.2fs", peer, why, dial.backoff_s)
+
+    def _housekeeping(self, now: float) -> None:
+        cfg = self.config
+        dialing = {c.peer for c in self._conns if c.dialer and c.state != _State.CLOSED}
+        with self._views_lock:
+            dials = list(self._dials.items())
+        for peer, dial in dials:
+            if peer not in self._links and peer not in dialing and now >= dial.next_at:
+                dial.next_at = now + cfg.reconnect_max_s  # until it fails or succeeds
+                self._dial(peer, now)
+        for conn in list(self._conns):
+            if conn.state == _State.CLOSED:
+                continue
+            if conn.state != _State.OPEN:
+                if now - conn.created_at > cfg.handshake_timeout_s:
+                    self._close(conn, "handshake timeout")
+                continue
+            if now - conn.last_recv > cfg.dead_after_s:
+                self._close(conn, f"nothing received for {now - conn.last_recv:.1f}s")
+            elif now - conn.last_send >= cfg.ping_interval_s:
+                self._queue_frame(conn, KIND_PING)
+                self._write(conn)
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _on_readable(self, conn: _Conn, touched: set[str]) -> None:
+        try:
+            data = conn.sock.recv(256 * 1024)
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return
+        except OSError as exc:
+            self._close(conn, f"recv failed: {exc}")
+            return
+        if not data:
+            self._close(conn, "closed by peer")
+            return
+        conn.last_recv = self._clock()
+        self.stats["bytes_received"] += len(data)
+        try:
+            frames = conn.decoder.feed(data)
+            while frames:
+                for kind, body in frames:
+                    self.stats["frames_received"] += 1
+                    self._on_frame(conn, kind, body, touched)
+                    if conn.state == _State.CLOSED:
+                        return
+                frames = conn.decoder.feed(b"")
+        except FrameError as exc:
+            self.stats["protocol_errors"] += 1
+            self._close(conn, f"protocol error: {exc}")
+
+    def _on_frame(self, conn: _Conn, kind: int, body: bytes, touched: set[str]) -> None:
+        state = conn.state
+        if state == _State.OPEN:
+            if kind == KIND_BATCH:
+                self._on_batch(conn, body, touched)
+            elif kind != KIND_PING:
+                raise FrameError(f"unexpected frame kind {kind} on an open connection")
+        elif state == _State.AWAIT_HELLO and kind == KIND_HELLO:
+            self._on_hello(conn, body)
+        elif state == _State.AWAIT_AUTH and kind == KIND_AUTH:
+            self._on_auth(conn, body)
+        elif state == _State.AWAIT_CHALLENGE and kind == KIND_CHALLENGE:
+            self._on_challenge(conn, body)
+        elif state == _State.AWAIT_WELCOME and kind == KIND_WELCOME:
+            self._open(conn)
+        else:
+            raise FrameError(f"unexpected frame kind {kind} in state {state}")
+
+    def _on_hello(self, conn: _Conn, body: bytes) -> None:
+        if len(body) != len(MAGIC) + 1 + NONCE_BYTES or not body.startswith(MAGIC):
+            raise FrameError("bad HELLO")
+        if body[len(MAGIC)] != PROTOCOL_VERSION:
+            raise FrameError(f"unsupported protocol version {body[len(MAGIC)]}")
+        conn.nonce_theirs = body[len(MAGIC) + 1 :]
+        conn.nonce_mine = os.urandom(NONCE_BYTES)
+        proof = server_proof(self._secret, conn.nonce_theirs, conn.nonce_mine, self.address)
+        self._queue_frame(
+            conn, KIND_CHALLENGE, hello_body(conn.nonce_mine) + proof + self.address.encode()
+        )
+        conn.state = _State.AWAIT_AUTH
+        self._write(conn)
+
+    def _on_challenge(self, conn: _Conn, body: bytes) -> None:
+        head = len(MAGIC) + 1 + NONCE_BYTES
+        if len(body) < head + MAC_BYTES or not body.startswith(MAGIC):
+            raise FrameError("bad CHALLENGE")
+        conn.nonce_theirs = body[len(MAGIC) + 1 : head]
+        mac = body[head : head + MAC_BYTES]
+        server_addr = body[head + MAC_BYTES :].decode("utf-8", "replace")
+        assert conn.peer is not None
+        expected = server_proof(self._secret, conn.nonce_mine, conn.nonce_theirs, server_addr)
+        if not hmac.compare_digest(mac, expected):
+            self.stats["auth_failures"] += 1
+            raise FrameError("listener failed authentication (wrong cluster secret?)")
+        if server_addr != conn.peer:
+            raise FrameError(f"dialed {conn.peer} but it says it is {server_addr}")
+        proof = client_proof(self._secret, conn.nonce_theirs, conn.nonce_mine, self.address)
+        self._queue_frame(conn, KIND_AUTH, proof + self.address.encode())
+        conn.state = _State.AWAIT_WELCOME
+        self._write(conn)
+
+    def _on_auth(self, conn: _Conn, body: bytes) -> None:
+        if len(body) <= MAC_BYTES:
+            raise FrameError("bad AUTH")
+        mac, claimed = body[:MAC_BYTES], body[MAC_BYTES:].decode("utf-8", "replace")
+        expected = client_proof(self._secret, conn.nonce_mine, conn.nonce_theirs, claimed)
+        if not hmac.compare_digest(mac, expected):
+            self.stats["auth_failures"] += 1
+            raise FrameError("dialer failed authentication (wrong cluster secret?)")
+        if claimed == self.address or not should_dial(claimed, self.address):
+            raise FrameError(f"{claimed} must not dial {self.address}")
+        conn.peer = claimed
+        self._queue_frame(conn, KIND_WELCOME)
+        self._write(conn)
+        if conn.state != _State.CLOSED:
+            self._open(conn)
+
+    def _open(self, conn: _Conn) -> None:
+        peer = conn.peer
+        assert peer is not None
+        old = self._links.get(peer)
+        if old is not None:
+            self._close(old, "replaced by a newer connection")
+        conn.state = _State.OPEN
+        conn.label = peer
+        conn.decoder.frame_bytes_max = self.config.frame_bytes_max
+        self._links[peer] = conn
+        dial = self._dials.get(peer)
+        if dial is not None:
+            dial.backoff_s = 0.0
+        self._links_changed()
+        logger.info("[peer=%s] raft link up (%s)", peer, "dialed" if conn.dialer else "accepted")
+
+    def _on_batch(self, conn: _Conn, body: bytes, touched: set[str]) -> None:
+        try:
+            batch = loads_data(body)
+        except Exception as exc:
+            raise FrameError(f"undecodable batch: {exc!r}") from None
+        if type(batch) is not list:
+            raise FrameError("batch is not a list")
+        peer = conn.label
+        views = self._views
+        for item in batch:
+            if type(item) is not tuple or len(item) != 2:
+                raise FrameError("batch item is not a (group, message) pair")
+            group, message = item
+            if type(group) is not str or type(message) is not dict:
+                raise FrameError("batch item is not a (str, dict) pair")
+            self.stats["messages_received"] += 1
+            view = views.get(group)
+            if view is None:
+                self.stats["messages_dropped_unknown_group"] += 1
+                continue
+            touched.add(group)
+            try:
+                view.deliver(peer, message)
+            except Exception:
+                self.stats["callback_errors"] += 1
+                logger.exception("[group=%s] [peer=%s] message handler failed", group, peer)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _encode_batches(self, peer: str, batch: list[tuple[str, Any]]) -> list[bytes]:
+        body = dumps_data(batch)
+        if len(body) + 1 <= self.config.frame_bytes_max:
+            self.stats["messages_sent"] += len(batch)
+            return [body]
+        if len(batch) == 1:
+            self.stats["messages_dropped_too_large"] += 1
+            logger.error(
+                "[group=%s] [peer=%s] dropped a %d-byte message: above frame_bytes_max",
+                batch[0][0],
+                peer,
+                len(body),
+            )
+            return []
+        half = len(batch) // 2
+        return self._encode_batches(peer, batch[:half]) + self._encode_batches(peer, batch[half:])
+
+    def _queue_frame(self, conn: _Conn, kind: int, body: bytes = b"") -> None:
+        if conn.state == _State.CLOSED:
+            return
+        conn.out += encode_frame(kind, body)
+        self.stats["frames_sent"] += 1
+        if len(conn.out) > self.config.out_buffer_bytes_max:
+            self._close(conn, f"peer too slow: {len(conn.out)} bytes unsent")
+
+    def _write(self, conn: _Conn) -> None:
+        if conn.state in (_State.CLOSED, _State.CONNECTING) or not conn.out:
+            return
+        try:
+            sent = conn.sock.send(conn.out)
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            sent = 0
+        except OSError as exc:
+            self._close(conn, f"send failed: {exc}")
+            return
+        if sent:
+            del conn.out[:sent]
+            conn.last_send = self._clock()
+            self.stats["bytes_sent"] += sent
+        self._set_want_write(conn, bool(conn.out))
+
+    def _set_want_write(self, conn: _Conn, want: bool) -> None:
+        if want == conn.want_write or conn.state == _State.CLOSED:
+            return
+        conn.want_write = want
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
+        self._sel.modify(conn.sock, events, conn)
+
+    def _on_writable(self, conn: _Conn) -> None:
+        if conn.state == _State.CONNECTING:
+            err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                assert conn.peer is not None
+                self._close(conn, f"connect failed: {os.strerror(err)}", log=False)
+                self._dial_failed(conn.peer, self._clock(), os.strerror(err))
+                return
+            conn.state = _State.AWAIT_CHALLENGE
+            conn.nonce_mine = os.urandom(NONCE_BYTES)
+            conn.want_write = True  # registered for WRITE only; _write recomputes the mask
+            self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+            self._queue_frame(conn, KIND_HELLO, hello_body(conn.nonce_mine))
+        self._write(conn)
+
+    def _close(self, conn: _Conn, why: str, *, log: bool = True) -> None:
+        if conn.state == _State.CLOSED:
+            return
+        was_open = conn.state == _State.OPEN
+        conn.state = _State.CLOSED
+        self._conns.discard(conn)
+        if log:
+            level = logging.INFO if was_open else logging.WARNING
+            logger.log(level, "[peer=%s] raft connection closed: %s", conn.label, why)
+        if was_open and conn.peer is not None and self._links.get(conn.peer) is conn:
+            del self._links[conn.peer]
+            with self._pending_lock:
+                self._pending.pop(conn.peer, None)
+            self._links_changed()
+            if conn.peer in self._dials:
+                self._dial_failed(conn.peer, self._clock(), why)
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(conn.sock)
+        conn.sock.close()
+
+    def _links_changed(self) -> None:
+        self._connected = frozenset(self._links)
+        self.peer_generation += 1
