@@ -1,0 +1,350 @@
+"""The in-memory twin of the mux transport, for the one-process simulation tier.
+
+A `Hub` connects N broker endpoints (`HubEndpoint`) in one process. Groups use the same
+`GroupTransport` view as over TCP (``transportClass=ep.transport_class(name)``); only the endpoint
+differs. Nothing moves unless the test says so:
+
+- `ManualClock` is the only clock. `pysyncobj_time(clock, rng)` patches pysyncobj's clock and
+  election randomness (the documented hook: ``pysyncobj.syncobj.monotonicTime`` and the
+  ``random`` module it calls ``random.random()`` on) for the groups created and ticked inside it.
+- `Hub.step()` flushes every endpoint's buffered messages into flight and delivers those that are
+  due at the current clock; groups are ticked by hand (or by `RaftDriver.run_once`, which accepts
+  a HubEndpoint and a manual clock).
+- Faults: `partition(a, b)`, `isolate(a)`, `heal()`, `drop(probability)`, `delay(ms, jitter_ms)`,
+  `crash(addr)` / `restart(addr)`. A cut link looks like a dead TCP connection: the views
+  announce the peer disconnected and messages in flight on it are lost.
+
+Determinism: every random decision (drop, jitter) comes from ``random.Random(seed)`` and is taken
+in an order that does not depend on set iteration or string hashing: each flush sorts messages by
+(sender, receiver) keeping per-link send order, and deliveries are ordered by (due time, sender,
+receiver, per-link sequence). Links are FIFO, like TCP. Given the same seed and the same sequence of
+test actions, a run is the same in every process (`test_raft_hub.py` checks this across
+PYTHONHASHSEEDs). Messages are pickled at flush and unpickled with `loads_data` at delivery, so
+groups never share objects and only plain data can travel, as on the wire.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pysyncobj.syncobj as _pysyncobj_syncobj
+
+from .mux import GroupTransport, dumps_data, loads_data
+
+logger = logging.getLogger("raftq.transport.raft.hub")
+
+
+class ManualClock:
+    """Seconds that advance only when told to. Callable, like `time.monotonic`."""
+
+    def __init__(self, start_s: float = 1000.0) -> None:
+        self._now = start_s
+
+    def __call__(self) -> float:
+        return self._now
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> float:
+        if seconds < 0:
+            raise ValueError("time does not go backwards")
+        self._now += seconds
+        return self._now
+
+
+@contextmanager
+def pysyncobj_time(clock: Callable[[], float], rng: random.Random) -> Iterator[None]:
+    """Make pysyncobj read `clock` and draw election timeouts from `rng` inside the block.
+
+    pysyncobj 0.3.17 reads time only through ``pysyncobj.syncobj.monotonicTime`` (a module-level
+    name) and randomness only through ``random.random()`` in ``__generateRaftTimeout``. The patch
+    is process-wide: do not run TCP groups (real time) while it is active.
+    """
+    saved_time = _pysyncobj_syncobj.monotonicTime
+    saved_random = _pysyncobj_syncobj.random
+    _pysyncobj_syncobj.monotonicTime = clock
+    _pysyncobj_syncobj.random = rng
+    try:
+        yield
+    finally:
+        _pysyncobj_syncobj.monotonicTime = saved_time
+        _pysyncobj_syncobj.random = saved_random
+
+
+@dataclass(order=True)
+class _InFlight:
+    due_s: float
+    src: str
+    dst: str
+    seq: int
+    group: str = field(compare=False)
+    payload: bytes = field(compare=False)
+
+
+class HubEndpoint:
+    """One broker's side of the hub. Implements what `GroupTransport` and `RaftDriver` need."""
+
+    def __init__(self, hub: Hub, address: str) -> None:
+        self.address = address
+        self._hub = hub
+        self._views: dict[str, GroupTransport] = {}
+        self._outbox: list[tuple[str, str, Any]] = []  # (peer, group, message) in send order
+        self.up = True
+        self.stats: dict[str, int] = dict.fromkeys(
+            ("messages_sent", "messages_received", "messages_dropped", "callback_errors"), 0
+        )
+
+    # -- ViewHost --------------------------------------------------------------------------------
+
+    @property
+    def peer_generation(self) -> int:
+        return self._hub.generation
+
+    def connected_peers(self) -> frozenset[str]:
+        return frozenset(p for p in self._hub.addresses if self._hub.connected(self.address, p))
+
+    def enqueue(self, peer: str, group: str, message: Any) -> bool:
+        if not self._hub.connected(self.address, peer):
+            self.stats["messages_dropped"] += 1
+            return False
+        self._outbox.append((peer, group, message))
+        return True
+
+    def view_created(self, group: str, view: GroupTransport) -> None:
+        if group in self._views:
+            raise ValueError(f"[group={group}] already has a transport on {self.address}")
+        self._views[group] = view
+
+    def view_destroyed(self, group: str, view: GroupTransport) -> None:
+        if self._views.get(group) is view:
+            del self._views[group]
+
+    def add_peer(self, peer: str) -> None:
+        pass  # every hub endpoint can reach every other one unless a fault says otherwise
+
+    # -- DriverEndpoint ----------------------------------------------------------------------------
+
+    def transport_class(self, group: str) -> Callable[[Any, Any, Iterable[Any]], GroupTransport]:
+        def make(syncObj: Any, selfNode: Any, otherNodes: Iterable[Any]) -> GroupTransport:
+            return GroupTransport(self, group, syncObj, selfNode, otherNodes)
+
+        return make
+
+    def poll(self, timeout_s: float) -> set[str]:
+        """Deliver the messages due for this endpoint now (never blocks)."""
+        return self._hub.deliver_due(only=self.address)
+
+    def flush(self) -> None:
+        self._hub.flush(self)
+
+    def wake(self) -> None:
+        pass
+
+    def activate(self, group: str) -> None:
+        if group not in self._views:
+            raise KeyError(f"[group={group}] no transport was created for this group")
+
+    def deactivate(self, group: str) -> None:
+        self._views.pop(group, None)
+
+    def discard_pending(self, group: str) -> int:
+        before = len(self._outbox)
+        self._outbox = [m for m in self._outbox if m[1] != group]
+        return before - len(self._outbox)
+
+    def statistics(self) -> dict[str, int]:
+        return dict(self.stats)
+
+    # -- hub side ----------------------------------------------------------------------------------
+
+    def _take_outbox(self) -> list[tuple[str, str, Any]]:
+        out, self._outbox = self._outbox, []
+        return out
+
+    def _deliver(self, src: str, group: str, message: Any) -> str | None:
+        view = self._views.get(group)
+        if view is None:
+            return None
+        self.stats["messages_received"] += 1
+        try:
+            view.deliver(src, message)
+        except Exception:
+            self.stats["callback_errors"] += 1
+            logger.exception("[group=%s] [peer=%s] message handler failed", group, src)
+        return group
+
+
+class Hub:
+    """N in-process broker endpoints with seeded, scriptable faults. See the module docstring."""
+
+    def __init__(self, seed: int, clock: ManualClock | None = None) -> None:
+        self.seed = seed
+        self.clock = clock or ManualClock()
+        self.rng = random.Random(seed)  # network faults
+        self.raft_rng = random.Random(seed * 1_000_003 + 7)  # election timeouts (pysyncobj_time)
+        self._endpoints: dict[str, HubEndpoint] = {}
+        self._cuts: set[frozenset[str]] = set()
+        self._drop_probability = 0.0
+        self._delay_s = 0.0
+        self._jitter_s = 0.0
+        self._inflight: list[_InFlight] = []
+        self._link_seq: dict[tuple[str, str], int] = {}
+        self._link_last_due: dict[tuple[str, str], float] = {}
+        self.generation = 0
+        self.stats: dict[str, int] = dict.fromkeys(
+            ("flushed", "delivered", "dropped_random", "dropped_cut"), 0
+        )
+
+    def time(self) -> Any:
+        """``with hub.time():`` = `pysyncobj_time` with this hub's clock and raft rng."""
+        return pysyncobj_time(self.clock, self.raft_rng)
+
+    # -- topology ----------------------------------------------------------------------------------
+
+    def endpoint(self, address: str) -> HubEndpoint:
+        ep = self._endpoints.get(address)
+        if ep is None:
+            ep = self._endpoints[address] = HubEndpoint(self, address)
+            self.generation += 1
+        return ep
+
+    @property
+    def addresses(self) -> list[str]:
+        return sorted(self._endpoints)
+
+    def connected(self, a: str, b: str) -> bool:
+        ea, eb = self._endpoints.get(a), self._endpoints.get(b)
+        return (
+            a != b
+            and ea is not None
+            and eb is not None
+            and ea.up
+            and eb.up
+            and frozenset((a, b)) not in self._cuts
+        )
+
+    # -- faults ------------------------------------------------------------------------------------
+
+    def partition(self, a: str, b: str) -> None:
+        """Cut the link between brokers `a` and `b` (both directions)."""
+        self._cuts.add(frozenset((a, b)))
+        self._topology_changed()
+
+    def isolate(self, a: str) -> None:
+        for b in self._endpoints:
+            if b != a:
+                self._cuts.add(frozenset((a, b)))
+        self._topology_changed()
+
+    def heal(self) -> None:
+        """Remove every cut (crashed endpoints stay down)."""
+        self._cuts.clear()
+        self._topology_changed()
+
+    def drop(self, probability: float) -> None:
+        """Lose each message independently with `probability` (0 disables)."""
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError("probability must be within [0, 1]")
+        self._drop_probability = probability
+
+    def delay(self, ms: float, jitter_ms: float = 0.0) -> None:
+        """Deliver each message `ms` (+ uniform 0..`jitter_ms`) after its flush; links stay FIFO."""
+        if ms < 0 or jitter_ms < 0:
+            raise ValueError("delays are not negative")
+        self._delay_s, self._jitter_s = ms / 1000.0, jitter_ms / 1000.0
+
+    def crash(self, address: str) -> None:
+        """The broker is gone: nothing to or from it, its unsent messages are lost. The caller
+        stops ticking (and later recreates) its groups."""
+        ep = self._endpoints[address]
+        ep.up = False
+        ep._take_outbox()
+        self._topology_changed()
+
+    def restart(self, address: str) -> None:
+        self._endpoints[address].up = True
+        self._topology_changed()
+
+    def _topology_changed(self) -> None:
+        self.generation += 1
+        kept = [m for m in self._inflight if self.connected(m.src, m.dst)]
+        self.stats["dropped_cut"] += len(self._inflight) - len(kept)
+        heapq.heapify(kept)
+        self._inflight = kept
+
+    # -- stepping ----------------------------------------------------------------------------------
+
+    def flush(self, ep: HubEndpoint | None = None) -> int:
+        """Put buffered messages (of `ep`, or of every endpoint) in flight. Returns how many."""
+        endpoints = [ep] if ep is not None else [self._endpoints[a] for a in self.addresses]
+        now = self.clock.now()
+        count = 0
+        for source in endpoints:
+            outbox = source._take_outbox()
+            outbox.sort(key=lambda m: m[0])  # stable: per-link order survives
+            for peer, group, message in outbox:
+                link = (source.address, peer)
+                if not self.connected(*link):
+                    self.stats["dropped_cut"] += 1
+                    continue
+                if self._drop_probability and self.rng.random() < self._drop_probability:
+                    self.stats["dropped_random"] += 1
+                    continue
+                due = now + self._delay_s
+                if self._jitter_s:
+                    due += self.rng.uniform(0.0, self._jitter_s)
+                due = max(due, self._link_last_due.get(link, due))
+                self._link_last_due[link] = due
+                seq = self._link_seq.get(link, 0) + 1
+                self._link_seq[link] = seq
+                payload = dumps_data(message)
+                heapq.heappush(
+                    self._inflight, _InFlight(due, link[0], link[1], seq, group, payload)
+                )
+                source.stats["messages_sent"] += 1
+                count += 1
+        self.stats["flushed"] += count
+        return count
+
+    def deliver_due(self, only: str | None = None) -> set[str]:
+        """Deliver, in order, every in-flight message due by now (to `only`, if given). Messages
+        produced while delivering wait for the next flush. Returns the touched group names."""
+        now = self.clock.now()
+        touched: set[str] = set()
+        if only is None:
+            ready = []
+            while self._inflight and self._inflight[0].due_s <= now:
+                ready.append(heapq.heappop(self._inflight))
+        else:
+            ready = sorted(m for m in self._inflight if m.due_s <= now and m.dst == only)
+            if ready:
+                taken = set(map(id, ready))
+                self._inflight = [m for m in self._inflight if id(m) not in taken]
+                heapq.heapify(self._inflight)
+        for m in ready:
+            if not self.connected(m.src, m.dst):
+                self.stats["dropped_cut"] += 1
+                continue
+            group = self._endpoints[m.dst]._deliver(m.src, m.group, loads_data(m.payload))
+            self.stats["delivered"] += 1
+            if group is not None:
+                touched.add(group)
+        return touched
+
+    def step(self) -> int:
+        """Flush every endpoint, then deliver what is due. Returns how many were delivered."""
+        self.flush()
+        before = self.stats["delivered"]
+        self.deliver_due()
+        return self.stats["delivered"] - before
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
