@@ -26,7 +26,7 @@ from assignors.placement import (
 )
 from proto.errors import InvalidArgument
 
-PROPERTY = settings(max_examples=150, deadline=None, print_blob=True)
+PROPERTY = settings(max_examples=100, deadline=None, print_blob=True)
 
 
 def spread(counts: Sequence[int]) -> int:

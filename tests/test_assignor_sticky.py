@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from assignors.sticky import Assignment, TopicPartition, assign, moved, owners
 from proto.errors import InvalidArgument
 
-PROPERTY = settings(max_examples=150, deadline=None, print_blob=True)
+PROPERTY = settings(max_examples=100, deadline=None, print_blob=True)
 
 TOPICS = ["a", "b", "c", "d", "e"]
 
