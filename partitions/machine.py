@@ -40,6 +40,8 @@ MAX_LEASE_RECORDS = 10_000
 MAX_REFS = 10_000
 MAX_APPEND_RECORDS = 100_000
 MAX_NAME_CHARS = 255
+MAX_LEASE_MS = 12 * 3600 * 1000  # like SQS's visibility timeout: at most 12 hours
+MAX_DELAY_MS = 366 * 24 * 3600 * 1000  # nack delays and deliver_at horizons: at most a year
 PRODUCER_BATCHES_KEPT = 5  # like Kafka: the last five batches of a producer answer retries
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
@@ -99,8 +101,8 @@ def check_config(config: common_pb2.TopicConfig) -> Rejected | None:
     problems = []
     if config.ordering not in (common_pb2.FIFO, common_pb2.PRIORITY):
         problems.append("ordering must be fifo or priority")
-    if config.lease_ms <= 0:
-        problems.append("lease_ms must be > 0")
+    if not 0 < config.lease_ms <= MAX_LEASE_MS:
+        problems.append(f"lease_ms must be 1..{MAX_LEASE_MS} (12 h)")
     if config.max_deliveries < 0:
         problems.append("max_deliveries must be >= 0 (0 = unlimited)")
     for name in ("retention_ms", "retention_bytes", "dedup_window_ms"):
@@ -320,7 +322,7 @@ class PartitionMachine:
                     key or None,
                     None,
                     None,
-                    len(rkey or b"") + len(record.value) + len(headers or b""),
+                    record_size(record),
                 )
             )
             results.append(partition_pb2.RecordResult(offset=offset))
@@ -389,11 +391,14 @@ class PartitionMachine:
             raise Rejected(
                 ErrorCode.INVALID_ARGUMENT, f"max_records must be 1..{MAX_LEASE_RECORDS}"
             )
-        if cmd.lease_ms < 0 or cmd.max_bytes < 0:
-            raise Rejected(ErrorCode.INVALID_ARGUMENT, "lease_ms and max_bytes must be >= 0")
+        if not 0 <= cmd.lease_ms <= MAX_LEASE_MS or cmd.max_bytes < 0:
+            raise Rejected(
+                ErrorCode.INVALID_ARGUMENT,
+                f"lease_ms must be 0..{MAX_LEASE_MS} (0 = the topic's) and max_bytes >= 0",
+            )
         group = self._group(cmd.group, cmd.start_from)
         self._catch_up(group, now_ms)
-        deadline = now_ms + (cmd.lease_ms or self.config.lease_ms)
+        deadline = min(now_ms + (cmd.lease_ms or self.config.lease_ms), INT64_MAX)
         chosen = self.store.select_ready(group.gid, cmd.max_records)
         if self.config.max_deliveries:  # only after max_deliveries was lowered
             spent = [p for p in chosen if p.delivery_count >= self.config.max_deliveries]
@@ -472,8 +477,8 @@ class PartitionMachine:
         return partition_pb2.CommandResult(refs=results, count=len(held))
 
     def _on_nack(self, cmd: partition_pb2.Nack, now_ms: int) -> partition_pb2.CommandResult:
-        if cmd.HasField("delay_ms") and cmd.delay_ms < 0:
-            raise Rejected(ErrorCode.INVALID_ARGUMENT, "delay_ms must be >= 0")
+        if cmd.HasField("delay_ms") and not 0 <= cmd.delay_ms <= MAX_DELAY_MS:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, f"delay_ms must be 0..{MAX_DELAY_MS}")
         group, held, results = self._check_refs(cmd.group, cmd.member, cmd.refs, now_ms)
         limit = self.config.max_deliveries
         spent = [p for p in held.values() if limit and p.delivery_count >= limit]
@@ -497,11 +502,11 @@ class PartitionMachine:
     def _on_extend_lease(
         self, cmd: partition_pb2.ExtendLease, now_ms: int
     ) -> partition_pb2.CommandResult:
-        if cmd.lease_ms <= 0:
-            raise Rejected(ErrorCode.INVALID_ARGUMENT, "lease_ms must be > 0")
+        if not 0 < cmd.lease_ms <= MAX_LEASE_MS:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, f"lease_ms must be 1..{MAX_LEASE_MS}")
         group, held, results = self._check_refs(cmd.group, cmd.member, cmd.refs, now_ms)
         for p in held.values():
-            p.visible_at_ms = now_ms + cmd.lease_ms
+            p.visible_at_ms = min(now_ms + cmd.lease_ms, INT64_MAX)
         self.store.pending_put(group.gid, list(held.values()))
         return partition_pb2.CommandResult(refs=results, count=len(held))
 
@@ -617,6 +622,8 @@ class PartitionMachine:
     ) -> list[common_pb2.StoredRecord]:
         """Records from ``offset`` (or the log start, if later) in offset order; cancelled
         records leave gaps. At least one record is returned when any exists."""
+        if max_records <= 0:
+            return []
         rows = self.store.records_from(max(offset, self.meta.log_start), max_records)
         out: list[common_pb2.StoredRecord] = []
         total = 0

@@ -376,7 +376,7 @@ def test_rejections_agree_across_stores(tmp_path: Path) -> None:
     assert machines[0].store.dump() == machines[1].store.dump()
 
 
-# -- known machine bugs (xfail strict: remove the marker when machine.py is fixed) -------------
+# -- a lease far in the future is refused, never an overflow that fails the replica ----------
 
 HUGE_LEASE = {
     "lease_ms_int64_max": [
@@ -400,11 +400,6 @@ HUGE_LEASE = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="machine.py: now_ms + lease_ms overflows int64 (proto field or SQLite column); "
-    "apply answers INTERNAL and latches the replica failed, on every replica alike",
-)
 @pytest.mark.parametrize("commands", list(HUGE_LEASE.values()), ids=list(HUGE_LEASE))
 def test_a_huge_lease_never_fails_the_replica(
     machine: PartitionMachine, commands: list[bytes]
