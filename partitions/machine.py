@@ -47,6 +47,9 @@ INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 INT64_MAX = 2**63 - 1
 
+# ``ErrorCode.X`` goes through a Python-level ``__getattr__`` on every use: hot loops use this.
+_OK = ErrorCode.OK
+
 DEFAULT_CONFIG = common_pb2.TopicConfig(
     ordering=common_pb2.FIFO,
     lease_ms=30_000,
@@ -76,6 +79,22 @@ def record_size(record: common_pb2.Record) -> int:
     for name, value in record.headers.items():
         size += len(name.encode()) + len(value)
     return size
+
+
+def _plain_size(record: common_pb2.Record, max_record_bytes: int) -> int | None:
+    """``record_size`` of a record ``check_record`` surely accepts (no headers, small enough,
+    no negative deliver_at, a short idempotency key), without walking the headers map (the
+    costly part for a batch); None means "ask check_record"."""
+    if record.headers:
+        return None
+    size = len(record.key) + len(record.value)
+    if (
+        size <= max_record_bytes
+        and record.deliver_at_ms >= 0
+        and len(record.idempotency_key) <= MAX_NAME_CHARS
+    ):
+        return size
+    return None
 
 
 def check_record(record: common_pb2.Record, config: common_pb2.TopicConfig) -> Rejected | None:
@@ -148,17 +167,27 @@ def _headers_blob(record: common_pb2.Record) -> bytes | None:
 
 
 def stored_record(row: RecordRow) -> common_pb2.StoredRecord:
-    record = common_pb2.Record(
-        value=row.value,
-        priority=row.priority,
-        deliver_at_ms=row.deliver_at_ms,
-        idempotency_key=row.idempotency_key or "",
-    )
+    stored = common_pb2.StoredRecord()
+    fill_stored_record(stored, row)
+    return stored
+
+
+def fill_stored_record(stored: common_pb2.StoredRecord, row: RecordRow) -> None:
+    """Write ``row`` into an empty StoredRecord in place (e.g. one just added to a repeated
+    field): building nested messages and copying them in costs several times more."""
+    stored.offset = row.offset
+    stored.timestamp_ms = row.timestamp_ms
+    record = stored.record
+    record.SetInParent()
+    record.value = row.value
+    record.priority = row.priority
+    record.deliver_at_ms = row.deliver_at_ms
+    if row.idempotency_key:
+        record.idempotency_key = row.idempotency_key
     if row.key is not None:
         record.key = row.key
     if row.headers:
-        record.headers.update(common_pb2.Record.FromString(row.headers).headers)
-    return common_pb2.StoredRecord(offset=row.offset, timestamp_ms=row.timestamp_ms, record=record)
+        record.MergeFromString(row.headers)  # a Record that carries only the headers
 
 
 def _error(code: int, message: str) -> partition_pb2.CommandResult:
@@ -239,17 +268,24 @@ class PartitionMachine:
             raise Rejected(ErrorCode.INVALID_ARGUMENT, "append carries no records")
         if len(cmd.records) > MAX_APPEND_RECORDS:
             raise Rejected(ErrorCode.INVALID_ARGUMENT, f"over {MAX_APPEND_RECORDS} records")
+        max_record_bytes = self.config.max_record_bytes
+        sizes = []
         for i, record in enumerate(cmd.records):
-            problem = check_record(record, self.config)
-            if problem is not None:
-                raise Rejected(problem.code, f"record {i}: {problem.message}")
+            size = _plain_size(record, max_record_bytes)
+            if size is None:
+                problem = check_record(record, self.config)
+                if problem is not None:
+                    raise Rejected(problem.code, f"record {i}: {problem.message}")
+                size = record_size(record)
+            sizes.append(size)
+        result = partition_pb2.CommandResult()
         if cmd.producer_id:
             earlier = self._producer_duplicate(cmd.producer_id, cmd.sequence)
             if earlier is not None:
-                return partition_pb2.CommandResult(
-                    records=[partition_pb2.RecordResult(offset=o, duplicate=True) for o in earlier]
-                )
-        results, rows, idem = self._plan_append(cmd.records, now_ms)
+                for o in earlier:
+                    result.records.add(offset=o, duplicate=True)
+                return result
+        offsets, rows, idem = self._plan_append(cmd.records, sizes, now_ms)
         if cmd.producer_id:
             for row in rows:
                 row.producer_id, row.sequence = cmd.producer_id, cmd.sequence
@@ -260,13 +296,19 @@ class PartitionMachine:
             self.store.producer_put(
                 cmd.producer_id,
                 cmd.sequence,
-                [r.offset for r in results],
+                [offset for offset, _ in offsets],
                 now_ms,
                 PRODUCER_BATCHES_KEPT,
             )
         self.meta.next_offset += len(rows)
         self.meta.log_bytes += sum(r.size for r in rows)
-        return partition_pb2.CommandResult(records=results)
+        add = result.records.add
+        for offset, duplicate in offsets:
+            if duplicate:
+                add(offset=offset, duplicate=True)
+            else:
+                add(offset=offset)
+        return result
 
     def _producer_duplicate(self, producer_id: str, sequence: int) -> list[int] | None:
         """Offsets of an already-applied batch, None for the next batch; Rejected otherwise."""
@@ -289,9 +331,11 @@ class PartitionMachine:
         )
 
     def _plan_append(
-        self, records: Sequence[common_pb2.Record], now_ms: int
-    ) -> tuple[list[partition_pb2.RecordResult], list[RecordRow], list[tuple[str, int, int]]]:
-        """Decide offsets and dedup for a batch. Reads the store; writes nothing."""
+        self, records: Sequence[common_pb2.Record], sizes: Sequence[int], now_ms: int
+    ) -> tuple[list[tuple[int, bool]], list[RecordRow], list[tuple[str, int, int]]]:
+        """Decide offsets and dedup for a batch (``sizes``: each record's ``record_size``):
+        per record (offset, duplicate), the rows to insert and the idempotency keys to
+        remember. Reads the store; writes nothing."""
         keys = [r.idempotency_key for r in records if r.idempotency_key]
         window_start = now_ms - self.config.dedup_window_ms
         known: dict[str, int] = {}
@@ -299,38 +343,36 @@ class PartitionMachine:
             for key, (offset, ts) in self.store.idempotency_lookup(keys).items():
                 if ts >= window_start:
                     known[key] = offset
-        results: list[partition_pb2.RecordResult] = []
+        offsets: list[tuple[int, bool]] = []
         rows: list[RecordRow] = []
         idem: list[tuple[str, int, int]] = []
         offset = self.meta.next_offset
-        for record in records:
+        for record, size in zip(records, sizes, strict=True):
             key = record.idempotency_key
             if key and key in known:
-                results.append(partition_pb2.RecordResult(offset=known[key], duplicate=True))
+                offsets.append((known[key], True))
                 continue
-            headers = _headers_blob(record)
-            rkey = record.key if record.HasField("key") else None
             rows.append(
                 RecordRow(
                     offset,
                     now_ms,
-                    rkey,
+                    record.key if record.HasField("key") else None,
                     record.value,
-                    headers,
+                    _headers_blob(record),
                     record.priority,
                     record.deliver_at_ms,
                     key or None,
                     None,
                     None,
-                    record_size(record),
+                    size,
                 )
             )
-            results.append(partition_pb2.RecordResult(offset=offset))
+            offsets.append((offset, False))
             if key:
                 known[key] = offset
                 idem.append((key, offset, now_ms))
             offset += 1
-        return results, rows, idem
+        return offsets, rows, idem
 
     # -- leasing ------------------------------------------------------------------------------
 
@@ -406,29 +448,32 @@ class PartitionMachine:
                 self._dead_letter(group, spent, "max_deliveries", now_ms)
                 chosen = [p for p in chosen if p.delivery_count < self.config.max_deliveries]
         records = self.store.get_records([p.offset for p in chosen])
-        deliveries = []
+        result = partition_pb2.CommandResult()
+        add = result.deliveries.add
+        max_bytes = cmd.max_bytes
         taken: list[int] = []
         total = 0
         for p in chosen:
             row = records[p.offset]
-            if cmd.max_bytes and taken and total + row.size > cmd.max_bytes:
+            if max_bytes and taken and total + row.size > max_bytes:
                 break
             total += row.size
             taken.append(p.offset)
-            deliveries.append(
-                partition_pb2.Delivery(
-                    record=stored_record(row),
-                    delivery_count=p.delivery_count + 1,
-                    lease_deadline_ms=deadline,
-                )
-            )
+            delivery = add(delivery_count=p.delivery_count + 1, lease_deadline_ms=deadline)
+            fill_stored_record(delivery.record, row)
         self.store.lease(group.gid, taken, cmd.member, deadline)
-        return partition_pb2.CommandResult(deliveries=deliveries)
+        return result
 
     def _check_refs(
-        self, group_name: str, member: str, refs: Sequence[partition_pb2.DeliveryRef], now_ms: int
-    ) -> tuple[GroupRow, dict[int, PendingRow], list[partition_pb2.RefResult]]:
-        """Which refs name a live lease of ``member``; per-ref errors for the others."""
+        self,
+        group_name: str,
+        member: str,
+        refs: Sequence[partition_pb2.DeliveryRef],
+        now_ms: int,
+        result: partition_pb2.CommandResult,
+    ) -> tuple[GroupRow, dict[int, PendingRow]]:
+        """Which refs name a live lease of ``member``; adds one RefResult per ref to
+        ``result`` (with an error for the others)."""
         if not member:
             raise Rejected(ErrorCode.INVALID_ARGUMENT, "member must be set")
         if not 1 <= len(refs) <= MAX_REFS:
@@ -438,17 +483,18 @@ class PartitionMachine:
             raise Rejected(ErrorCode.UNKNOWN_GROUP, f"group {group_name!r} has leased nothing here")
         rows = self.store.pending_get(group.gid, [r.offset for r in refs])
         held: dict[int, PendingRow] = {}
-        results = []
+        add = result.refs.add
         for ref in refs:
-            error, message = self._ref_error(ref, rows.get(ref.offset), member, now_ms)
-            if error == ErrorCode.OK and ref.offset in held:
+            offset = ref.offset
+            error, message = self._ref_error(ref, rows.get(offset), member, now_ms)
+            if error == _OK and offset in held:
                 error, message = ErrorCode.INVALID_ARGUMENT, "offset named twice"
-            if error == ErrorCode.OK:
-                held[ref.offset] = rows[ref.offset]
-            results.append(
-                partition_pb2.RefResult(offset=ref.offset, error=error, message=message)  # type: ignore[arg-type]
-            )
-        return group, held, results
+            if error == _OK:
+                held[offset] = rows[offset]
+                add(offset=offset)
+            else:
+                add(offset=offset, error=error, message=message)
+        return group, held
 
     def _ref_error(
         self, ref: partition_pb2.DeliveryRef, row: PendingRow | None, member: str, now_ms: int
@@ -469,24 +515,27 @@ class PartitionMachine:
             return ErrorCode.LEASE_EXPIRED, "the lease ended; the record will be redelivered"
         if row.owner != member:
             return ErrorCode.NOT_LEASED, "the record is not leased to this member"
-        return ErrorCode.OK, ""
+        return _OK, ""
 
     def _on_ack(self, cmd: partition_pb2.Settle, now_ms: int) -> partition_pb2.CommandResult:
-        group, held, results = self._check_refs(cmd.group, cmd.member, cmd.refs, now_ms)
+        result = partition_pb2.CommandResult()
+        group, held = self._check_refs(cmd.group, cmd.member, cmd.refs, now_ms, result)
         self.store.pending_delete(group.gid, list(held))
-        return partition_pb2.CommandResult(refs=results, count=len(held))
+        result.count = len(held)
+        return result
 
     def _on_nack(self, cmd: partition_pb2.Nack, now_ms: int) -> partition_pb2.CommandResult:
         if cmd.HasField("delay_ms") and not 0 <= cmd.delay_ms <= MAX_DELAY_MS:
             raise Rejected(ErrorCode.INVALID_ARGUMENT, f"delay_ms must be 0..{MAX_DELAY_MS}")
-        group, held, results = self._check_refs(cmd.group, cmd.member, cmd.refs, now_ms)
+        result = partition_pb2.CommandResult()
+        group, held = self._check_refs(cmd.group, cmd.member, cmd.refs, now_ms, result)
         limit = self.config.max_deliveries
         spent = [p for p in held.values() if limit and p.delivery_count >= limit]
         if spent:
             self._dead_letter(group, spent, "max_deliveries", now_ms)
             dead = {p.offset for p in spent}
-            for result in results:
-                result.dead_lettered = result.offset in dead and result.error == ErrorCode.OK
+            for ref in result.refs:
+                ref.dead_lettered = ref.offset in dead and ref.error == _OK
         retry = []
         for p in held.values():
             if limit and p.delivery_count >= limit:
@@ -497,18 +546,21 @@ class PartitionMachine:
             p.ready, p.owner, p.visible_at_ms = False, None, min(now_ms + delay, INT64_MAX)
             retry.append(p)
         self.store.pending_put(group.gid, retry)
-        return partition_pb2.CommandResult(refs=results, count=len(held))
+        result.count = len(held)
+        return result
 
     def _on_extend_lease(
         self, cmd: partition_pb2.ExtendLease, now_ms: int
     ) -> partition_pb2.CommandResult:
         if not 0 < cmd.lease_ms <= MAX_LEASE_MS:
             raise Rejected(ErrorCode.INVALID_ARGUMENT, f"lease_ms must be 1..{MAX_LEASE_MS}")
-        group, held, results = self._check_refs(cmd.group, cmd.member, cmd.refs, now_ms)
+        result = partition_pb2.CommandResult()
+        group, held = self._check_refs(cmd.group, cmd.member, cmd.refs, now_ms, result)
         for p in held.values():
             p.visible_at_ms = min(now_ms + cmd.lease_ms, INT64_MAX)
         self.store.pending_put(group.gid, list(held.values()))
-        return partition_pb2.CommandResult(refs=results, count=len(held))
+        result.count = len(held)
+        return result
 
     def _on_release(self, cmd: partition_pb2.Release, now_ms: int) -> partition_pb2.CommandResult:
         group = self.store.group_get(cmd.group)
