@@ -52,8 +52,9 @@ DEV_CLUSTER_SECRET = "raftq-dev-only-secret-CHANGE-ME"
 CLUSTER_SECRET_MIN_CHARS = 16
 
 # pysyncobj 0.3.17 sends an entry of 64 KiB or more through a broken chunked path
-# (../shared/PYSYNCOBJ.md, defect 3). Raise this only once that path is fixed or avoided.
-RAFT_ENTRY_BYTES_LIMIT = 65536
+# (../shared/PYSYNCOBJ.md, defect 3). transport/raft/node.py avoids it: appendEntriesBatchSizeBytes
+# is set above the largest entry, so an entry always travels whole. This caps entries at 8 MiB.
+RAFT_ENTRY_BYTES_LIMIT = 8 * 1024 * 1024
 # Room in a raft entry for the command around one record (topic, producer id, sequence,
 # now_ms, lengths): a record of topic_defaults.max_record_bytes must fit one entry.
 COMMAND_FRAMING_BYTES = 1024
@@ -282,10 +283,10 @@ class RaftSettings(_Section):
     election_timeout_max_ms: int = _setting(2000, min=10)
     heartbeat_ms: int = _setting(100, min=1)
     max_entry_bytes: int = _setting(
-        32768,
+        2 * 1024 * 1024,
         min=4096,
-        max=RAFT_ENTRY_BYTES_LIMIT - 1,
-        why="pysyncobj sends entries of 64 KiB or more through a broken chunked path",
+        max=RAFT_ENTRY_BYTES_LIMIT,
+        why="an entry travels whole in one raft message; larger entries stall replication",
     )
     max_inflight_entries_per_partition: int = _setting(1024, min=1, max=1_000_000)
     snapshot_interval_s: int = _setting(300, min=1)
@@ -328,7 +329,7 @@ class TopicDefaults(_Section):
     max_deliveries: int = _setting(5, min=0, max=1_000_000)
     retention_ms: int = _setting(604_800_000, min=0)
     retention_bytes: int = _setting(0, min=0)
-    max_record_bytes: int = _setting(32768 - COMMAND_FRAMING_BYTES, min=1)
+    max_record_bytes: int = _setting(1024 * 1024, min=1)
     dedup_window_ms: int = _setting(300_000, min=0)
     nack_backoff_base_ms: int = _setting(1000, min=0)
     nack_backoff_max_ms: int = _setting(60_000, min=0)
