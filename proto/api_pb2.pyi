@@ -1,0 +1,579 @@
+from proto import common_pb2 as _common_pb2
+from proto import partition_pb2 as _partition_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ClusterHealth(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HEALTH_UNKNOWN: _ClassVar[ClusterHealth]
+    HEALTHY: _ClassVar[ClusterHealth]
+    DEGRADED: _ClassVar[ClusterHealth]
+    UNHEALTHY: _ClassVar[ClusterHealth]
+HEALTH_UNKNOWN: ClusterHealth
+HEALTHY: ClusterHealth
+DEGRADED: ClusterHealth
+UNHEALTHY: ClusterHealth
+
+class SendRequest(_message.Message):
+    __slots__ = ("topic", "records", "partition", "producer_id", "sequence", "request_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    records: _containers.RepeatedCompositeFieldContainer[_common_pb2.Record]
+    partition: int
+    producer_id: str
+    sequence: int
+    request_id: int
+    def __init__(self, topic: _Optional[str] = ..., records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., partition: _Optional[int] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., request_id: _Optional[int] = ...) -> None: ...
+
+class SendResult(_message.Message):
+    __slots__ = ("partition", "offset", "error", "message", "duplicate", "leader_hint", "timestamp_ms")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_HINT_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    offset: int
+    error: _common_pb2.ErrorCode
+    message: str
+    duplicate: bool
+    leader_hint: str
+    timestamp_ms: int
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., duplicate: _Optional[bool] = ..., leader_hint: _Optional[str] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class SendResponse(_message.Message):
+    __slots__ = ("results", "request_id", "error", "message", "leader_hint")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_HINT_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SendResult]
+    request_id: int
+    error: _common_pb2.ErrorCode
+    message: str
+    leader_hint: str
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ..., request_id: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., leader_hint: _Optional[str] = ...) -> None: ...
+
+class TopicPartitions(_message.Message):
+    __slots__ = ("topic", "partitions")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class JoinGroupRequest(_message.Message):
+    __slots__ = ("group", "topics", "member_id", "session_timeout_ms", "start_from")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    START_FROM_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    member_id: str
+    session_timeout_ms: int
+    start_from: _partition_pb2.StartFrom
+    def __init__(self, group: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., member_id: _Optional[str] = ..., session_timeout_ms: _Optional[int] = ..., start_from: _Optional[_Union[_partition_pb2.StartFrom, str]] = ...) -> None: ...
+
+class JoinGroupResponse(_message.Message):
+    __slots__ = ("member_id", "generation", "assignment", "session_timeout_ms", "heartbeat_interval_ms")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    generation: int
+    assignment: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    def __init__(self, member_id: _Optional[str] = ..., generation: _Optional[int] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., session_timeout_ms: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("group", "member_id", "generation")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    generation: int
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("generation", "assignment")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    assignment: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    def __init__(self, generation: _Optional[int] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ...) -> None: ...
+
+class LeaveGroupRequest(_message.Message):
+    __slots__ = ("group", "member_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ...) -> None: ...
+
+class LeaveGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PollRequest(_message.Message):
+    __slots__ = ("group", "member_id", "generation", "max_records", "max_wait_ms", "lease_ms", "max_bytes")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    generation: int
+    max_records: int
+    max_wait_ms: int
+    lease_ms: int
+    max_bytes: int
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., max_records: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., lease_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class LeasedRecord(_message.Message):
+    __slots__ = ("topic", "partition", "offset", "delivery_count", "lease_deadline_ms", "timestamp_ms", "record")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    delivery_count: int
+    lease_deadline_ms: int
+    timestamp_ms: int
+    record: _common_pb2.Record
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., delivery_count: _Optional[int] = ..., lease_deadline_ms: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., record: _Optional[_Union[_common_pb2.Record, _Mapping]] = ...) -> None: ...
+
+class PollResponse(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[LeasedRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[LeasedRecord, _Mapping]]] = ...) -> None: ...
+
+class PollStart(_message.Message):
+    __slots__ = ("group", "member_id", "generation", "lease_ms", "max_bytes")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    generation: int
+    lease_ms: int
+    max_bytes: int
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., lease_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class Credit(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: int
+    def __init__(self, records: _Optional[int] = ...) -> None: ...
+
+class PollStreamRequest(_message.Message):
+    __slots__ = ("start", "credit")
+    START_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
+    start: PollStart
+    credit: Credit
+    def __init__(self, start: _Optional[_Union[PollStart, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ...) -> None: ...
+
+class RecordRef(_message.Message):
+    __slots__ = ("topic", "partition", "offset", "delivery_count")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    delivery_count: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., delivery_count: _Optional[int] = ...) -> None: ...
+
+class AckRequest(_message.Message):
+    __slots__ = ("group", "member_id", "generation", "refs")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    REFS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    generation: int
+    refs: _containers.RepeatedCompositeFieldContainer[RecordRef]
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., refs: _Optional[_Iterable[_Union[RecordRef, _Mapping]]] = ...) -> None: ...
+
+class NackRequest(_message.Message):
+    __slots__ = ("group", "member_id", "generation", "refs", "delay_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    REFS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    generation: int
+    refs: _containers.RepeatedCompositeFieldContainer[RecordRef]
+    delay_ms: int
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., refs: _Optional[_Iterable[_Union[RecordRef, _Mapping]]] = ..., delay_ms: _Optional[int] = ...) -> None: ...
+
+class ExtendLeaseRequest(_message.Message):
+    __slots__ = ("group", "member_id", "generation", "refs", "lease_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    REFS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    generation: int
+    refs: _containers.RepeatedCompositeFieldContainer[RecordRef]
+    lease_ms: int
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., refs: _Optional[_Iterable[_Union[RecordRef, _Mapping]]] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+
+class RefOutcome(_message.Message):
+    __slots__ = ("ref", "error", "message", "dead_lettered", "lease_deadline_ms", "leader_hint")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_HINT_FIELD_NUMBER: _ClassVar[int]
+    ref: RecordRef
+    error: _common_pb2.ErrorCode
+    message: str
+    dead_lettered: bool
+    lease_deadline_ms: int
+    leader_hint: str
+    def __init__(self, ref: _Optional[_Union[RecordRef, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., dead_lettered: _Optional[bool] = ..., lease_deadline_ms: _Optional[int] = ..., leader_hint: _Optional[str] = ...) -> None: ...
+
+class SettleResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[RefOutcome]
+    def __init__(self, results: _Optional[_Iterable[_Union[RefOutcome, _Mapping]]] = ...) -> None: ...
+
+class FetchRequest(_message.Message):
+    __slots__ = ("topic", "partition", "offset", "max_records", "max_bytes")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    max_records: int
+    max_bytes: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_records: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class FetchResponse(_message.Message):
+    __slots__ = ("records", "log_start", "end")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[_common_pb2.StoredRecord]
+    log_start: int
+    end: int
+    def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.StoredRecord, _Mapping]]] = ..., log_start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
+
+class ListOffsetsRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class PartitionOffsets(_message.Message):
+    __slots__ = ("partition", "log_start", "end")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    log_start: int
+    end: int
+    def __init__(self, partition: _Optional[int] = ..., log_start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
+
+class ListOffsetsResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionOffsets]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ...) -> None: ...
+
+class TopicConfigUpdate(_message.Message):
+    __slots__ = ("ordering", "lease_ms", "max_deliveries", "dead_letter_topic", "retention_ms", "retention_bytes", "max_record_bytes", "dedup_window_ms", "nack_backoff_base_ms", "nack_backoff_max_ms")
+    ORDERING_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECORD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
+    NACK_BACKOFF_BASE_MS_FIELD_NUMBER: _ClassVar[int]
+    NACK_BACKOFF_MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    ordering: _common_pb2.Ordering
+    lease_ms: int
+    max_deliveries: int
+    dead_letter_topic: str
+    retention_ms: int
+    retention_bytes: int
+    max_record_bytes: int
+    dedup_window_ms: int
+    nack_backoff_base_ms: int
+    nack_backoff_max_ms: int
+    def __init__(self, ordering: _Optional[_Union[_common_pb2.Ordering, str]] = ..., lease_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_record_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., nack_backoff_base_ms: _Optional[int] = ..., nack_backoff_max_ms: _Optional[int] = ...) -> None: ...
+
+class CreateTopicRequest(_message.Message):
+    __slots__ = ("name", "partitions", "replication_factor", "config")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: int
+    replication_factor: int
+    config: TopicConfigUpdate
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., config: _Optional[_Union[TopicConfigUpdate, _Mapping]] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteTopicResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TopicSummary(_message.Message):
+    __slots__ = ("name", "partitions", "replication_factor")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: int
+    replication_factor: int
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ...) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicSummary]
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicSummary, _Mapping]]] = ...) -> None: ...
+
+class DescribeTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class PartitionDescription(_message.Message):
+    __slots__ = ("partition", "replicas", "leader", "leader_addr", "log_start", "end", "in_sync")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    leader: int
+    leader_addr: str
+    log_start: int
+    end: int
+    in_sync: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., leader: _Optional[int] = ..., leader_addr: _Optional[str] = ..., log_start: _Optional[int] = ..., end: _Optional[int] = ..., in_sync: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class TopicDescription(_message.Message):
+    __slots__ = ("name", "replication_factor", "config", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    replication_factor: int
+    config: _common_pb2.TopicConfig
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionDescription]
+    def __init__(self, name: _Optional[str] = ..., replication_factor: _Optional[int] = ..., config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[PartitionDescription, _Mapping]]] = ...) -> None: ...
+
+class AlterTopicConfigRequest(_message.Message):
+    __slots__ = ("name", "config")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    config: TopicConfigUpdate
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[TopicConfigUpdate, _Mapping]] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GroupSummary(_message.Message):
+    __slots__ = ("group", "generation", "members", "topics")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    generation: int
+    members: int
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[int] = ..., topics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupSummary]
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupSummary, _Mapping]]] = ...) -> None: ...
+
+class DescribeGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class GroupMember(_message.Message):
+    __slots__ = ("member_id", "topics", "assignment", "session_timeout_ms", "last_heartbeat_ms")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    assignment: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    session_timeout_ms: int
+    last_heartbeat_ms: int
+    def __init__(self, member_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., session_timeout_ms: _Optional[int] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class PartitionLag(_message.Message):
+    __slots__ = ("topic", "partition", "committed", "end", "lag", "pending", "leased", "member_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    LEASED_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    committed: int
+    end: int
+    lag: int
+    pending: int
+    leased: int
+    member_id: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., committed: _Optional[int] = ..., end: _Optional[int] = ..., lag: _Optional[int] = ..., pending: _Optional[int] = ..., leased: _Optional[int] = ..., member_id: _Optional[str] = ...) -> None: ...
+
+class GroupDescription(_message.Message):
+    __slots__ = ("group", "generation", "members", "partitions")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    generation: int
+    members: _containers.RepeatedCompositeFieldContainer[GroupMember]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionLag]
+    def __init__(self, group: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ...) -> None: ...
+
+class DescribeClusterRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BrokerDescription(_message.Message):
+    __slots__ = ("id", "client_addr", "raft_addr", "rack", "alive")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ADDR_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDR_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    client_addr: str
+    raft_addr: str
+    rack: str
+    alive: bool
+    def __init__(self, id: _Optional[int] = ..., client_addr: _Optional[str] = ..., raft_addr: _Optional[str] = ..., rack: _Optional[str] = ..., alive: _Optional[bool] = ...) -> None: ...
+
+class ClusterDescription(_message.Message):
+    __slots__ = ("brokers", "metadata_leader", "health", "problems", "topics", "partitions", "partitions_without_leader", "under_replicated_partitions")
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_LEADER_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_WITHOUT_LEADER_FIELD_NUMBER: _ClassVar[int]
+    UNDER_REPLICATED_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    brokers: _containers.RepeatedCompositeFieldContainer[BrokerDescription]
+    metadata_leader: int
+    health: ClusterHealth
+    problems: _containers.RepeatedScalarFieldContainer[str]
+    topics: int
+    partitions: int
+    partitions_without_leader: int
+    under_replicated_partitions: int
+    def __init__(self, brokers: _Optional[_Iterable[_Union[BrokerDescription, _Mapping]]] = ..., metadata_leader: _Optional[int] = ..., health: _Optional[_Union[ClusterHealth, str]] = ..., problems: _Optional[_Iterable[str]] = ..., topics: _Optional[int] = ..., partitions: _Optional[int] = ..., partitions_without_leader: _Optional[int] = ..., under_replicated_partitions: _Optional[int] = ...) -> None: ...
+
+class UpdateRecordRequest(_message.Message):
+    __slots__ = ("topic", "partition", "offset", "priority", "deliver_at_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    priority: int
+    deliver_at_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., priority: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
+
+class UpdateRecordResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CancelRecordRequest(_message.Message):
+    __slots__ = ("topic", "partition", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class CancelRecordResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
