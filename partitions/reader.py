@@ -1,0 +1,111 @@
+"""Reads of a partition's committed state from any thread, on a store of their own.
+
+The applier (the Raft driver thread) owns the PartitionMachine and its store connection; a read
+through that connection could see a transaction in flight. A PartitionReader holds a second
+store on the same SQLite file (WAL: readers see the last committed transaction and never block
+the writer) and answers each read inside one read transaction, so a read is a consistent
+snapshot at some applied index. Pure with respect to the world: the caller passes ``now_ms``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from partitions.machine import GroupLag, Offsets, stored_record
+from partitions.rows import Meta
+from partitions.store import PartitionStore
+from proto import common_pb2
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    records: list[common_pb2.StoredRecord]
+    log_start: int
+    end: int
+
+
+def lag_of(store: PartitionStore, meta: Meta, group: str) -> GroupLag | None:
+    """A group's committed offset (lowest unacknowledged), lag, pending and leased counts."""
+    row = store.group_get(group)
+    if row is None:
+        return None
+    lowest = store.lowest_pending(row.gid)
+    committed = row.materialized_upto if lowest is None else min(lowest, row.materialized_upto)
+    committed = max(committed, meta.log_start)
+    end = meta.next_offset
+    return GroupLag(
+        group,
+        committed,
+        end,
+        end - committed,
+        store.count_pending(row.gid) + max(0, end - row.materialized_upto),
+        store.count_leased(row.gid, meta.clock_ms),
+    )
+
+
+def fetch_from(
+    store: PartitionStore, meta: Meta, offset: int, max_records: int, max_bytes: int = 0
+) -> list[common_pb2.StoredRecord]:
+    """Records from ``offset`` (or the log start, if later) in offset order; at least one record
+    when any exists, however small ``max_bytes``."""
+    if max_records <= 0:
+        return []
+    out: list[common_pb2.StoredRecord] = []
+    total = 0
+    for row in store.records_from(max(offset, meta.log_start), max_records):
+        if max_bytes and out and total + row.size > max_bytes:
+            break
+        total += row.size
+        out.append(stored_record(row))
+    return out
+
+
+def might_have_ready(store: PartitionStore, meta: Meta, group: str, now_ms: int) -> bool:
+    """False only when a Lease for ``group`` at ``now_ms`` surely returns nothing: no record
+    the group has not seen, nothing ready, nothing due. Lets long polls skip Raft writes."""
+    row = store.group_get(group)
+    if row is None:
+        return meta.next_offset > meta.log_start
+    if row.materialized_upto < meta.next_offset:
+        return True
+    if store.select_ready(row.gid, 1):
+        return True
+    return bool(store.due_offsets(row.gid, now_ms, 0))
+
+
+class PartitionReader:
+    """Thread-safe reads over a store of its own (a second connection to the same file)."""
+
+    def __init__(self, store: PartitionStore) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+
+    def fetch(self, offset: int, max_records: int, max_bytes: int = 0) -> FetchResult:
+        with self._lock, self._store.transaction():
+            meta = self._store.load_meta()
+            records = fetch_from(self._store, meta, offset, max_records, max_bytes)
+            return FetchResult(records, meta.log_start, meta.next_offset)
+
+    def offsets(self) -> Offsets:
+        with self._lock, self._store.transaction():
+            meta = self._store.load_meta()
+            return Offsets(meta.log_start, meta.next_offset)
+
+    def lags(self, groups: list[str]) -> dict[str, GroupLag | None]:
+        with self._lock, self._store.transaction():
+            meta = self._store.load_meta()
+            return {g: lag_of(self._store, meta, g) for g in groups}
+
+    def might_have_ready(self, group: str, now_ms: int) -> bool:
+        with self._lock, self._store.transaction():
+            meta = self._store.load_meta()
+            return might_have_ready(self._store, meta, group, now_ms)
+
+    def applied_index(self) -> int:
+        with self._lock, self._store.transaction():
+            return self._store.load_meta().applied_index
+
+    def close(self) -> None:
+        with self._lock:
+            self._store.close()
