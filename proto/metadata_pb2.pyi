@@ -1,0 +1,266 @@
+from proto import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class MetaCommand(_message.Message):
+    __slots__ = ("now_ms", "register_broker", "deregister_broker", "create_topic", "delete_topic", "alter_topic_config", "reassign_partition", "join_group", "leave_group", "delete_group", "commit_txn")
+    NOW_MS_FIELD_NUMBER: _ClassVar[int]
+    REGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
+    DEREGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    DELETE_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ALTER_TOPIC_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    REASSIGN_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    JOIN_GROUP_FIELD_NUMBER: _ClassVar[int]
+    LEAVE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    DELETE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_TXN_FIELD_NUMBER: _ClassVar[int]
+    now_ms: int
+    register_broker: RegisterBroker
+    deregister_broker: DeregisterBroker
+    create_topic: CreateTopic
+    delete_topic: DeleteTopic
+    alter_topic_config: AlterTopicConfig
+    reassign_partition: ReassignPartition
+    join_group: JoinGroup
+    leave_group: LeaveGroup
+    delete_group: DeleteGroup
+    commit_txn: CommitTxn
+    def __init__(self, now_ms: _Optional[int] = ..., register_broker: _Optional[_Union[RegisterBroker, _Mapping]] = ..., deregister_broker: _Optional[_Union[DeregisterBroker, _Mapping]] = ..., create_topic: _Optional[_Union[CreateTopic, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopic, _Mapping]] = ..., alter_topic_config: _Optional[_Union[AlterTopicConfig, _Mapping]] = ..., reassign_partition: _Optional[_Union[ReassignPartition, _Mapping]] = ..., join_group: _Optional[_Union[JoinGroup, _Mapping]] = ..., leave_group: _Optional[_Union[LeaveGroup, _Mapping]] = ..., delete_group: _Optional[_Union[DeleteGroup, _Mapping]] = ..., commit_txn: _Optional[_Union[CommitTxn, _Mapping]] = ...) -> None: ...
+
+class RegisterBroker(_message.Message):
+    __slots__ = ("broker_id", "client_addr", "raft_addr", "rack")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ADDR_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDR_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    client_addr: str
+    raft_addr: str
+    rack: str
+    def __init__(self, broker_id: _Optional[int] = ..., client_addr: _Optional[str] = ..., raft_addr: _Optional[str] = ..., rack: _Optional[str] = ...) -> None: ...
+
+class DeregisterBroker(_message.Message):
+    __slots__ = ("broker_id", "moves")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    moves: _containers.RepeatedCompositeFieldContainer[ReassignPartition]
+    def __init__(self, broker_id: _Optional[int] = ..., moves: _Optional[_Iterable[_Union[ReassignPartition, _Mapping]]] = ...) -> None: ...
+
+class CreateTopic(_message.Message):
+    __slots__ = ("name", "topic_id", "config", "replication_factor", "replicas")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    topic_id: int
+    config: _common_pb2.TopicConfig
+    replication_factor: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[int] = ..., config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ..., replication_factor: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DeleteTopic(_message.Message):
+    __slots__ = ("name", "topic_id")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    topic_id: int
+    def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[int] = ...) -> None: ...
+
+class AlterTopicConfig(_message.Message):
+    __slots__ = ("name", "topic_id", "config")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    topic_id: int
+    config: _common_pb2.TopicConfig
+    def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[int] = ..., config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class ReassignPartition(_message.Message):
+    __slots__ = ("topic", "partition", "replicas", "topic_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    topic_id: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., topic_id: _Optional[int] = ...) -> None: ...
+
+class JoinGroup(_message.Message):
+    __slots__ = ("group", "member_id", "topics", "session_timeout_ms", "client_id", "client_host")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_id: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    session_timeout_ms: int
+    client_id: str
+    client_host: str
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., session_timeout_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ...) -> None: ...
+
+class LeaveGroup(_message.Message):
+    __slots__ = ("group", "member_ids", "reason")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_IDS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member_ids: _containers.RepeatedScalarFieldContainer[str]
+    reason: str
+    def __init__(self, group: _Optional[str] = ..., member_ids: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DeleteGroup(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class CommitTxn(_message.Message):
+    __slots__ = ("app_id", "version")
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    version: int
+    def __init__(self, app_id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class BrokerState(_message.Message):
+    __slots__ = ("broker_id", "client_addr", "raft_addr", "rack", "registered_ms")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ADDR_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDR_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_MS_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    client_addr: str
+    raft_addr: str
+    rack: str
+    registered_ms: int
+    def __init__(self, broker_id: _Optional[int] = ..., client_addr: _Optional[str] = ..., raft_addr: _Optional[str] = ..., rack: _Optional[str] = ..., registered_ms: _Optional[int] = ...) -> None: ...
+
+class PartitionState(_message.Message):
+    __slots__ = ("replicas", "revision")
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    revision: int
+    def __init__(self, replicas: _Optional[_Iterable[int]] = ..., revision: _Optional[int] = ...) -> None: ...
+
+class TopicState(_message.Message):
+    __slots__ = ("name", "topic_id", "config", "partitions", "created_ms", "revision")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    topic_id: int
+    config: _common_pb2.TopicConfig
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionState]
+    created_ms: int
+    revision: int
+    def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[int] = ..., config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., created_ms: _Optional[int] = ..., revision: _Optional[int] = ...) -> None: ...
+
+class TopicPartitionRef(_message.Message):
+    __slots__ = ("topic", "partition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class MemberState(_message.Message):
+    __slots__ = ("member_id", "topics", "session_timeout_ms", "client_id", "client_host", "joined_ms", "assignment")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
+    JOINED_MS_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    session_timeout_ms: int
+    client_id: str
+    client_host: str
+    joined_ms: int
+    assignment: _containers.RepeatedCompositeFieldContainer[TopicPartitionRef]
+    def __init__(self, member_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., session_timeout_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., joined_ms: _Optional[int] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ...) -> None: ...
+
+class GroupState(_message.Message):
+    __slots__ = ("name", "generation", "members")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    generation: int
+    members: _containers.RepeatedCompositeFieldContainer[MemberState]
+    def __init__(self, name: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MemberState, _Mapping]]] = ...) -> None: ...
+
+class TxnWatermark(_message.Message):
+    __slots__ = ("app_id", "version")
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    version: int
+    def __init__(self, app_id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ClusterSnapshot(_message.Message):
+    __slots__ = ("applied_index", "clock_ms", "next_topic_id", "brokers", "topics", "groups", "txns")
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_MS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    TXNS_FIELD_NUMBER: _ClassVar[int]
+    applied_index: int
+    clock_ms: int
+    next_topic_id: int
+    brokers: _containers.RepeatedCompositeFieldContainer[BrokerState]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicState]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupState]
+    txns: _containers.RepeatedCompositeFieldContainer[TxnWatermark]
+    def __init__(self, applied_index: _Optional[int] = ..., clock_ms: _Optional[int] = ..., next_topic_id: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerState, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicState, _Mapping]]] = ..., groups: _Optional[_Iterable[_Union[GroupState, _Mapping]]] = ..., txns: _Optional[_Iterable[_Union[TxnWatermark, _Mapping]]] = ...) -> None: ...
+
+class MetaResult(_message.Message):
+    __slots__ = ("error", "message", "skipped", "changed", "broker", "topic", "group", "generation", "assignment", "unknown_topics", "txn_version", "rebalanced_groups")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TXN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REBALANCED_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    error: _common_pb2.ErrorCode
+    message: str
+    skipped: bool
+    changed: bool
+    broker: BrokerState
+    topic: TopicState
+    group: GroupState
+    generation: int
+    assignment: _containers.RepeatedCompositeFieldContainer[TopicPartitionRef]
+    unknown_topics: _containers.RepeatedScalarFieldContainer[str]
+    txn_version: int
+    rebalanced_groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., skipped: _Optional[bool] = ..., changed: _Optional[bool] = ..., broker: _Optional[_Union[BrokerState, _Mapping]] = ..., topic: _Optional[_Union[TopicState, _Mapping]] = ..., group: _Optional[_Union[GroupState, _Mapping]] = ..., generation: _Optional[int] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., unknown_topics: _Optional[_Iterable[str]] = ..., txn_version: _Optional[int] = ..., rebalanced_groups: _Optional[_Iterable[str]] = ...) -> None: ...
