@@ -1,0 +1,468 @@
+"""The metadata frontend: validates a request against the table and plans it into MetaCommand
+bytes, raising a typed error (proto/errors.py) before anything is proposed.
+
+Plan, then execute: everything a command needs that is not a pure function of the table is
+decided here and carried in the command: the new topic's id (``table.next_topic_id``), its
+replica placement (``assignors.place_replicas`` over the registered brokers that are live now),
+the moves that drain a broker (``assignors.reassign_without``), complete topic configs with the
+defaults filled in, and the leader's ``now_ms``. Member ids come from the caller. Nothing here
+reads a clock, a random source, the network or dynaconf: live broker ids, the time and the
+configured defaults are arguments. The caller (broker/) proposes the bytes through the metadata
+Raft group; the state machine checks them again, because the table may have changed between
+planning and applying (it then answers UNAVAILABLE: plan again and retry).
+
+Decisions a user sees:
+
+- topic names are 1-249 of ``[A-Za-z0-9._-]``, not ``.`` or ``..``;
+- ``dead_letter_topic`` defaults to ``<name>.dlq`` (created on demand: ``dead_letter_topic``
+  plans it); "" means no dead-letter topic;
+- a consumer may subscribe to topics that do not exist yet: they are assigned once created;
+- the whole command must fit one Raft entry (``command_bytes_max``), which bounds partitions x
+  replication factor of a new topic (about 10 000 replicas at the default 32 KiB).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from assignors import placement
+from metadata import machine
+from metadata.table import Table, TopicInfo
+from proto import common_pb2, errors, metadata_pb2
+
+CONFIG_FIELDS = tuple(f.name for f in common_pb2.TopicConfig.DESCRIPTOR.fields)
+DEAD_LETTER_SUFFIX = ".dlq"
+COMMAND_BYTES_MAX = 32_768  # broker/config.py raft.max_entry_bytes default
+RECORD_BYTES_MAX = 32_768 - 1_024  # raft.max_entry_bytes - COMMAND_FRAMING_BYTES
+
+ConfigValue = int | str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopicDefaults:
+    """A topic's settings when the request leaves them out. Field names and defaults match
+    ``broker.config.TopicDefaults`` (a test keeps them so); build one from the broker's
+    settings with :meth:`from_settings` (this package must not import dynaconf)."""
+
+    partitions: int = 3
+    replication_factor: int = 3
+    ordering: str = "fifo"
+    lease_ms: int = 30_000
+    max_deliveries: int = 5
+    retention_ms: int = 604_800_000
+    retention_bytes: int = 0
+    max_record_bytes: int = RECORD_BYTES_MAX
+    dedup_window_ms: int = 300_000
+    nack_backoff_base_ms: int = 1_000
+    nack_backoff_max_ms: int = 60_000
+
+    @classmethod
+    def from_settings(cls, settings: object) -> TopicDefaults:
+        """From any object with these attributes (``broker.config.TopicDefaults``)."""
+        return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
+
+    def config(self) -> common_pb2.TopicConfig:
+        """The default TopicConfig, without a dead-letter topic (that depends on the name)."""
+        config = common_pb2.TopicConfig()
+        for name in CONFIG_FIELDS:
+            if name == "ordering":
+                config.ordering = _ordering(self.ordering)
+            elif name != "dead_letter_topic":
+                setattr(config, name, getattr(self, name))
+        return config
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupLimits:
+    """Session timeouts a JoinGroup may ask for; names match ``broker.config.GroupSettings``."""
+
+    session_timeout_ms: int = 45_000  # when the request gives 0
+    session_timeout_min_ms: int = 6_000
+    session_timeout_max_ms: int = 1_800_000
+
+    @classmethod
+    def from_settings(cls, settings: object) -> GroupLimits:
+        """From any object with these attributes (``broker.config.GroupSettings``)."""
+        return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A CreateTopic request. None = the default; ``config`` overrides TopicConfig fields by
+    name (``ordering`` as "fifo"/"priority"; ``dead_letter_topic`` "" = none)."""
+
+    name: str
+    partitions: int | None = None
+    replication_factor: int | None = None
+    config: Mapping[str, ConfigValue] = field(default_factory=dict)
+
+
+class MetadataFrontend:
+    """Turns requests into MetaCommand bytes. Stateless apart from its settings: every method
+    takes the table to plan against, and ``now_ms`` to stamp (the leader's clock)."""
+
+    def __init__(
+        self,
+        *,
+        topic_defaults: TopicDefaults | None = None,
+        group_limits: GroupLimits | None = None,
+        partitions_max: int = machine.PARTITIONS_MAX,
+        record_bytes_max: int = RECORD_BYTES_MAX,
+        command_bytes_max: int = COMMAND_BYTES_MAX,
+    ) -> None:
+        assert 1 <= partitions_max <= machine.PARTITIONS_MAX, partitions_max
+        self.topic_defaults = topic_defaults or TopicDefaults()
+        self.group_limits = group_limits or GroupLimits()
+        self.partitions_max = partitions_max
+        self.record_bytes_max = record_bytes_max
+        self.command_bytes_max = command_bytes_max
+
+    # -- brokers --------------------------------------------------------------------------------
+
+    def register_broker(
+        self,
+        table: Table,
+        broker_id: int,
+        client_addr: str,
+        raft_addr: str,
+        rack: str = "",
+        *,
+        now_ms: int,
+    ) -> bytes:
+        """Register a broker or update its addresses and rack.
+
+        Raises InvalidArgument (normal) for a bad id or address, or an address another
+        registered broker uses.
+        """
+        cmd = metadata_pb2.RegisterBroker(
+            broker_id=broker_id, client_addr=client_addr, raft_addr=raft_addr, rack=rack
+        )
+        machine.on_register_broker(table, cmd, now_ms, table.applied_index + 1)
+        return self._encode(now_ms, register_broker=cmd)
+
+    def deregister_broker(
+        self, table: Table, broker_id: int, *, live_ids: Collection[int], now_ms: int
+    ) -> bytes:
+        """Remove a broker, moving each of its replicas to another live broker in the same
+        step (one move per partition, ``assignors.reassign_without``).
+
+        Raises InvalidArgument (normal) when the broker is not registered, when some partition
+        has no live broker left to take its replica, or when the moves do not fit one command.
+        """
+        if broker_id not in table.brokers:
+            raise errors.InvalidArgument(f"broker {broker_id} is not registered")
+        survivors = [b for b in table.placement_brokers(live_ids) if b.broker_id != broker_id]
+        moves = placement.reassign_without(broker_id, table.placement(), survivors)
+        cmd = metadata_pb2.DeregisterBroker(
+            broker_id=broker_id,
+            moves=[
+                metadata_pb2.ReassignPartition(
+                    topic=m.topic,
+                    partition=m.partition,
+                    replicas=m.after,
+                    topic_id=table.topics[m.topic].topic_id,
+                )
+                for m in moves
+            ],
+        )
+        return self._encode(now_ms, deregister_broker=cmd)
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    def create_topic(
+        self, table: Table, spec: TopicSpec, *, live_ids: Collection[int], now_ms: int
+    ) -> bytes:
+        """Plan a new topic: defaults filled, id assigned, replicas placed on live brokers.
+
+        Raises (normal): TopicExists; InvalidArgument for a bad name, partition count,
+        replication factor (more than the live registered brokers), config key or value, or a
+        topic too big for one command.
+        """
+        machine.check_topic_name(spec.name)
+        if spec.name in table.topics:
+            raise errors.TopicExists(f"topic {spec.name!r} exists")
+        defaults = self.topic_defaults
+        partitions = defaults.partitions if spec.partitions is None else spec.partitions
+        rf = spec.replication_factor
+        if rf is None:
+            rf = defaults.replication_factor
+        if not 1 <= partitions <= self.partitions_max:
+            raise errors.InvalidArgument(
+                f"partitions is {partitions}: it must be 1..{self.partitions_max}"
+            )
+        if rf < 1:
+            raise errors.InvalidArgument(f"replication_factor is {rf}: it must be at least 1")
+        config = defaults.config()
+        if "dead_letter_topic" not in spec.config:
+            config.dead_letter_topic = default_dead_letter_topic(spec.name)
+        config = self._configured(spec.name, config, spec.config)
+        return self._create(table, spec.name, partitions, rf, config, live_ids, now_ms)
+
+    def dead_letter_topic(
+        self, table: Table, topic: str, *, live_ids: Collection[int], now_ms: int
+    ) -> bytes | None:
+        """Plan the creation of ``topic``'s dead-letter topic, or None when it has none or it
+        exists. The backend calls this the first time it has a dead letter to forward.
+
+        The dead-letter topic has the source's partition count and replication factor (fewer
+        if fewer brokers are live), its retention, fifo ordering, no dead-letter topic of its
+        own, unlimited deliveries (nothing is ever dropped from it) and the largest allowed
+        max_record_bytes (dead letters carry extra headers).
+
+        Raises (normal): UnknownTopic; Unavailable when no registered broker is live.
+        """
+        source = table.topics.get(topic)
+        if source is None:
+            raise errors.UnknownTopic(f"topic {topic!r} does not exist")
+        config = source.config
+        name = config.dead_letter_topic
+        if not name or name in table.topics:
+            return None
+        live = len(table.placement_brokers(live_ids))
+        if live == 0:
+            raise errors.Unavailable("no registered broker is live to hold a dead-letter topic")
+        config.dead_letter_topic = ""
+        config.max_deliveries = 0
+        config.ordering = common_pb2.FIFO
+        config.max_record_bytes = self.record_bytes_max
+        rf = min(source.replication_factor, live)
+        return self._create(table, name, source.partition_count, rf, config, live_ids, now_ms)
+
+    def _create(
+        self,
+        table: Table,
+        name: str,
+        partitions: int,
+        rf: int,
+        config: common_pb2.TopicConfig,
+        live_ids: Collection[int],
+        now_ms: int,
+    ) -> bytes:
+        brokers = table.placement_brokers(live_ids)
+        if rf > len(brokers):
+            raise errors.InvalidArgument(
+                f"replication_factor {rf} exceeds the {len(brokers)} live brokers: lower it "
+                f"to at most {len(brokers)} or start more brokers"
+            )
+        replicas = placement.place_replicas(brokers, partitions, rf, table.placement())
+        cmd = metadata_pb2.CreateTopic(
+            name=name,
+            topic_id=table.next_topic_id,
+            config=config,
+            replication_factor=rf,
+            replicas=[b for partition in replicas for b in partition],
+        )
+        data = self._encode(now_ms, create_topic=cmd, check_size=False)
+        if len(data) > self.command_bytes_max:
+            per_partition = max(1, len(data) // partitions)
+            raise errors.InvalidArgument(
+                f"topic {name!r} with {partitions} partitions x replication factor {rf} makes "
+                f"a {len(data)}-byte metadata command, over the {self.command_bytes_max}-byte "
+                f"Raft entry limit: use at most about "
+                f"{self.command_bytes_max // per_partition} partitions"
+            )
+        return data
+
+    def delete_topic(self, table: Table, name: str, *, now_ms: int) -> bytes:
+        """Delete a topic (its dead-letter topic stays). Raises UnknownTopic (normal)."""
+        topic = _topic(table, name)
+        return self._encode(
+            now_ms, delete_topic=metadata_pb2.DeleteTopic(name=name, topic_id=topic.topic_id)
+        )
+
+    def alter_topic_config(
+        self, table: Table, name: str, changes: Mapping[str, ConfigValue], *, now_ms: int
+    ) -> bytes:
+        """Merge ``changes`` (TopicConfig fields by name) onto the topic's config.
+
+        Raises (normal): UnknownTopic; InvalidArgument for an unknown key or a bad value.
+        """
+        topic = _topic(table, name)
+        config = self._configured(name, topic.config, changes)
+        cmd = metadata_pb2.AlterTopicConfig(name=name, topic_id=topic.topic_id, config=config)
+        return self._encode(now_ms, alter_topic_config=cmd)
+
+    def reassign_partition(
+        self,
+        table: Table,
+        topic: str,
+        partition: int,
+        replicas: Iterable[int],
+        *,
+        live_ids: Collection[int],
+        now_ms: int,
+    ) -> bytes:
+        """Set a partition's ordered replicas (first = preferred leader); the backend moves
+        the data. The replica count may differ from the current one.
+
+        Raises (normal): UnknownTopic, UnknownPartition; InvalidArgument when the replicas are
+        empty, repeat, or name a broker that is not registered or not live.
+        """
+        info = _topic(table, topic)
+        replicas = list(replicas)
+        cmd = metadata_pb2.ReassignPartition(
+            topic=topic, partition=partition, replicas=replicas, topic_id=info.topic_id
+        )
+        machine.on_reassign_partition(table, cmd, now_ms, table.applied_index + 1)
+        dead = sorted(set(replicas) - set(live_ids))
+        if dead:
+            raise errors.InvalidArgument(
+                f"{topic}/{partition}: brokers {dead} are not live; choose live brokers"
+            )
+        return self._encode(now_ms, reassign_partition=cmd)
+
+    # -- consumer groups --------------------------------------------------------------------------
+
+    def join_group(
+        self,
+        table: Table,
+        group: str,
+        member_id: str,
+        topics: Iterable[str],
+        session_timeout_ms: int = 0,
+        *,
+        client_id: str = "",
+        client_host: str = "",
+        now_ms: int,
+    ) -> bytes:
+        """Join (or rejoin, or change the subscription of) ``member_id``, which the caller
+        generated. ``session_timeout_ms`` 0 takes the configured default. Topics that do not
+        exist are accepted and assigned once created.
+
+        Raises InvalidArgument (normal) for a bad name or id, no or too many topics, or a
+        session timeout outside the configured bounds.
+        """
+        limits = self.group_limits
+        timeout = session_timeout_ms or limits.session_timeout_ms
+        machine.check_session_timeout(
+            timeout, limits.session_timeout_min_ms, limits.session_timeout_max_ms
+        )
+        cmd = metadata_pb2.JoinGroup(
+            group=group,
+            member_id=member_id,
+            topics=list(topics),
+            session_timeout_ms=timeout,
+            client_id=client_id,
+            client_host=client_host,
+        )
+        machine.on_join_group(table, cmd, now_ms, table.applied_index + 1)
+        return self._encode(now_ms, join_group=cmd)
+
+    def leave_group(
+        self,
+        table: Table,
+        group: str,
+        member_ids: Iterable[str],
+        *,
+        reason: str = "leave",
+        now_ms: int,
+    ) -> bytes:
+        """Remove members at once: a LeaveGroup call, or the leader's session expiry (pass
+        every expired member of the group and ``reason="session expired"``).
+
+        Raises (normal): UnknownGroup; UnknownMember when none of them is a member;
+        InvalidArgument for no or too many ids.
+        """
+        machine.check_label(reason, "reason")
+        ids = sorted(set(member_ids))
+        cmd = metadata_pb2.LeaveGroup(group=group, member_ids=ids, reason=reason)
+        machine.on_leave_group(table, cmd, now_ms, table.applied_index + 1)
+        return self._encode(now_ms, leave_group=cmd)
+
+    def delete_group(self, table: Table, group: str, *, now_ms: int) -> bytes:
+        """Forget an empty group. Raises UnknownGroup, InvalidArgument (it has members)."""
+        cmd = metadata_pb2.DeleteGroup(group=group)
+        machine.on_delete_group(table, cmd, now_ms, table.applied_index + 1)
+        return self._encode(now_ms, delete_group=cmd)
+
+    # -- Spark writer transactions ----------------------------------------------------------------
+
+    def commit_txn(self, table: Table, app_id: str, version: int, *, now_ms: int) -> bytes:
+        """Raise ``app_id``'s committed-batch watermark to ``version`` (a lower or equal version
+        is answered as a no-op by apply). Raises InvalidArgument (normal) for a bad id or a
+        negative version."""
+        cmd = metadata_pb2.CommitTxn(app_id=app_id, version=version)
+        machine.on_commit_txn(table, cmd, now_ms, table.applied_index + 1)
+        return self._encode(now_ms, commit_txn=cmd)
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _configured(
+        self, name: str, base: common_pb2.TopicConfig, changes: Mapping[str, ConfigValue]
+    ) -> common_pb2.TopicConfig:
+        config = common_pb2.TopicConfig()
+        config.CopyFrom(base)
+        for key in sorted(changes):
+            _set_config(config, key, changes[key])
+        machine.check_topic_config(name, config)
+        if config.max_record_bytes > self.record_bytes_max:
+            raise errors.InvalidArgument(
+                f"topic {name!r}: max_record_bytes {config.max_record_bytes} is over "
+                f"{self.record_bytes_max}, the most one Raft entry carries"
+            )
+        return config
+
+    def _encode(self, now_ms: int, *, check_size: bool = True, **op: object) -> bytes:
+        data = metadata_pb2.MetaCommand(now_ms=now_ms, **op).SerializeToString(  # type: ignore[arg-type]
+            deterministic=True
+        )
+        if check_size and len(data) > self.command_bytes_max:
+            raise errors.InvalidArgument(
+                f"the metadata command is {len(data)} bytes, over the {self.command_bytes_max}"
+                "-byte Raft entry limit"
+            )
+        return data
+
+
+def default_dead_letter_topic(name: str) -> str:
+    """``<name>.dlq``. Raises InvalidArgument (normal) when that is over 249 characters: name
+    the dead-letter topic explicitly (or "" for none), or shorten the topic name."""
+    dlq = name + DEAD_LETTER_SUFFIX
+    if len(dlq) > machine.TOPIC_NAME_CHARS_MAX:
+        raise errors.InvalidArgument(
+            f"topic name {name[:40]!r}... is too long for the default dead-letter topic "
+            f"<name>{DEAD_LETTER_SUFFIX}: set dead_letter_topic explicitly or shorten the name"
+        )
+    return dlq
+
+
+def _topic(table: Table, name: str) -> TopicInfo:
+    topic = table.topics.get(name)
+    if topic is None:
+        raise errors.UnknownTopic(f"topic {name[:300]!r} does not exist")
+    return topic
+
+
+def _ordering(value: ConfigValue) -> common_pb2.Ordering:
+    if isinstance(value, str):
+        names: dict[str, common_pb2.Ordering] = {
+            "fifo": common_pb2.FIFO,
+            "priority": common_pb2.PRIORITY,
+        }
+        if value.lower() in names:
+            return names[value.lower()]
+    elif not isinstance(value, bool) and value in (common_pb2.FIFO, common_pb2.PRIORITY):
+        return common_pb2.PRIORITY if value == common_pb2.PRIORITY else common_pb2.FIFO
+    raise errors.InvalidArgument(f"ordering {value!r} must be fifo or priority")
+
+
+def _set_config(config: common_pb2.TopicConfig, key: str, value: ConfigValue) -> None:
+    if key not in CONFIG_FIELDS:
+        raise errors.InvalidArgument(
+            f"unknown topic config {key!r}; known: {', '.join(CONFIG_FIELDS)}"
+        )
+    if key == "ordering":
+        config.ordering = _ordering(value)
+    elif key == "dead_letter_topic":
+        if not isinstance(value, str):
+            raise errors.InvalidArgument(f"dead_letter_topic {value!r} must be a topic name")
+        config.dead_letter_topic = value
+    else:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise errors.InvalidArgument(f"{key} {value!r} must be an integer")
+        try:
+            setattr(config, key, value)
+        except ValueError as exc:  # out of the field's integer range
+            raise errors.InvalidArgument(f"{key} {value} is out of range: {exc}") from exc

@@ -1,0 +1,589 @@
+"""The metadata state machine: ``apply(command_bytes, raft_index)`` over the :class:`Table`.
+
+Pure: what apply does is a function of (table, command bytes, raft index). No clock (the leader
+stamps ``now_ms``; the machine's clock is the highest ``now_ms`` applied), no randomness (topic
+ids, replica placement and member ids are chosen by the frontend and carried in the command),
+no configuration lookups, no I/O.
+
+apply never raises. Each command is checked again here, whoever proposed it: a command that does
+not decode is MALFORMED_COMMAND; an invalid one gets its typed error code (proto/errors.py). Either
+way the table is unchanged except ``applied_index``, which moves past the entry: the entry *was*
+applied, its outcome is the rejection, and a caller waiting for the machine to reach a commit
+index is not left waiting for a rejected entry (the partition machine, whose applied index lives
+in the same SQLite transaction as the change, leaves its index alone instead). An entry at or
+below the applied index is skipped. An unexpected exception (a bug) is reported as INTERNAL,
+leaves the table untouched and latches ``failed``: the replica must be rebuilt from a snapshot
+and the log, never continue with a table that may differ from its peers'.
+
+Each command builds a new table (copy on write) and swaps it in with one assignment, so a
+rejection or a bug halfway through a command cannot leave part of it behind, and readers on
+other threads see whole tables only (metadata/table.py).
+
+Consumer groups. A membership change (a new member, a changed subscription, a leave or a session
+expiry) bumps the group's generation and recomputes its assignment here, inside apply, with the
+sticky assignor (``assignors.sticky.assign``: pure and deterministic, so every replica computes the
+same), the previous assignment as input for stickiness and partition counts from the table. A
+member may subscribe to topics that do not exist: they are kept in its subscription and get
+assigned when the topic is created (as Kafka does); creating or deleting a topic recomputes every
+group subscribed to it and bumps the generation of those whose assignment changed. An identical
+rejoin (same topics) changes nothing and keeps the generation; a changed session timeout or client
+id is recorded without a rebalance. Empty groups are kept (their generation stays monotonic) until
+DeleteGroup.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from assignors import sticky
+from metadata.table import (
+    BrokerInfo,
+    GroupInfo,
+    MemberInfo,
+    PartitionInfo,
+    Table,
+    TopicInfo,
+    config_to_bytes,
+    frozen_map,
+    tp_refs,
+)
+from partitions.machine import check_config
+from proto import common_pb2, errors, metadata_pb2
+from proto.common_pb2 import ErrorCode
+
+log = logging.getLogger("raftq.metadata")
+
+TOPIC_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
+TOPIC_NAME_CHARS_MAX = 249
+NAME_CHARS_MAX = 255  # group, member, app and client ids, rack
+ADDR_CHARS_MAX = 255
+PARTITIONS_MAX = 10_000  # per topic
+SUBSCRIPTIONS_MAX = 1_000  # topics per member
+LEAVE_MEMBERS_MAX = 10_000  # member ids per LeaveGroup
+MOVES_MAX = 100_000  # reassignments per DeregisterBroker
+SESSION_TIMEOUT_MS_MAX = 24 * 3600 * 1000  # a hard bound; brokers configure tighter ones
+BROKER_ID_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+Handler = Callable[[Table, Any, int, int], tuple[Table, metadata_pb2.MetaResult]]
+
+
+# -- checks shared with the frontend (each raises a typed error, normal for bad requests) -----
+
+
+def check_topic_name(name: str, what: str = "topic name") -> None:
+    """Raises InvalidArgument unless ``name`` is 1-249 of ``[A-Za-z0-9._-]`` and not . or .."""
+    if not TOPIC_NAME_RE.fullmatch(name):
+        raise errors.InvalidArgument(
+            f"{what} {name[:300]!r} must be 1-{TOPIC_NAME_CHARS_MAX} characters of "
+            "A-Z a-z 0-9 . _ -"
+        )
+    if name in (".", ".."):
+        raise errors.InvalidArgument(f"{what} must not be {name!r}")
+
+
+def check_name(name: str, what: str) -> None:
+    """Raises InvalidArgument unless ``name`` is 1-255 printable characters."""
+    if not name or len(name) > NAME_CHARS_MAX or not name.isprintable():
+        raise errors.InvalidArgument(
+            f"{what} {name[:300]!r} must be 1-{NAME_CHARS_MAX} printable characters"
+        )
+
+
+def check_label(value: str, what: str) -> None:
+    """Raises InvalidArgument unless ``value`` is 0-255 printable characters (rack, client id)."""
+    if len(value) > NAME_CHARS_MAX or not value.isprintable():
+        raise errors.InvalidArgument(
+            f"{what} {value[:300]!r} must be at most {NAME_CHARS_MAX} printable characters"
+        )
+
+
+def check_addr(addr: str, what: str) -> None:
+    """Raises InvalidArgument unless ``addr`` is host:port (port 1-65535)."""
+    host, sep, port = addr.rpartition(":")
+    if (
+        not sep
+        or not host
+        or len(addr) > ADDR_CHARS_MAX
+        or not addr.isprintable()
+        or not port.isdigit()
+        or not 1 <= int(port) <= 65535
+    ):
+        raise errors.InvalidArgument(f"{what} {addr[:300]!r} must be host:port, port 1-65535")
+
+
+def check_topic_config(name: str, config: common_pb2.TopicConfig) -> None:
+    """Raises InvalidArgument for a config ``partitions.machine.check_config`` refuses, or whose
+    dead_letter_topic is not a topic name ("" = none) or is the topic itself."""
+    problem = check_config(config)
+    if problem is not None:
+        raise errors.error_for(problem.code, f"topic {name!r}: {problem.message}")
+    dlq = config.dead_letter_topic
+    if dlq:
+        check_topic_name(dlq, f"topic {name!r}: dead_letter_topic")
+        if dlq == name:
+            raise errors.InvalidArgument(
+                f"topic {name!r} cannot be its own dead_letter_topic: name another topic or none"
+            )
+
+
+def check_replicas(table: Table, replicas: Sequence[int], where: str) -> None:
+    """Raises InvalidArgument unless ``replicas`` is a non-empty list of distinct registered
+    broker ids."""
+    if not replicas:
+        raise errors.InvalidArgument(f"{where}: a partition needs at least one replica")
+    if len(set(replicas)) != len(replicas):
+        raise errors.InvalidArgument(f"{where}: replicas {list(replicas)} repeat a broker")
+    unknown = sorted(b for b in replicas if b not in table.brokers)
+    if unknown:
+        raise errors.InvalidArgument(
+            f"{where}: replicas {list(replicas)} name brokers that are not registered: {unknown}"
+        )
+
+
+def check_session_timeout(session_timeout_ms: int, low: int = 1, high: int = 0) -> None:
+    high = high or SESSION_TIMEOUT_MS_MAX
+    if not low <= session_timeout_ms <= high:
+        raise errors.InvalidArgument(
+            f"session_timeout_ms {session_timeout_ms} must be {low}..{high}"
+        )
+
+
+def subscription(topics: Iterable[str]) -> tuple[str, ...]:
+    """Sorted, unique topic names; raises InvalidArgument for a bad name or too many."""
+    unique = tuple(sorted(set(topics)))
+    if not 1 <= len(unique) <= SUBSCRIPTIONS_MAX:
+        raise errors.InvalidArgument(
+            f"subscribe to 1..{SUBSCRIPTIONS_MAX} topics, not {len(unique)}"
+        )
+    for topic in unique:
+        check_topic_name(topic, "subscribed topic")
+    return unique
+
+
+def _stale(message: str) -> errors.Unavailable:
+    return errors.Unavailable(f"{message}: the cluster changed while this was planned; retry")
+
+
+# -- the machine ------------------------------------------------------------------------------
+
+
+class MetadataMachine:
+    """The metadata group's replicated state machine. One applier thread calls ``apply``,
+    ``snapshot_bytes`` and ``restore_bytes``; other threads may read ``table`` at any time."""
+
+    def __init__(self, table: Table | None = None) -> None:
+        self.table = table or Table()
+        self.failed: BaseException | None = None
+        self._applied: dict[str, int] = {}
+        self._rejected: dict[str, int] = {}
+        self._handlers: dict[str, Handler] = {
+            "register_broker": on_register_broker,
+            "deregister_broker": on_deregister_broker,
+            "create_topic": on_create_topic,
+            "delete_topic": on_delete_topic,
+            "alter_topic_config": on_alter_topic_config,
+            "reassign_partition": on_reassign_partition,
+            "join_group": on_join_group,
+            "leave_group": on_leave_group,
+            "delete_group": on_delete_group,
+            "commit_txn": on_commit_txn,
+        }
+
+    @property
+    def applied_index(self) -> int:
+        return self.table.applied_index
+
+    def apply(self, data: bytes, raft_index: int) -> metadata_pb2.MetaResult:
+        """Apply one committed entry. Never raises; see the module docstring.
+
+        Normal error codes in the result: MALFORMED_COMMAND, INVALID_ARGUMENT, TOPIC_EXISTS,
+        UNKNOWN_TOPIC, UNKNOWN_PARTITION, UNKNOWN_GROUP, UNKNOWN_MEMBER and UNAVAILABLE (the
+        command was planned against a table that changed before it was applied: plan again).
+        INTERNAL means a bug and stops this replica.
+        """
+        table = self.table
+        if raft_index <= table.applied_index:
+            return metadata_pb2.MetaResult(skipped=True)
+        if self.failed is not None:
+            return _error(ErrorCode.INTERNAL, f"replica failed earlier: {self.failed!r}")
+        try:
+            command = metadata_pb2.MetaCommand.FromString(data)
+        except (DecodeError, ValueError) as exc:
+            return self._reject(raft_index, "malformed", errors.MalformedCommand(f"{exc}"))
+        op = command.WhichOneof("op")
+        if op is None:
+            return self._reject(
+                raft_index, "malformed", errors.MalformedCommand("command names no operation")
+            )
+        now_ms = max(command.now_ms, table.clock_ms)
+        try:
+            new, result = self._handlers[op](table, getattr(command, op), now_ms, raft_index)
+        except errors.RaftqError as exc:
+            return self._reject(raft_index, op, exc)
+        except Exception as exc:  # a bug: stop this replica rather than risk diverging
+            self.failed = exc
+            log.exception("[group=metadata] apply of %s at index %d failed", op, raft_index)
+            return _error(ErrorCode.INTERNAL, f"apply failed: {exc!r}")
+        self.table = replace(new, applied_index=raft_index, clock_ms=now_ms)
+        self._applied[op] = self._applied.get(op, 0) + 1
+        return result
+
+    def _reject(self, raft_index: int, op: str, exc: errors.RaftqError) -> metadata_pb2.MetaResult:
+        self.table = replace(self.table, applied_index=raft_index)
+        key = f"{op}:{exc.kind.name}"
+        self._rejected[key] = self._rejected.get(key, 0) + 1
+        return _error(exc.code, exc.message)
+
+    # -- snapshots ----------------------------------------------------------------------------
+
+    def snapshot_bytes(self) -> bytes:
+        """The whole table, deterministically serialized: equal tables give equal bytes."""
+        return self.table.to_proto().SerializeToString(deterministic=True)
+
+    def restore_bytes(self, data: bytes) -> None:
+        """Replace the table with one from ``snapshot_bytes``; clears ``failed``.
+
+        Raises MalformedCommand (the table is then unchanged) when the bytes do not decode.
+        """
+        try:
+            snapshot = metadata_pb2.ClusterSnapshot.FromString(data)
+        except (DecodeError, ValueError) as exc:
+            raise errors.MalformedCommand(f"metadata snapshot does not decode: {exc}") from exc
+        self.table = Table.from_proto(snapshot)
+        self.failed = None
+
+    def dump(self) -> dict[str, Any]:
+        """Plain, sorted data: two replicas agree iff their dumps are equal."""
+        return self.table.dump()
+
+    def statistics(self) -> dict[str, Any]:
+        t = self.table
+        return {
+            "applied_index": t.applied_index,
+            "clock_ms": t.clock_ms,
+            "brokers": len(t.brokers),
+            "topics": len(t.topics),
+            "partitions": sum(len(topic.partitions) for topic in t.topics.values()),
+            "groups": len(t.groups),
+            "members": sum(len(g.members) for g in t.groups.values()),
+            "txn_apps": len(t.txns),
+            "applied_by_op": dict(sorted(self._applied.items())),
+            "rejected_by_op_and_code": dict(sorted(self._rejected.items())),
+            "failed": self.failed is not None,
+        }
+
+
+def _error(code: int, message: str) -> metadata_pb2.MetaResult:
+    return metadata_pb2.MetaResult(error=code, message=message)  # type: ignore[arg-type]
+
+
+# -- brokers ----------------------------------------------------------------------------------
+
+
+def on_register_broker(
+    table: Table, cmd: metadata_pb2.RegisterBroker, now_ms: int, index: int
+) -> tuple[Table, metadata_pb2.MetaResult]:
+    if not 1 <= cmd.broker_id <= BROKER_ID_MAX:
+        raise errors.InvalidArgument(f"broker_id {cmd.broker_id} must be 1..{BROKER_ID_MAX}")
+    check_addr(cmd.client_addr, "client_addr")
+    check_addr(cmd.raft_addr, "raft_addr")
+    check_label(cmd.rack, "rack")
+    for other in sorted(table.brokers):
+        if other == cmd.broker_id:
+            continue
+        info = table.brokers[other]
+        taken = {info.client_addr, info.raft_addr} & {cmd.client_addr, cmd.raft_addr}
+        if taken:
+            raise errors.InvalidArgument(
+                f"broker {cmd.broker_id}: address {sorted(taken)[0]} belongs to broker {other}; "
+                f"deregister broker {other} first or fix the address"
+            )
+    old = table.brokers.get(cmd.broker_id)
+    broker = BrokerInfo(
+        cmd.broker_id,
+        cmd.client_addr,
+        cmd.raft_addr,
+        cmd.rack,
+        old.registered_ms if old is not None else now_ms,
+    )
+    result = metadata_pb2.MetaResult(broker=broker.to_proto(), changed=broker != old)
+    if broker == old:
+        return table, result
+    return replace(table, brokers=frozen_map({**table.brokers, broker.broker_id: broker})), result
+
+
+def on_deregister_broker(
+    table: Table, cmd: metadata_pb2.DeregisterBroker, now_ms: int, index: int
+) -> tuple[Table, metadata_pb2.MetaResult]:
+    broker_id = cmd.broker_id
+    if broker_id not in table.brokers:
+        raise errors.InvalidArgument(f"broker {broker_id} is not registered")
+    if len(cmd.moves) > MOVES_MAX:
+        raise errors.InvalidArgument(f"over {MOVES_MAX} moves in one command")
+    topics = dict(table.topics)
+    for move in cmd.moves:
+        if broker_id in move.replicas:
+            raise errors.InvalidArgument(
+                f"move of {move.topic}/{move.partition} keeps a replica on broker {broker_id}"
+            )
+        topics[move.topic] = _reassigned(table, topics, move, index)
+    remaining = [
+        f"{name}/{p}"
+        for name in sorted(topics)
+        for p, info in enumerate(topics[name].partitions)
+        if broker_id in info.replicas
+    ]
+    if remaining:
+        raise _stale(
+            f"broker {broker_id} still holds replicas of {', '.join(remaining[:10])}"
+            + (f" and {len(remaining) - 10} more" if len(remaining) > 10 else "")
+        )
+    brokers = {b: info for b, info in table.brokers.items() if b != broker_id}
+    new = replace(table, brokers=frozen_map(brokers), topics=frozen_map(topics))
+    return new, metadata_pb2.MetaResult(changed=True)
+
+
+# -- topics -----------------------------------------------------------------------------------
+
+
+def on_create_topic(
+    table: Table, cmd: metadata_pb2.CreateTopic, now_ms: int, index: int
+) -> tuple[Table, metadata_pb2.MetaResult]:
+    check_topic_name(cmd.name)
+    if cmd.name in table.topics:
+        raise errors.TopicExists(f"topic {cmd.name!r} exists")
+    if cmd.topic_id < table.next_topic_id:
+        raise _stale(f"topic id {cmd.topic_id} is taken (next free id: {table.next_topic_id})")
+    if cmd.topic_id >= INT64_MAX:
+        raise errors.InvalidArgument(f"topic id {cmd.topic_id} is out of range")
+    check_topic_config(cmd.name, cmd.config)
+    rf = cmd.replication_factor
+    if rf < 1 or len(cmd.replicas) % rf:
+        raise errors.InvalidArgument(
+            f"topic {cmd.name!r}: {len(cmd.replicas)} replicas do not make whole partitions "
+            f"of replication_factor {rf}"
+        )
+    count = len(cmd.replicas) // rf
+    if not 1 <= count <= PARTITIONS_MAX:
+        raise errors.InvalidArgument(
+            f"topic {cmd.name!r}: partitions must be 1..{PARTITIONS_MAX}, not {count}"
+        )
+    partitions = []
+    for p in range(count):
+        replicas = tuple(cmd.replicas[p * rf : (p + 1) * rf])
+        check_replicas(table, replicas, f"{cmd.name}/{p}")
+        partitions.append(PartitionInfo(replicas, index))
+    topic = TopicInfo(
+        cmd.name, cmd.topic_id, config_to_bytes(cmd.config), tuple(partitions), now_ms, index
+    )
+    new = replace(
+        table,
+        topics=frozen_map({**table.topics, cmd.name: topic}),
+        next_topic_id=cmd.topic_id + 1,
+    )
+    new, bumped = _rebalance_subscribers(new, cmd.name)
+    return new, metadata_pb2.MetaResult(
+        changed=True, topic=topic.to_proto(), rebalanced_groups=bumped
+    )
+
+
+def _existing_topic(topics: Mapping[str, TopicInfo], name: str, topic_id: int) -> TopicInfo:
+    topic = topics.get(name)
+    if topic is None:
+        raise errors.UnknownTopic(f"topic {name!r} does not exist")
+    if topic_id and topic.topic_id != topic_id:
+        raise errors.UnknownTopic(
+            f"topic {name!r} id {topic_id} does not exist: the topic was deleted and created "
+            f"again (id {topic.topic_id})"
+        )
+    return topic
+
+
+def on_delete_topic(
+    table: Table, cmd: metadata_pb2.DeleteTopic, now_ms: int, index: int
+) -> tuple[Table, metadata_pb2.MetaResult]:
+    topic = _existing_topic(table.topics, cmd.name, cmd.topic_id)
+    topics = {name: info for name, info in table.topics.items() if name != cmd.name}
+    new, bumped = _rebalance_subscribers(replace(table, topics=frozen_map(topics)), cmd.name)
+    return new, metadata_pb2.MetaResult(
+        changed=True, topic=topic.to_proto(), rebalanced_groups=bumped
+    )
+
+
+def on_alter_topic_config(
+    table: Table, cmd: metadata_pb2.AlterTopicConfig, now_ms: int, index: int
+) -> tuple[Table, metadata_pb2.MetaResult]:
+    topic = _existing_topic(table.topics, cmd.name, cmd.topic_id)
+    check_topic_config(cmd.name, cmd.config)
+    config = config_to_bytes(cmd.config)
+    if config == topic.config_bytes:
+        return table, metadata_pb2.MetaResult(changed=False, topic=topic.to_proto())
+    topic = replace(topic, config_bytes=config, revision=index)
+    new = replace(table, topics=frozen_map({**table.topics, cmd.name: topic}))
+    return new, metadata_pb2.MetaResult(changed=True, topic=topic.to_proto())
+
+
+def _reassigned(
+    table: Table,
+    topics: Mapping[str, TopicInfo],
+    cmd: metadata_pb2.ReassignPartition,
+    index: int,
+) -> TopicInfo:
+    """The topic with ``cmd.partition``'s replicas set to ``cmd.replicas`` (unchanged if equal)."""
+    topic = _existing_topic(topics, cmd.topic, cmd.topic_id)
+    if not 0 <= cmd.partition < len(topic.partitions):
+        raise errors.UnknownPartition(
+            f"topic {cmd.topic!r} has partitions 0..{len(topic.partitions) - 1}, "
+            f"not {cmd.partition}"
+        )
+    replicas = tuple(cmd.replicas)
+    check_replicas(table, replicas, f"{cmd.topic}/{cmd.partition}")
+    if topic.partitions[cmd.partition].replicas == replicas:
+        return topic
+    partitions = list(topic.partitions)
+    partitions[cmd.partition] = PartitionInfo(replicas, index)
+    return replace(topic, partitions=tuple(partitions))
+
+
+def on_reassign_partition(
+    table: Table, cmd: metadata_pb2.ReassignPartition, now_ms: int, index: int
+) -> tuple[Table, metadata_pb2.MetaResult]:
+    topic = _reassigned(table, table.topics, cmd, index)
+    changed = topic != table.topics[cmd.topic]
+    new = replace(table, topics=frozen_map({**table.topics, cmd.topic: topic}))
+    return new, metadata_pb2.MetaResult(changed=changed, topic=topic.to_proto())
+
+
+# -- consumer groups --------------------------------------------------------------------------
+
+
+def rebalanced(
+    table: Table, group: GroupInfo, members: Mapping[str, MemberInfo], *, bump: bool
+) -> GroupInfo:
+    """``group`` with ``members`` and their sticky assignment, computed from the previous
+    assignments they carry and the table's partition counts. The generation goes up when
+    ``bump`` (a membership change) or when any member's assignment changed."""
+    subscriptions = {m: frozenset(info.topics) for m, info in members.items()}
+    wanted: set[str] = set().union(*subscriptions.values()) if subscriptions else set()
+    previous = {m: info.assignment for m, info in members.items()}
+    assignment = sticky.assign(subscriptions, table.partition_counts(wanted), previous)
+    new_members = {m: replace(members[m], assignment=tuple(assignment[m])) for m in sorted(members)}
+    if not bump and all(new_members[m].assignment == members[m].assignment for m in members):
+        return replace(group, members=frozen_map(new_members))
+    return GroupInfo(group.name, group.generation + 1, frozen_map(new_members))
+
+
+def _rebalance_subscribers(table: Table, topic: str) -> tuple[Table, list[str]]:
+    """Recompute every group subscribed to ``topic``; returns the groups whose generation rose."""
+    groups = dict(table.groups)
+    bumped = []
+    for name in table.groups_subscribing(topic):
+        group = table.groups[name]
+        groups[name] = rebalanced(table, group, group.members, bump=False)
+        if groups[name].generation != group.generation:
+            bumped.append(name)
+    if not bumped:
+        return table, []
+    return replace(table, groups=frozen_map(groups)), bumped
+
+
+def _group_result(table: Table, group: GroupInfo, bumped: bool) -> metadata_pb2.MetaResult:
+    return metadata_pb2.MetaResult(
+        changed=True,
+        group=group.to_proto(),
+        generation=group.generation,
+        rebalanced_groups=[group.name] if bumped else [],
+    )
+
+
+def on_join_group(
+    table: Table, cmd: metadata_pb2.JoinGroup, now_ms: int, index: int
+) -> tuple[Table, metadata_pb2.MetaResult]:
+    check_name(cmd.group, "group")
+    check_name(cmd.member_id, "member_id")
+    check_label(cmd.client_id, "client_id")
+    check_label(cmd.client_host, "client_host")
+    topics = subscription(cmd.topics)
+    check_session_timeout(cmd.session_timeout_ms)
+    group = table.groups.get(cmd.group) or GroupInfo(cmd.group)
+    old = group.members.get(cmd.member_id)
+    member = MemberInfo(
+        cmd.member_id,
+        topics,
+        cmd.session_timeout_ms,
+        cmd.client_id,
+        cmd.client_host,
+        old.joined_ms if old is not None else now_ms,
+        old.assignment if old is not None else (),
+    )
+    members = {**group.members, cmd.member_id: member}
+    if old is not None and old.topics == topics:  # no membership change: no rebalance
+        new_group = replace(group, members=frozen_map(members))
+        bumped = False
+    else:
+        new_group = rebalanced(table, group, members, bump=True)
+        bumped = True
+    new = table
+    if new_group != group or cmd.group not in table.groups:
+        new = replace(table, groups=frozen_map({**table.groups, cmd.group: new_group}))
+    result = _group_result(new, new_group, bumped)
+    result.changed = new is not table
+    result.assignment.extend(tp_refs(new_group.members[cmd.member_id].assignment))
+    result.unknown_topics.extend(t for t in topics if t not in table.topics)
+    return new, result
+
+
+def on_leave_group(
+    table: Table, cmd: metadata_pb2.LeaveGroup, now_ms: int, index: int
+) -> tuple[Table, metadata_pb2.MetaResult]:
+    group = table.groups.get(cmd.group)
+    if group is None:
+        raise errors.UnknownGroup(f"group {cmd.group[:300]!r} does not exist")
+    if not 1 <= len(cmd.member_ids) <= LEAVE_MEMBERS_MAX:
+        raise errors.InvalidArgument(f"name 1..{LEAVE_MEMBERS_MAX} member ids")
+    leaving = set(cmd.member_ids) & group.members.keys()
+    if not leaving:
+        raise errors.UnknownMember(
+            f"none of {sorted(cmd.member_ids)[:10]} is a member of group {cmd.group!r}"
+        )
+    members = {m: info for m, info in group.members.items() if m not in leaving}
+    new_group = rebalanced(table, group, members, bump=True)
+    new = replace(table, groups=frozen_map({**table.groups, cmd.group: new_group}))
+    return new, _group_result(new, new_group, True)
+
+
+def on_delete_group(
+    table: Table, cmd: metadata_pb2.DeleteGroup, now_ms: int, index: int
+) -> tuple[Table, metadata_pb2.MetaResult]:
+    group = table.groups.get(cmd.group)
+    if group is None:
+        raise errors.UnknownGroup(f"group {cmd.group[:300]!r} does not exist")
+    if group.members:
+        raise errors.InvalidArgument(
+            f"group {cmd.group!r} has {len(group.members)} members: they must leave first"
+        )
+    groups = {name: info for name, info in table.groups.items() if name != cmd.group}
+    return replace(table, groups=frozen_map(groups)), metadata_pb2.MetaResult(changed=True)
+
+
+# -- Spark writer transactions ----------------------------------------------------------------
+
+
+def on_commit_txn(
+    table: Table, cmd: metadata_pb2.CommitTxn, now_ms: int, index: int
+) -> tuple[Table, metadata_pb2.MetaResult]:
+    check_name(cmd.app_id, "app_id")
+    if cmd.version < 0:
+        raise errors.InvalidArgument(f"version {cmd.version} must be >= 0")
+    current = table.txns.get(cmd.app_id)
+    if current is not None and cmd.version <= current:
+        return table, metadata_pb2.MetaResult(changed=False, txn_version=current)
+    new = replace(table, txns=frozen_map({**table.txns, cmd.app_id: cmd.version}))
+    return new, metadata_pb2.MetaResult(changed=True, txn_version=cmd.version)

@@ -1,0 +1,342 @@
+"""The table: the metadata group's materialised cluster state, as immutable values.
+
+A :class:`Table` is what the metadata state machine has applied up to ``applied_index``:
+registered brokers, topics (id, config, partitions and their ordered replicas), consumer groups
+(members, subscriptions, session timeouts, generation and sticky assignment) and the Spark
+writers' committed-batch watermarks. The frontend plans against it; the backend reconciles local
+partition replicas toward it.
+
+Every value here is frozen and every mapping read-only. The machine never mutates a table: each
+applied command builds a new one (copy on write) and swaps it in with one assignment. A reader
+on another thread therefore takes ``machine.table`` once and reads a consistent snapshot without
+a lock. Topic configs are kept as deterministic protobuf bytes (``config`` parses a fresh copy),
+so no shared mutable message hides inside.
+
+Dict order is insertion order and differs between a table built by applying commands and one
+restored from a snapshot. Nothing that apply decides may depend on it: iterate ``sorted(...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from assignors.placement import Broker as PlacementBroker
+from proto import common_pb2, metadata_pb2
+
+TopicPartition = tuple[str, int]
+
+_EMPTY: Mapping[Any, Any] = MappingProxyType({})
+
+
+def _empty() -> Mapping[Any, Any]:
+    return _EMPTY
+
+
+def frozen_map(items: Mapping[Any, Any]) -> Mapping[Any, Any]:
+    """A read-only copy of ``items``."""
+    return MappingProxyType(dict(items))
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    broker_id: int
+    client_addr: str
+    raft_addr: str
+    rack: str = ""
+    registered_ms: int = 0
+
+    def to_proto(self) -> metadata_pb2.BrokerState:
+        return metadata_pb2.BrokerState(
+            broker_id=self.broker_id,
+            client_addr=self.client_addr,
+            raft_addr=self.raft_addr,
+            rack=self.rack,
+            registered_ms=self.registered_ms,
+        )
+
+    @classmethod
+    def from_proto(cls, msg: metadata_pb2.BrokerState) -> BrokerInfo:
+        return cls(msg.broker_id, msg.client_addr, msg.raft_addr, msg.rack, msg.registered_ms)
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    replicas: tuple[int, ...]  # ordered, preferred leader first
+    revision: int = 0  # the Raft index that last set the replicas
+
+    @property
+    def preferred_leader(self) -> int:
+        return self.replicas[0]
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: int
+    config_bytes: bytes  # a TopicConfig, serialized deterministically
+    partitions: tuple[PartitionInfo, ...]
+    created_ms: int = 0
+    revision: int = 0  # the Raft index that last changed the topic
+
+    @property
+    def config(self) -> common_pb2.TopicConfig:
+        """A fresh copy of the topic's config (mutating it changes nothing here)."""
+        return common_pb2.TopicConfig.FromString(self.config_bytes)
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)
+
+    @property
+    def replication_factor(self) -> int:
+        """The largest replica count of its partitions (reassignments may change it)."""
+        return max((len(p.replicas) for p in self.partitions), default=0)
+
+    def placement(self) -> list[list[int]]:
+        return [list(p.replicas) for p in self.partitions]
+
+    def to_proto(self) -> metadata_pb2.TopicState:
+        return metadata_pb2.TopicState(
+            name=self.name,
+            topic_id=self.topic_id,
+            config=self.config,
+            partitions=[
+                metadata_pb2.PartitionState(replicas=p.replicas, revision=p.revision)
+                for p in self.partitions
+            ],
+            created_ms=self.created_ms,
+            revision=self.revision,
+        )
+
+    @classmethod
+    def from_proto(cls, msg: metadata_pb2.TopicState) -> TopicInfo:
+        return cls(
+            msg.name,
+            msg.topic_id,
+            config_to_bytes(msg.config),
+            tuple(PartitionInfo(tuple(p.replicas), p.revision) for p in msg.partitions),
+            msg.created_ms,
+            msg.revision,
+        )
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    member_id: str
+    topics: tuple[str, ...]  # sorted, unique; may name topics that do not exist (yet)
+    session_timeout_ms: int
+    client_id: str = ""
+    client_host: str = ""
+    joined_ms: int = 0
+    assignment: tuple[TopicPartition, ...] = ()  # sorted
+
+    def to_proto(self) -> metadata_pb2.MemberState:
+        return metadata_pb2.MemberState(
+            member_id=self.member_id,
+            topics=self.topics,
+            session_timeout_ms=self.session_timeout_ms,
+            client_id=self.client_id,
+            client_host=self.client_host,
+            joined_ms=self.joined_ms,
+            assignment=tp_refs(self.assignment),
+        )
+
+    @classmethod
+    def from_proto(cls, msg: metadata_pb2.MemberState) -> MemberInfo:
+        return cls(
+            msg.member_id,
+            tuple(msg.topics),
+            msg.session_timeout_ms,
+            msg.client_id,
+            msg.client_host,
+            msg.joined_ms,
+            tuple((ref.topic, ref.partition) for ref in msg.assignment),
+        )
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    name: str
+    generation: int = 0  # bumped by every membership or assignment change
+    members: Mapping[str, MemberInfo] = field(default_factory=_empty)
+
+    @property
+    def assignment(self) -> dict[str, list[TopicPartition]]:
+        """member id -> its partitions, sorted; every member appears."""
+        return {m: list(self.members[m].assignment) for m in sorted(self.members)}
+
+    def subscribed_topics(self) -> set[str]:
+        return {topic for member in self.members.values() for topic in member.topics}
+
+    def owner(self, topic: str, partition: int) -> str | None:
+        """The member assigned ``topic/partition`` in this generation, or None."""
+        for member_id in sorted(self.members):
+            if (topic, partition) in self.members[member_id].assignment:
+                return member_id
+        return None
+
+    def to_proto(self) -> metadata_pb2.GroupState:
+        return metadata_pb2.GroupState(
+            name=self.name,
+            generation=self.generation,
+            members=[self.members[m].to_proto() for m in sorted(self.members)],
+        )
+
+    @classmethod
+    def from_proto(cls, msg: metadata_pb2.GroupState) -> GroupInfo:
+        members = {m.member_id: MemberInfo.from_proto(m) for m in msg.members}
+        return cls(msg.name, msg.generation, frozen_map(members))
+
+
+@dataclass(frozen=True)
+class Table:
+    """The cluster as applied up to ``applied_index``. Immutable; see the module docstring."""
+
+    brokers: Mapping[int, BrokerInfo] = field(default_factory=_empty)
+    topics: Mapping[str, TopicInfo] = field(default_factory=_empty)
+    groups: Mapping[str, GroupInfo] = field(default_factory=_empty)
+    txns: Mapping[str, int] = field(default_factory=_empty)  # Spark app id -> batch watermark
+    next_topic_id: int = 1
+    applied_index: int = 0
+    clock_ms: int = 0  # the highest now_ms applied: time here never goes backwards
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def broker(self, broker_id: int) -> BrokerInfo | None:
+        return self.brokers.get(broker_id)
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self.topics.get(name)
+
+    def group(self, name: str) -> GroupInfo | None:
+        return self.groups.get(name)
+
+    def txn_version(self, app_id: str) -> int | None:
+        """The app's committed-batch watermark; None before its first commit."""
+        return self.txns.get(app_id)
+
+    def topic_by_id(self, topic_id: int) -> TopicInfo | None:
+        for topic in self.topics.values():
+            if topic.topic_id == topic_id:
+                return topic
+        return None
+
+    def partitions_of(self, broker_id: int) -> list[TopicPartition]:
+        """Every (topic, partition) with a replica on ``broker_id``, sorted."""
+        return [
+            (name, index)
+            for name in sorted(self.topics)
+            for index, p in enumerate(self.topics[name].partitions)
+            if broker_id in p.replicas
+        ]
+
+    def replicas(self, topic: str, partition: int) -> tuple[int, ...] | None:
+        info = self.topics.get(topic)
+        if info is None or not 0 <= partition < len(info.partitions):
+            return None
+        return info.partitions[partition].replicas
+
+    def placement(self) -> dict[str, list[list[int]]]:
+        """topic -> partition -> ordered replicas: the ``existing`` the assignors take."""
+        return {name: self.topics[name].placement() for name in sorted(self.topics)}
+
+    def placement_brokers(self, live_ids: Collection[int] | None = None) -> list[PlacementBroker]:
+        """Registered brokers (only the live ones, if ``live_ids`` is given) as the assignors
+        want them, sorted by id."""
+        live = None if live_ids is None else set(live_ids)
+        return [
+            PlacementBroker(b, self.brokers[b].rack)
+            for b in sorted(self.brokers)
+            if live is None or b in live
+        ]
+
+    def partition_counts(self, topics: set[str] | None = None) -> dict[str, int]:
+        """topic -> partition count, for the existing ones among ``topics`` (default: all)."""
+        names = self.topics.keys() if topics is None else topics & self.topics.keys()
+        return {name: len(self.topics[name].partitions) for name in sorted(names)}
+
+    def groups_subscribing(self, topic: str) -> list[str]:
+        """Groups with a member subscribed to ``topic``, sorted."""
+        return [
+            name
+            for name in sorted(self.groups)
+            if any(topic in m.topics for m in self.groups[name].members.values())
+        ]
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    def to_proto(self) -> metadata_pb2.ClusterSnapshot:
+        return metadata_pb2.ClusterSnapshot(
+            applied_index=self.applied_index,
+            clock_ms=self.clock_ms,
+            next_topic_id=self.next_topic_id,
+            brokers=[self.brokers[b].to_proto() for b in sorted(self.brokers)],
+            topics=[self.topics[t].to_proto() for t in sorted(self.topics)],
+            groups=[self.groups[g].to_proto() for g in sorted(self.groups)],
+            txns=[
+                metadata_pb2.TxnWatermark(app_id=a, version=self.txns[a]) for a in sorted(self.txns)
+            ],
+        )
+
+    @classmethod
+    def from_proto(cls, msg: metadata_pb2.ClusterSnapshot) -> Table:
+        return cls(
+            brokers=frozen_map({b.broker_id: BrokerInfo.from_proto(b) for b in msg.brokers}),
+            topics=frozen_map({t.name: TopicInfo.from_proto(t) for t in msg.topics}),
+            groups=frozen_map({g.name: GroupInfo.from_proto(g) for g in msg.groups}),
+            txns=frozen_map({t.app_id: t.version for t in msg.txns}),
+            next_topic_id=msg.next_topic_id,
+            applied_index=msg.applied_index,
+            clock_ms=msg.clock_ms,
+        )
+
+    def dump(self) -> dict[str, Any]:
+        """Plain, sorted, comparable data: two replicas agree iff their dumps are equal."""
+        return {
+            "applied_index": self.applied_index,
+            "clock_ms": self.clock_ms,
+            "next_topic_id": self.next_topic_id,
+            "brokers": {
+                b: (i.client_addr, i.raft_addr, i.rack, i.registered_ms)
+                for b, i in sorted(self.brokers.items())
+            },
+            "topics": {
+                name: {
+                    "topic_id": t.topic_id,
+                    "config": str(t.config),
+                    "partitions": [(p.replicas, p.revision) for p in t.partitions],
+                    "created_ms": t.created_ms,
+                    "revision": t.revision,
+                }
+                for name, t in sorted(self.topics.items())
+            },
+            "groups": {
+                name: {
+                    "generation": g.generation,
+                    "members": {
+                        m: (
+                            i.topics,
+                            i.session_timeout_ms,
+                            i.client_id,
+                            i.client_host,
+                            i.joined_ms,
+                            i.assignment,
+                        )
+                        for m, i in sorted(g.members.items())
+                    },
+                }
+                for name, g in sorted(self.groups.items())
+            },
+            "txns": dict(sorted(self.txns.items())),
+        }
+
+
+def config_to_bytes(config: common_pb2.TopicConfig) -> bytes:
+    return config.SerializeToString(deterministic=True)
+
+
+def tp_refs(tps: Iterable[TopicPartition]) -> list[metadata_pb2.TopicPartitionRef]:
+    return [metadata_pb2.TopicPartitionRef(topic=t, partition=p) for t, p in tps]
