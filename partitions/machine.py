@@ -203,6 +203,7 @@ class PartitionMachine:
         self._reload()
         self._handlers: dict[str, Callable[[Any, int], partition_pb2.CommandResult]] = {
             "append": self._on_append,
+            "append_batch": self._on_append_batch,
             "lease": self._on_lease,
             "ack": self._on_ack,
             "nack": self._on_nack,
@@ -308,6 +309,28 @@ class PartitionMachine:
                 add(offset=offset, duplicate=True)
             else:
                 add(offset=offset)
+        return result
+
+    def _on_append_batch(
+        self, cmd: partition_pb2.AppendBatch, now_ms: int
+    ) -> partition_pb2.CommandResult:
+        """Group-committed Appends: each in its own savepoint, with its own result. A rejected
+        Append undoes only itself; the batch as a whole fails only when malformed."""
+        if not cmd.appends:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, "append_batch carries no appends")
+        total = sum(len(append.records) for append in cmd.appends)
+        if total > MAX_APPEND_RECORDS:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, f"over {MAX_APPEND_RECORDS} records")
+        result = partition_pb2.CommandResult()
+        for append in cmd.appends:
+            before = self.meta.copy()
+            try:
+                with self.store.transaction():  # nested: a savepoint
+                    one = self._on_append(append, now_ms)
+            except Rejected as rejected:
+                self.meta = before
+                one = _error(rejected.code, rejected.message)
+            result.batch_results.append(one)
         return result
 
     def _producer_duplicate(self, producer_id: str, sequence: int) -> list[int] | None:

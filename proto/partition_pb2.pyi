@@ -16,7 +16,7 @@ EARLIEST: StartFrom
 LATEST: StartFrom
 
 class PartitionCommand(_message.Message):
-    __slots__ = ("now_ms", "append", "lease", "ack", "nack", "extend_lease", "release", "update_record", "cancel_record", "configure", "retain", "dead_letter_done")
+    __slots__ = ("now_ms", "append", "lease", "ack", "nack", "extend_lease", "release", "update_record", "cancel_record", "configure", "retain", "dead_letter_done", "append_batch")
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     APPEND_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,7 @@ class PartitionCommand(_message.Message):
     CONFIGURE_FIELD_NUMBER: _ClassVar[int]
     RETAIN_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_DONE_FIELD_NUMBER: _ClassVar[int]
+    APPEND_BATCH_FIELD_NUMBER: _ClassVar[int]
     now_ms: int
     append: Append
     lease: Lease
@@ -41,7 +42,8 @@ class PartitionCommand(_message.Message):
     configure: Configure
     retain: Retain
     dead_letter_done: DeadLetterDone
-    def __init__(self, now_ms: _Optional[int] = ..., append: _Optional[_Union[Append, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., ack: _Optional[_Union[Settle, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., extend_lease: _Optional[_Union[ExtendLease, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., update_record: _Optional[_Union[UpdateRecord, _Mapping]] = ..., cancel_record: _Optional[_Union[CancelRecord, _Mapping]] = ..., configure: _Optional[_Union[Configure, _Mapping]] = ..., retain: _Optional[_Union[Retain, _Mapping]] = ..., dead_letter_done: _Optional[_Union[DeadLetterDone, _Mapping]] = ...) -> None: ...
+    append_batch: AppendBatch
+    def __init__(self, now_ms: _Optional[int] = ..., append: _Optional[_Union[Append, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., ack: _Optional[_Union[Settle, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., extend_lease: _Optional[_Union[ExtendLease, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., update_record: _Optional[_Union[UpdateRecord, _Mapping]] = ..., cancel_record: _Optional[_Union[CancelRecord, _Mapping]] = ..., configure: _Optional[_Union[Configure, _Mapping]] = ..., retain: _Optional[_Union[Retain, _Mapping]] = ..., dead_letter_done: _Optional[_Union[DeadLetterDone, _Mapping]] = ..., append_batch: _Optional[_Union[AppendBatch, _Mapping]] = ...) -> None: ...
 
 class Append(_message.Message):
     __slots__ = ("records", "producer_id", "sequence")
@@ -52,6 +54,12 @@ class Append(_message.Message):
     producer_id: str
     sequence: int
     def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...
+
+class AppendBatch(_message.Message):
+    __slots__ = ("appends",)
+    APPENDS_FIELD_NUMBER: _ClassVar[int]
+    appends: _containers.RepeatedCompositeFieldContainer[Append]
+    def __init__(self, appends: _Optional[_Iterable[_Union[Append, _Mapping]]] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("group", "member", "max_records", "lease_ms", "start_from", "max_bytes")
@@ -190,7 +198,7 @@ class RefResult(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., dead_lettered: _Optional[bool] = ...) -> None: ...
 
 class CommandResult(_message.Message):
-    __slots__ = ("error", "message", "records", "deliveries", "refs", "count", "skipped")
+    __slots__ = ("error", "message", "records", "deliveries", "refs", "count", "skipped", "batch_results")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
@@ -198,6 +206,7 @@ class CommandResult(_message.Message):
     REFS_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    BATCH_RESULTS_FIELD_NUMBER: _ClassVar[int]
     error: _common_pb2.ErrorCode
     message: str
     records: _containers.RepeatedCompositeFieldContainer[RecordResult]
@@ -205,4 +214,5 @@ class CommandResult(_message.Message):
     refs: _containers.RepeatedCompositeFieldContainer[RefResult]
     count: int
     skipped: bool
-    def __init__(self, error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., records: _Optional[_Iterable[_Union[RecordResult, _Mapping]]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., refs: _Optional[_Iterable[_Union[RefResult, _Mapping]]] = ..., count: _Optional[int] = ..., skipped: _Optional[bool] = ...) -> None: ...
+    batch_results: _containers.RepeatedCompositeFieldContainer[CommandResult]
+    def __init__(self, error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., records: _Optional[_Iterable[_Union[RecordResult, _Mapping]]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., refs: _Optional[_Iterable[_Union[RefResult, _Mapping]]] = ..., count: _Optional[int] = ..., skipped: _Optional[bool] = ..., batch_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ...) -> None: ...
