@@ -1,0 +1,554 @@
+"""The client-facing gRPC server: four services over one :class:`BrokerFacade`.
+
+Each servicer method checks the *shape* of its request (names present and well formed, counts
+and durations in range) and answers INVALID_ARGUMENT with a message that says what to fix;
+everything else (does the topic exist, is this broker the leader, is the generation current)
+is the facade's business. The facade raises typed :mod:`proto.errors`; :mod:`transport.
+grpc_errors` turns them into gRPC status with ``raftq-*`` trailing metadata. Any other
+exception is a bug: it is logged and answered as INTERNAL.
+
+The two streaming RPCs are built here on the facade's unary methods, so a facade implements
+one method per unary RPC and nothing else:
+
+- ``SendStream``: each request goes through ``facade.send``; its response carries the
+  request's ``request_id``; a whole-request error is put in-band and the stream goes on.
+- ``PollStream``: a reader thread adds the client's credits; the writer calls ``facade.poll``
+  for at most the outstanding credit, long-polling in slices of ``POLL_STREAM_WAIT_MS``, and
+  streams what it gets. A typed error ends the stream with its status.
+
+The server also offers standard gRPC health checking (``grpc.health.v1.Health``, every
+service SERVING) and server reflection (``grpcurl -plaintext HOST:PORT list``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent import futures
+from typing import Any, Protocol
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from partitions.machine import MAX_DELAY_MS, MAX_LEASE_MS, MAX_LEASE_RECORDS, MAX_REFS
+from proto import api_pb2, api_pb2_grpc, errors
+from transport.grpc_errors import abort
+
+log = logging.getLogger("raftq.grpc")
+
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+NAME_CHARS_MAX = 255  # group, member and producer ids
+SEND_RECORDS_MAX = 100_000
+POLL_WAIT_MS_MAX = 300_000  # a long poll of at most five minutes
+POLL_STREAM_WAIT_MS = 500
+PARTITIONS_MAX = 10_000
+REPLICATION_FACTOR_MAX = 7
+SERVICE_NAMES = tuple(
+    api_pb2.DESCRIPTOR.services_by_name[name].full_name
+    for name in ("Producer", "Consumer", "Log", "Admin")
+)
+
+
+class BrokerFacade(Protocol):
+    """What the gRPC surface needs from a broker: one method per unary RPC.
+
+    Each takes the request protobuf (shape already checked) and ``timeout_s``, the seconds
+    left before the client's deadline (None: no deadline), and returns the response protobuf.
+    Expected failures raise :class:`proto.errors.RaftqError` subclasses: NotLeader (with
+    ``leader_hint``), UnknownTopic, UnknownGroup, UnknownMember, Fenced, TopicExists,
+    InvalidArgument, Timeout, Unavailable... Per-record (Send) and per-ref (Ack, Nack,
+    ExtendLease) failures go in the response items instead. Called from many threads at once.
+    """
+
+    # Producer
+    def send(
+        self, request: api_pb2.SendRequest, *, timeout_s: float | None
+    ) -> api_pb2.SendResponse: ...
+
+    # Consumer
+    def join_group(
+        self, request: api_pb2.JoinGroupRequest, *, timeout_s: float | None
+    ) -> api_pb2.JoinGroupResponse: ...
+
+    def heartbeat(
+        self, request: api_pb2.HeartbeatRequest, *, timeout_s: float | None
+    ) -> api_pb2.HeartbeatResponse: ...
+
+    def leave_group(
+        self, request: api_pb2.LeaveGroupRequest, *, timeout_s: float | None
+    ) -> api_pb2.LeaveGroupResponse: ...
+
+    def poll(
+        self, request: api_pb2.PollRequest, *, timeout_s: float | None
+    ) -> api_pb2.PollResponse: ...
+
+    def ack(
+        self, request: api_pb2.AckRequest, *, timeout_s: float | None
+    ) -> api_pb2.SettleResponse: ...
+
+    def nack(
+        self, request: api_pb2.NackRequest, *, timeout_s: float | None
+    ) -> api_pb2.SettleResponse: ...
+
+    def extend_lease(
+        self, request: api_pb2.ExtendLeaseRequest, *, timeout_s: float | None
+    ) -> api_pb2.SettleResponse: ...
+
+    # Log
+    def fetch(
+        self, request: api_pb2.FetchRequest, *, timeout_s: float | None
+    ) -> api_pb2.FetchResponse: ...
+
+    def list_offsets(
+        self, request: api_pb2.ListOffsetsRequest, *, timeout_s: float | None
+    ) -> api_pb2.ListOffsetsResponse: ...
+
+    # Admin
+    def create_topic(
+        self, request: api_pb2.CreateTopicRequest, *, timeout_s: float | None
+    ) -> api_pb2.TopicDescription: ...
+
+    def delete_topic(
+        self, request: api_pb2.DeleteTopicRequest, *, timeout_s: float | None
+    ) -> api_pb2.DeleteTopicResponse: ...
+
+    def list_topics(
+        self, request: api_pb2.ListTopicsRequest, *, timeout_s: float | None
+    ) -> api_pb2.ListTopicsResponse: ...
+
+    def describe_topic(
+        self, request: api_pb2.DescribeTopicRequest, *, timeout_s: float | None
+    ) -> api_pb2.TopicDescription: ...
+
+    def alter_topic_config(
+        self, request: api_pb2.AlterTopicConfigRequest, *, timeout_s: float | None
+    ) -> api_pb2.TopicDescription: ...
+
+    def list_groups(
+        self, request: api_pb2.ListGroupsRequest, *, timeout_s: float | None
+    ) -> api_pb2.ListGroupsResponse: ...
+
+    def describe_group(
+        self, request: api_pb2.DescribeGroupRequest, *, timeout_s: float | None
+    ) -> api_pb2.GroupDescription: ...
+
+    def describe_cluster(
+        self, request: api_pb2.DescribeClusterRequest, *, timeout_s: float | None
+    ) -> api_pb2.ClusterDescription: ...
+
+    def update_record(
+        self, request: api_pb2.UpdateRecordRequest, *, timeout_s: float | None
+    ) -> api_pb2.UpdateRecordResponse: ...
+
+    def cancel_record(
+        self, request: api_pb2.CancelRecordRequest, *, timeout_s: float | None
+    ) -> api_pb2.CancelRecordResponse: ...
+
+
+# --- request shape checks ------------------------------------------------------------------
+
+
+def _bad(message: str) -> errors.InvalidArgument:
+    return errors.InvalidArgument(message)
+
+
+def check_topic_name(name: str, field: str = "topic") -> None:
+    if not name:
+        raise _bad(f"{field} is empty: name a topic")
+    if not TOPIC_NAME.fullmatch(name):
+        raise _bad(
+            f"{field} {name[:60]!r} is not a topic name: use 1-249 characters of "
+            "A-Z, a-z, 0-9, '.', '_' and '-'"
+        )
+
+
+def check_name(value: str, field: str) -> None:
+    if not value:
+        raise _bad(f"{field} is empty: set it")
+    if len(value) > NAME_CHARS_MAX:
+        raise _bad(f"{field} is {len(value)} characters; at most {NAME_CHARS_MAX}")
+
+
+def check_range(value: int, field: str, low: int, high: int | None = None) -> None:
+    if value < low or (high is not None and value > high):
+        allowed = f"{low}..{high}" if high is not None else f">= {low}"
+        raise _bad(f"{field} is {value}; it must be {allowed}")
+
+
+def _check_member(group: str, member_id: str, generation: int) -> None:
+    check_name(group, "group")
+    check_name(member_id, "member_id")
+    check_range(generation, "generation", 0)
+
+
+def _check_refs(refs: Sequence[api_pb2.RecordRef]) -> None:
+    check_range(len(refs), "number of refs", 1, MAX_REFS)
+    for i, ref in enumerate(refs):
+        check_topic_name(ref.topic, f"refs[{i}].topic")
+        check_range(ref.partition, f"refs[{i}].partition", 0)
+        check_range(ref.offset, f"refs[{i}].offset", 0)
+        check_range(ref.delivery_count, f"refs[{i}].delivery_count", 1)
+
+
+def check_send(r: api_pb2.SendRequest) -> None:
+    check_topic_name(r.topic)
+    check_range(len(r.records), "number of records", 1, SEND_RECORDS_MAX)
+    if r.HasField("partition"):
+        check_range(r.partition, "partition", 0)
+    if r.HasField("producer_id"):
+        check_name(r.producer_id, "producer_id")
+        if not r.HasField("partition") or not r.HasField("sequence"):
+            raise _bad("producer_id needs partition and sequence: sequences are per partition")
+        check_range(r.sequence, "sequence", 0)
+    elif r.HasField("sequence"):
+        raise _bad("sequence without producer_id: set both or neither")
+
+
+def check_join_group(r: api_pb2.JoinGroupRequest) -> None:
+    check_name(r.group, "group")
+    check_range(len(r.topics), "number of topics", 1, PARTITIONS_MAX)
+    for i, topic in enumerate(r.topics):
+        check_topic_name(topic, f"topics[{i}]")
+    if r.HasField("member_id"):
+        check_name(r.member_id, "member_id")
+    check_range(r.session_timeout_ms, "session_timeout_ms", 0)
+
+
+def check_heartbeat(r: api_pb2.HeartbeatRequest) -> None:
+    _check_member(r.group, r.member_id, r.generation)
+
+
+def check_leave_group(r: api_pb2.LeaveGroupRequest) -> None:
+    check_name(r.group, "group")
+    check_name(r.member_id, "member_id")
+
+
+def _check_lease_ms(r: api_pb2.PollRequest | api_pb2.PollStart) -> None:
+    if r.HasField("lease_ms"):
+        check_range(r.lease_ms, "lease_ms", 1, MAX_LEASE_MS)
+    check_range(r.max_bytes, "max_bytes", 0)
+
+
+def check_poll(r: api_pb2.PollRequest) -> None:
+    _check_member(r.group, r.member_id, r.generation)
+    check_range(r.max_records, "max_records", 1, MAX_LEASE_RECORDS)
+    check_range(r.max_wait_ms, "max_wait_ms", 0, POLL_WAIT_MS_MAX)
+    _check_lease_ms(r)
+
+
+def check_ack(r: api_pb2.AckRequest) -> None:
+    _check_member(r.group, r.member_id, r.generation)
+    _check_refs(r.refs)
+
+
+def check_nack(r: api_pb2.NackRequest) -> None:
+    _check_member(r.group, r.member_id, r.generation)
+    _check_refs(r.refs)
+    if r.HasField("delay_ms"):
+        check_range(r.delay_ms, "delay_ms", 0, MAX_DELAY_MS)
+
+
+def check_extend_lease(r: api_pb2.ExtendLeaseRequest) -> None:
+    _check_member(r.group, r.member_id, r.generation)
+    _check_refs(r.refs)
+    check_range(r.lease_ms, "lease_ms", 1, MAX_LEASE_MS)
+
+
+def check_fetch(r: api_pb2.FetchRequest) -> None:
+    check_topic_name(r.topic)
+    check_range(r.partition, "partition", 0)
+    check_range(r.offset, "offset", 0)
+    check_range(r.max_records, "max_records", 1, MAX_LEASE_RECORDS)
+    check_range(r.max_bytes, "max_bytes", 0)
+
+
+def check_list_offsets(r: api_pb2.ListOffsetsRequest) -> None:
+    check_topic_name(r.topic)
+
+
+def check_config_update(c: api_pb2.TopicConfigUpdate) -> None:
+    """Signs only; the facade checks the merged config with partitions.machine.check_config."""
+    for field in (
+        "lease_ms",
+        "max_deliveries",
+        "retention_ms",
+        "retention_bytes",
+        "dedup_window_ms",
+        "nack_backoff_base_ms",
+        "nack_backoff_max_ms",
+    ):
+        if c.HasField(field):
+            check_range(getattr(c, field), f"config.{field}", 0)
+    if c.HasField("lease_ms"):
+        check_range(c.lease_ms, "config.lease_ms", 1, MAX_LEASE_MS)
+    if c.HasField("max_record_bytes"):
+        check_range(c.max_record_bytes, "config.max_record_bytes", 1)
+    if c.HasField("dead_letter_topic") and c.dead_letter_topic:
+        check_topic_name(c.dead_letter_topic, "config.dead_letter_topic")
+
+
+def check_create_topic(r: api_pb2.CreateTopicRequest) -> None:
+    check_topic_name(r.name, "name")
+    if r.HasField("partitions"):
+        check_range(r.partitions, "partitions", 1, PARTITIONS_MAX)
+    if r.HasField("replication_factor"):
+        check_range(r.replication_factor, "replication_factor", 1, REPLICATION_FACTOR_MAX)
+    check_config_update(r.config)
+
+
+def check_topic_request(
+    r: api_pb2.DeleteTopicRequest | api_pb2.DescribeTopicRequest,
+) -> None:
+    check_topic_name(r.name, "name")
+
+
+def check_alter_topic_config(r: api_pb2.AlterTopicConfigRequest) -> None:
+    check_topic_name(r.name, "name")
+    if not r.config.ListFields():
+        raise _bad("config sets no field: name at least one setting to change")
+    check_config_update(r.config)
+
+
+def check_describe_group(r: api_pb2.DescribeGroupRequest) -> None:
+    check_name(r.group, "group")
+
+
+def check_update_record(r: api_pb2.UpdateRecordRequest) -> None:
+    check_topic_name(r.topic)
+    check_range(r.partition, "partition", 0)
+    check_range(r.offset, "offset", 0)
+    if not r.HasField("priority") and not r.HasField("deliver_at_ms"):
+        raise _bad("set priority, deliver_at_ms or both")
+    if r.HasField("deliver_at_ms"):
+        check_range(r.deliver_at_ms, "deliver_at_ms", 0)
+
+
+def check_cancel_record(r: api_pb2.CancelRecordRequest) -> None:
+    check_topic_name(r.topic)
+    check_range(r.partition, "partition", 0)
+    check_range(r.offset, "offset", 0)
+
+
+def _no_check(request: Any) -> None:
+    return None
+
+
+# --- servicers -----------------------------------------------------------------------------
+
+
+def _call(
+    facade: BrokerFacade,
+    method: str,
+    check: Callable[[Any], None],
+    request: Any,
+    timeout_s: float | None,
+) -> Any:
+    check(request)
+    return getattr(facade, method)(request, timeout_s=timeout_s)
+
+
+def _unary(method: str, check: Callable[[Any], None]) -> Callable[..., Any]:
+    """A servicer method: check the shape, delegate to ``facade.<method>``, map errors."""
+
+    def handler(self: _Servicer, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return _call(self.facade, method, check, request, context.time_remaining())
+        except errors.RaftqError as error:
+            abort(context, error)
+        except Exception as exc:
+            log.exception("%s failed", method)
+            abort(context, errors.Internal(f"{method}: {exc!r}"))
+
+    handler.__name__ = method
+    return handler
+
+
+class _Servicer:
+    def __init__(self, facade: BrokerFacade) -> None:
+        self.facade = facade
+
+
+class ProducerServicer(_Servicer, api_pb2_grpc.ProducerServicer):
+    Send = _unary("send", check_send)
+
+    def SendStream(
+        self, request_iterator: Iterator[api_pb2.SendRequest], context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.SendResponse]:
+        for request in request_iterator:
+            try:
+                response = _call(self.facade, "send", check_send, request, context.time_remaining())
+            except errors.RaftqError as error:
+                response = api_pb2.SendResponse(
+                    error=error.code,  # type: ignore[arg-type]
+                    message=error.message,
+                    leader_hint=error.leader_hint,
+                )
+            except Exception as exc:
+                log.exception("send (stream) failed")
+                response = api_pb2.SendResponse(error=errors.Internal.kind.code, message=repr(exc))  # type: ignore[arg-type]
+            response.request_id = request.request_id
+            yield response
+
+
+class _Credits:
+    """Records the PollStream client has allowed and not yet received; fed by a reader."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.available = 0
+        self.closed = False
+        self.error: errors.RaftqError | None = None
+
+    def read(self, requests: Iterator[api_pb2.PollStreamRequest]) -> None:
+        try:
+            for request in requests:
+                with self.cond:
+                    if request.WhichOneof("kind") != "credit" or request.credit.records <= 0:
+                        self.error = _bad("after start, send only credit messages with records > 0")
+                    else:
+                        self.available += request.credit.records
+                    self.cond.notify_all()
+                if self.error is not None:
+                    break
+        except Exception:  # the call ended (cancelled, deadline); the writer sees it too
+            pass
+        finally:
+            with self.cond:
+                self.closed = True
+                self.cond.notify_all()
+
+    def take(self, limit: int, timeout_s: float) -> int:
+        """Wait for credit; 0 on timeout or when the client half-closed (it is done)."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.available > 0 or self.closed, timeout_s)
+            return 0 if self.closed else min(self.available, limit)
+
+
+class ConsumerServicer(_Servicer, api_pb2_grpc.ConsumerServicer):
+    JoinGroup = _unary("join_group", check_join_group)
+    Heartbeat = _unary("heartbeat", check_heartbeat)
+    LeaveGroup = _unary("leave_group", check_leave_group)
+    Poll = _unary("poll", check_poll)
+    Ack = _unary("ack", check_ack)
+    Nack = _unary("nack", check_nack)
+    ExtendLease = _unary("extend_lease", check_extend_lease)
+
+    def PollStream(
+        self, request_iterator: Iterator[api_pb2.PollStreamRequest], context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.PollResponse]:
+        try:
+            first = next(request_iterator, None)
+            if first is None or first.WhichOneof("kind") != "start":
+                raise _bad("the first PollStream message must be start")
+            start = first.start
+            _check_member(start.group, start.member_id, start.generation)
+            _check_lease_ms(start)
+        except errors.RaftqError as error:
+            abort(context, error)
+        credits = _Credits()
+        reader = threading.Thread(
+            target=credits.read, args=(request_iterator,), name="poll-stream-credits", daemon=True
+        )
+        reader.start()
+        while context.is_active():
+            wanted = credits.take(MAX_LEASE_RECORDS, POLL_STREAM_WAIT_MS / 1000)
+            if credits.error is not None:
+                abort(context, credits.error)
+            if wanted == 0:
+                if credits.closed:
+                    return
+                continue
+            poll = api_pb2.PollRequest(
+                group=start.group,
+                member_id=start.member_id,
+                generation=start.generation,
+                max_records=wanted,
+                max_wait_ms=POLL_STREAM_WAIT_MS,
+                max_bytes=start.max_bytes,
+            )
+            if start.HasField("lease_ms"):
+                poll.lease_ms = start.lease_ms
+            try:
+                response = self.facade.poll(poll, timeout_s=context.time_remaining())
+            except errors.RaftqError as error:
+                abort(context, error)
+            except Exception as exc:
+                log.exception("poll (stream) failed")
+                abort(context, errors.Internal(f"poll: {exc!r}"))
+            if response.records:
+                with credits.cond:
+                    credits.available -= len(response.records)
+                yield response
+
+
+class LogServicer(_Servicer, api_pb2_grpc.LogServicer):
+    Fetch = _unary("fetch", check_fetch)
+    ListOffsets = _unary("list_offsets", check_list_offsets)
+
+
+class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
+    CreateTopic = _unary("create_topic", check_create_topic)
+    DeleteTopic = _unary("delete_topic", check_topic_request)
+    ListTopics = _unary("list_topics", _no_check)
+    DescribeTopic = _unary("describe_topic", check_topic_request)
+    AlterTopicConfig = _unary("alter_topic_config", check_alter_topic_config)
+    ListGroups = _unary("list_groups", _no_check)
+    DescribeGroup = _unary("describe_group", check_describe_group)
+    DescribeCluster = _unary("describe_cluster", _no_check)
+    UpdateRecord = _unary("update_record", check_update_record)
+    CancelRecord = _unary("cancel_record", check_cancel_record)
+
+
+def serve(
+    facade: BrokerFacade,
+    address: str,
+    *,
+    max_workers: int = 64,
+    interceptors: Iterable[grpc.ServerInterceptor] = (),
+    options: Sequence[tuple[str, Any]] = (),
+) -> grpc.Server:
+    """Start serving the raftq API for ``facade`` on ``address`` (``host:port``).
+
+    Adds health checking (every service SERVING) and reflection. Each streaming call holds a
+    worker thread (PollStream two) while open: size ``max_workers`` for the streams expected.
+    Raises Unavailable when the address cannot be bound. Stop it with ``server.stop(grace)``.
+    """
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="raftq-grpc"),
+        interceptors=tuple(interceptors),
+        options=tuple(options),
+    )
+    api_pb2_grpc.add_ProducerServicer_to_server(ProducerServicer(facade), server)
+    api_pb2_grpc.add_ConsumerServicer_to_server(ConsumerServicer(facade), server)
+    api_pb2_grpc.add_LogServicer_to_server(LogServicer(facade), server)
+    api_pb2_grpc.add_AdminServicer_to_server(AdminServicer(facade), server)
+    health_servicer = health.HealthServicer()
+    for name in ("", *SERVICE_NAMES):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise errors.Unavailable(f"cannot listen on {address}: {exc}") from exc
+    if port == 0:
+        raise errors.Unavailable(f"cannot listen on {address}: is the port taken?")
+    server.start()
+    log.info("raftq API serving on %s", address)
+    return server
+
+
+__all__ = [
+    "SERVICE_NAMES",
+    "AdminServicer",
+    "BrokerFacade",
+    "ConsumerServicer",
+    "LogServicer",
+    "ProducerServicer",
+    "serve",
+]
