@@ -1,0 +1,500 @@
+"""One partition replica: a PartitionMachine over its own SQLite file, driven by a RaftNode.
+
+    send(records) ─► Proposer (group commit) ─► RaftNode.propose ─► journal + majority
+                                                                          │ committed
+    CommandResult ◄─ Proposer._on_outcome ◄─ PartitionMachine.apply ◄─────┘ (tick thread)
+
+The replica owns three things under ``data_dir``: the partition's SQLite file
+(``<group>.sqlite``), and the Raft journal and snapshot of group ``p.<topic_id>.<partition>``.
+Only the leader proposes, and it stamps ``now_ms`` (from the injected clock) into every
+command first: apply never reads a clock. Reads (``fetch``, ``offsets``, ``lag``) are local
+and not linearizable: a deposed leader may serve stale data until it learns of the new term.
+
+Threading. ``apply``, snapshots and restores run on the Raft tick thread (the broker's
+RaftDriver thread, or the node's own thread with ``auto_tick``). Every other method is safe from
+any thread. ``fetch`` / ``offsets`` / ``lag`` read through a PartitionReader: a second SQLite
+connection on the same file (WAL), so they see the last committed apply and never block the
+driver thread. ``_state_lock`` guards the machine object itself (apply, snapshot, restore,
+``statistics``, and reads when a store is injected, as the tests do with MemoryStore).
+
+Failure. When the machine latches ``failed`` (an I/O error or a bug inside apply; the failing
+transaction was rolled back), the replica stops proposing (``Unavailable``), hands leadership to a
+peer, refuses to write snapshots (a snapshot must never label stale state with a newer index)
+and reports ``healthy: False`` with the reason in ``statistics()``. It keeps acknowledging Raft
+appends (its journal is fine), so the group keeps its quorum. What the operator does: fix the
+cause (disk full, failing disk), then restart the broker; on start the replica reopens SQLite
+at its last committed applied index and replays the journal from there. If the SQLite file
+itself is damaged, stop the broker, delete ``<group>.sqlite`` (and ``<group>.snapshot``) and
+restart: the replica rebuilds from the journal or from the leader's snapshot.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from broker.proposer import Proposer
+from partitions.machine import GroupLag, Offsets, PartitionMachine, check_record
+from partitions.reader import PartitionReader
+from partitions.sqlite_store import SqliteStore
+from partitions.store import PartitionStore
+from proto import common_pb2, errors, partition_pb2
+from transport.raft import ApplyError, FailReason, RaftNode, RaftTimings
+from transport.raft.driver import RaftDriver
+
+logger = logging.getLogger("raftq.broker.replica")
+
+MAX_ENTRY_BYTES = 1 << 20  # one group-committed Raft entry; RaftNode refuses > max_entry_bytes
+MAX_INFLIGHT_CALLS = 10_000  # outstanding send()/propose() calls per partition
+MAX_INFLIGHT_ENTRIES = 4  # Raft entries of one partition proposed and not yet applied
+
+
+def group_name(topic_id: int, partition: int) -> str:
+    return f"p.{topic_id}.{partition}"
+
+
+class _Waiter:
+    """A blocking caller's slot for one outcome."""
+
+    __slots__ = ("error", "event", "result")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.result: Any = None
+        self.error: errors.RaftqError | None = None
+
+    def __call__(self, result: Any, error: errors.RaftqError | None) -> None:
+        self.result, self.error = result, error
+        self.event.set()
+
+
+class PartitionReplica:
+    """One replica of one partition. See the module docstring.
+
+    ``driver``: the broker's RaftDriver; the group registers with it (``auto_tick=False``,
+    group commit: one fsync per group per driver round) and its transport comes from the
+    driver's endpoint. Without a driver the node ticks on its own thread over
+    ``transport_class`` (default: pysyncobj TCP, for tests and tools).
+
+    Raises (constructor): ``errors.Unavailable`` when the transport cannot bind; apsw errors
+    when the SQLite file cannot be opened.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: int,
+        *,
+        data_dir: str | Path,
+        self_addr: str,
+        peers: Sequence[str],
+        driver: RaftDriver | None = None,
+        transport_class: Callable[..., Any] | None = None,
+        secret: str | None = None,
+        fsync: bool = True,
+        synchronous: str = "FULL",
+        timings: RaftTimings | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        max_entry_bytes: int = MAX_ENTRY_BYTES,
+        max_inflight_entries: int = MAX_INFLIGHT_ENTRIES,
+        max_inflight_calls: int = MAX_INFLIGHT_CALLS,
+        store: PartitionStore | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.name = group_name(topic_id, partition)
+        self.where = f"[topic/partition={topic}/{partition}]"
+        self._clock = clock
+        self._monotonic = monotonic
+        self._driver = driver
+        self.max_inflight_calls = max_inflight_calls
+        data_dir = Path(data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path = str(data_dir / f"{self.name}.sqlite")
+        self.store: PartitionStore = store or SqliteStore(path, synchronous=synchronous)
+        self.machine = PartitionMachine(self.store)
+        # Reads go through a second connection (WAL: committed state, never blocking apply);
+        # an injected store (tests) is read under the state lock instead.
+        self._reader = None if store is not None else PartitionReader(SqliteStore(path))
+        self._state_lock = threading.Lock()
+        self._calls_lock = threading.Lock()
+        self._calls = 0
+        self._closed = False
+        self._failure_handled = False
+        self._counters: dict[str, int] = collections.Counter()
+        self._apply_s: collections.deque[float] = collections.deque(maxlen=2048)
+
+        timings = timings or RaftTimings()
+        if driver is not None:
+            if transport_class is not None:
+                raise ValueError("give a driver or a transport_class, not both")
+            transport_class = driver.endpoint.transport_class(self.name)  # type: ignore[attr-defined]
+        self.node = RaftNode(
+            self_addr,
+            list(peers),
+            apply=self._apply,
+            snapshot=self._snapshot,
+            restore=self._restore,
+            data_dir=data_dir,
+            name=self.name,
+            fsync=fsync,
+            auto_tick=driver is None,
+            transport_class=transport_class,
+            secret=secret,
+            timings=timings,
+            group_commit=driver is not None,
+        )
+        self.proposer = Proposer(
+            self._propose_bytes,
+            now_ms=self._now_ms,
+            clock_s=monotonic,
+            is_leader=self.is_leader,
+            leader_hint=self.node.hint,
+            max_entry_bytes=min(max_entry_bytes, timings.max_entry_bytes),
+            max_inflight_entries=max_inflight_entries,
+            max_queued_sends=max_inflight_calls,
+            name=f"{self.where} [group={self.name}]",
+        )
+        if driver is not None:
+            driver.register(self.name, self.node)
+        logger.info(
+            "%s [group=%s] replica open at applied index %d",
+            self.where,
+            self.name,
+            self.machine.applied_index,
+        )
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def send(
+        self,
+        records: Sequence[common_pb2.Record],
+        producer_id: str = "",
+        sequence: int = 0,
+        *,
+        timeout_s: float = 10.0,
+    ) -> list[partition_pb2.RecordResult]:
+        """Append ``records`` (group-committed with concurrent sends); per record its offset
+        (``duplicate`` when answered from dedup state).
+
+        Normal errors: ``NotLeader`` (with ``leader_hint``), ``Unavailable`` (too many in
+        flight, replica failed or closed), ``Timeout`` (outcome unknown: retry with the same
+        producer_id/sequence), ``InvalidArgument`` / ``RecordTooLarge`` (bad records, checked
+        before proposing: nothing was written), ``OutOfOrderSequence``.
+        """
+        waiter = _Waiter()
+        self.send_async(records, waiter, producer_id, sequence)
+        result = self._wait(waiter, timeout_s)
+        return list(result)
+
+    def send_async(
+        self,
+        records: Sequence[common_pb2.Record],
+        on_done: Callable[
+            [list[partition_pb2.RecordResult] | None, errors.RaftqError | None], None
+        ],
+        producer_id: str = "",
+        sequence: int = 0,
+    ) -> None:
+        """``send`` without blocking: ``on_done(results, error)`` runs exactly once, on this
+        thread (refusals) or the Raft tick thread (outcomes). It must not block."""
+        try:
+            append = self._check_append(records, producer_id, sequence)
+            self._enter()
+        except errors.RaftqError as exc:
+            on_done(None, exc)
+            return
+
+        def done(
+            result: partition_pb2.CommandResult | None, error: errors.RaftqError | None
+        ) -> None:
+            self._leave()
+            if error is None and result is not None and result.error:
+                error = errors.error_for(result.error, result.message)
+            if error is not None or result is None:
+                on_done(None, error or errors.Internal("no result"))
+                return
+            for record, outcome in zip(append.records, result.records, strict=False):
+                if not outcome.duplicate:
+                    self._counters["records_in"] += 1
+                    self._counters["bytes_in"] += len(record.key) + len(record.value)
+            on_done(list(result.records), None)
+
+        self.proposer.submit(append, done)
+
+    def propose(
+        self, cmd: partition_pb2.PartitionCommand, timeout_s: float = 10.0
+    ) -> partition_pb2.CommandResult:
+        """Replicate one command (not group-committed) and return what apply answered; a
+        command-level error is in ``result.error``. The leader stamps ``cmd.now_ms``.
+
+        Normal errors: ``NotLeader`` (with ``leader_hint``), ``Unavailable`` (too many in
+        flight, replica failed), ``Timeout`` (outcome unknown: retry idempotently),
+        ``RecordTooLarge`` (command over the entry size).
+        """
+        self._check_writable()
+        self._enter()
+        waiter = _Waiter()
+        try:
+            stamped = partition_pb2.PartitionCommand()
+            stamped.CopyFrom(cmd)
+            stamped.now_ms = self._now_ms()
+            data = stamped.SerializeToString()
+            if len(data) > self.proposer.max_entry_bytes:
+                raise errors.RecordTooLarge(
+                    f"{self.where} command is {len(data)} bytes, over the "
+                    f"{self.proposer.max_entry_bytes}-byte entry limit"
+                )
+            self._propose_bytes(data, waiter)
+            result: partition_pb2.CommandResult = self._wait(waiter, timeout_s)
+        finally:
+            self._leave()
+        if result.deliveries:
+            self._counters["records_leased"] += len(result.deliveries)
+        return result
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def fetch(
+        self, offset: int, max_records: int = 500, max_bytes: int = 1 << 20
+    ) -> list[common_pb2.StoredRecord]:
+        """Local read of the log (see ``PartitionMachine.fetch``); not linearizable."""
+        if self._reader is not None:
+            return self._reader.fetch(offset, max_records, max_bytes).records
+        with self._state_lock:
+            return self.machine.fetch(offset, max_records, max_bytes)
+
+    def offsets(self) -> Offsets:
+        if self._reader is not None:
+            return self._reader.offsets()
+        with self._state_lock:
+            return self.machine.offsets()
+
+    def lag(self, group: str) -> GroupLag | None:
+        if self._reader is not None:
+            return self._reader.lags([group])[group]
+        with self._state_lock:
+            return self.machine.lag(group)
+
+    @property
+    def applied_index(self) -> int:
+        """The machine's stored applied index (last entry that changed state)."""
+        with self._state_lock:
+            return self.machine.applied_index
+
+    def dump(self) -> dict[str, Any]:
+        """The whole store, canonical (tests compare replicas with it)."""
+        with self._state_lock:
+            return self.store.dump()
+
+    def is_leader(self) -> bool:
+        return self.node.is_leader()
+
+    def leader(self) -> str | None:
+        return self.node.leader()
+
+    @property
+    def healthy(self) -> bool:
+        return self.machine.failed is None and not self._closed
+
+    def statistics(self) -> dict[str, Any]:
+        """Counters and state for metrics: records/bytes in, leases, outbox, raft, apply."""
+        with self._state_lock:
+            offsets = self.machine.offsets()
+            outbox = len(self.machine.outbox(MAX_INFLIGHT_CALLS))
+            applied = self.machine.applied_index
+            failed = self.machine.failed
+        latencies = sorted(self._apply_s)
+
+        def pct(p: float) -> float:
+            if not latencies:
+                return 0.0
+            return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000, 3)
+
+        status = self.node.status()
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "group": self.name,
+            "healthy": failed is None and not self._closed,
+            "failed": repr(failed) if failed is not None else "",
+            "records_in": self._counters["records_in"],
+            "bytes_in": self._counters["bytes_in"],
+            "records_leased": self._counters["records_leased"],
+            "entries_applied": self._counters["entries_applied"],
+            "dead_letter_outbox": outbox,
+            "log_start": offsets.log_start,
+            "end_offset": offsets.end,
+            "applied_index": applied,
+            "calls_in_flight": self._calls,
+            "raft_state": status["state"],
+            "raft_term": status["term"],
+            "raft_commit_index": status["commit_index"],
+            "raft_applied_index": status["applied_index"],
+            "raft_leader": status["leader"] or "",
+            "fsync_count": status["fsync_count"],
+            "apply_ms_p50": pct(0.5),
+            "apply_ms_p99": pct(0.99),
+            "apply_ms_max": round(latencies[-1] * 1000, 3) if latencies else 0.0,
+            "proposer": self.proposer.statistics(),
+        }
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the Raft group (unregister from the driver first) and close the SQLite file.
+        Outstanding calls get ``Unavailable``."""
+        if self._closed:
+            return
+        self._closed = True
+        self.proposer.close(errors.Unavailable(f"{self.where} replica closed"))
+        if self._driver is not None:
+            self._driver.unregister(self.name)
+        self.node.destroy()
+        with self._state_lock:
+            self.store.close()
+        if self._reader is not None:
+            self._reader.close()
+        logger.info("%s [group=%s] replica closed", self.where, self.name)
+
+    # -- the Raft side (tick thread) ---------------------------------------------------------
+
+    def _apply(self, data: bytes, index: int) -> partition_pb2.CommandResult:
+        started = time.perf_counter()
+        with self._state_lock:
+            result = self.machine.apply(data, index)
+            failed = self.machine.failed
+        self._apply_s.append(time.perf_counter() - started)
+        self._counters["entries_applied"] += 1
+        if failed is not None and not self._failure_handled:
+            self._failure_handled = True
+            logger.critical(
+                "%s [group=%s] replica FAILED at index %d (%r): it stops proposing and hands "
+                "leadership over; fix the disk and restart the broker (see broker/replica.py)",
+                self.where,
+                self.name,
+                index,
+                failed,
+            )
+            if self.node.is_leader():
+                self.node.transfer_leadership()
+        return result
+
+    def _snapshot(self, path: str) -> None:
+        with self._state_lock:
+            if self.machine.failed is not None:
+                raise RuntimeError(f"{self.where} replica failed: no snapshot of stale state")
+            self.machine.snapshot(path)
+
+    def _restore(self, path: str) -> None:
+        with self._state_lock:
+            self.machine.restore(path)
+        self._failure_handled = False
+        logger.info("%s [group=%s] restored a snapshot", self.where, self.name)
+
+    def _propose_bytes(
+        self, data: bytes, on_done: Callable[[object, errors.RaftqError | None], None]
+    ) -> None:
+        """Propose ``data``; ``on_done(result, error)`` exactly once with a typed error."""
+        if self.machine.failed is not None:
+            on_done(None, self._failed_error())
+            return
+
+        def callback(result: object, err: int) -> None:
+            if err == FailReason.SUCCESS:
+                if isinstance(result, ApplyError):
+                    on_done(None, errors.Internal(f"{self.where} apply raised: {result.message}"))
+                elif self.machine.failed is not None and getattr(result, "error", 0) == (
+                    errors.ErrorCode.INTERNAL
+                ):
+                    on_done(None, self._failed_error())
+                else:
+                    on_done(result, None)
+                return
+            on_done(None, self._raft_error(err))
+
+        try:
+            self.node.propose(data, callback)
+        except errors.RaftqError as exc:
+            on_done(None, exc)
+            return
+        if self._driver is not None:
+            self._driver.wake(self.name)
+
+    def _raft_error(self, err: int) -> errors.RaftqError:
+        where = f"{self.where} [group={self.name}]"
+        if err in (FailReason.NOT_LEADER, FailReason.DISCARDED):
+            return errors.NotLeader(f"{where} not the leader", leader_hint=self.node.hint())
+        if err == FailReason.MISSING_LEADER:
+            return errors.Unavailable(f"{where} no leader known")
+        if err == FailReason.QUEUE_FULL:
+            return errors.Unavailable(f"{where} too many in flight (raft queue full)")
+        if err == FailReason.REQUEST_DENIED:
+            return errors.Unavailable(f"{where} request denied")
+        return errors.Timeout(f"{where} outcome unknown ({FailReason(err).name}): retry")
+
+    def _failed_error(self) -> errors.Unavailable:
+        return errors.Unavailable(
+            f"{self.where} replica failed ({self.machine.failed!r}); outcome unknown: retry "
+            "idempotently against the new leader",
+            leader_hint=self.node.hint(),
+        )
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise errors.Unavailable(f"{self.where} replica closed")
+        if self.machine.failed is not None:
+            raise self._failed_error()
+        if not self.node.is_leader():
+            raise errors.NotLeader(f"{self.where} not the leader", leader_hint=self.node.hint())
+
+    def _check_append(
+        self, records: Sequence[common_pb2.Record], producer_id: str, sequence: int
+    ) -> partition_pb2.Append:
+        self._check_writable()
+        if not records:
+            raise errors.InvalidArgument(f"{self.where} a send needs at least one record")
+        config = common_pb2.TopicConfig()
+        with self._state_lock:
+            config.CopyFrom(self.machine.config)
+        for i, record in enumerate(records):
+            problem = check_record(record, config)
+            if problem is not None:
+                raise errors.error_for(problem.code, f"{self.where} record {i}: {problem.message}")
+        return partition_pb2.Append(records=records, producer_id=producer_id, sequence=sequence)
+
+    def _enter(self) -> None:
+        with self._calls_lock:
+            if self._calls >= self.max_inflight_calls:
+                raise errors.Unavailable(
+                    f"{self.where} too many in flight ({self._calls} calls): back off and retry"
+                )
+            self._calls += 1
+
+    def _leave(self) -> None:
+        with self._calls_lock:
+            self._calls -= 1
+
+    def _wait(self, waiter: _Waiter, timeout_s: float) -> Any:
+        """Wait for an outcome, doing the proposer's housekeeping every 50 ms."""
+        deadline = self._monotonic() + timeout_s
+        while not waiter.event.wait(min(0.05, max(0.0, deadline - self._monotonic()))):
+            if self._monotonic() >= deadline:
+                raise errors.Timeout(f"{self.where} no outcome in {timeout_s:.3g} s: retry")
+            self.proposer.maintain()
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.result
