@@ -160,12 +160,10 @@ def test_the_clock_never_goes_backwards(cluster: Cluster) -> None:
     cluster.ok(command(now_ms=5000, commit_txn=metadata_pb2.CommitTxn(app_id="a", version=1)))
     cluster.ok(command(now_ms=10, commit_txn=metadata_pb2.CommitTxn(app_id="a", version=2)))
     assert cluster.table.clock_ms == 5000
-    cluster.ok(command(now_ms=10, **{"join_group": cluster_join_message()}))
-    assert cluster.table.group("g").members["m"].joined_ms == 5000
-
-
-def cluster_join_message() -> metadata_pb2.JoinGroup:
-    return metadata_pb2.JoinGroup(group="g", member_id="m", topics=["t"], session_timeout_ms=1)
+    join = metadata_pb2.JoinGroup(group="g", member_id="m", topics=["t"], session_timeout_ms=1)
+    cluster.ok(command(now_ms=10, join_group=join))
+    group = cluster.table.group("g")
+    assert group is not None and group.members["m"].joined_ms == 5000
 
 
 def test_a_bug_in_a_handler_is_internal_latches_failed_and_leaves_the_table(
