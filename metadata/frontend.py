@@ -17,8 +17,9 @@ Decisions a user sees:
 - ``dead_letter_topic`` defaults to ``<name>.dlq`` (created on demand: ``dead_letter_topic``
   plans it); "" means no dead-letter topic;
 - a consumer may subscribe to topics that do not exist yet: they are assigned once created;
-- the whole command must fit one Raft entry (``command_bytes_max``), which bounds partitions x
-  replication factor of a new topic (about 10 000 replicas at the default 32 KiB).
+- the whole command must fit one Raft entry (``command_bytes_max``, the broker's
+  ``raft.max_entry_bytes``): a topic costs about 2 + replication factor bytes per partition, and a
+  broker drain about 20 bytes per moved partition.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from proto import common_pb2, errors, metadata_pb2
 
 CONFIG_FIELDS = tuple(f.name for f in common_pb2.TopicConfig.DESCRIPTOR.fields)
 DEAD_LETTER_SUFFIX = ".dlq"
-COMMAND_BYTES_MAX = 32_768  # broker/config.py raft.max_entry_bytes default
-RECORD_BYTES_MAX = 32_768 - 1_024  # raft.max_entry_bytes - COMMAND_FRAMING_BYTES
+COMMAND_BYTES_MAX = 2 * 1024 * 1024  # broker/config.py raft.max_entry_bytes default
+RECORD_BYTES_MAX = COMMAND_BYTES_MAX - 1_024  # raft.max_entry_bytes - COMMAND_FRAMING_BYTES
 
 ConfigValue = int | str
 
@@ -53,7 +54,7 @@ class TopicDefaults:
     max_deliveries: int = 5
     retention_ms: int = 604_800_000
     retention_bytes: int = 0
-    max_record_bytes: int = RECORD_BYTES_MAX
+    max_record_bytes: int = 1024 * 1024
     dedup_window_ms: int = 300_000
     nack_backoff_base_ms: int = 1_000
     nack_backoff_max_ms: int = 60_000
