@@ -1,4 +1,5 @@
 from proto import common_pb2 as _common_pb2
+from proto import metadata_pb2 as _metadata_pb2
 from proto import partition_pb2 as _partition_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -91,3 +92,69 @@ class ReadResponse(_message.Message):
     end: int
     lags: _containers.RepeatedCompositeFieldContainer[GroupLagRead]
     def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.StoredRecord, _Mapping]]] = ..., log_start: _Optional[int] = ..., end: _Optional[int] = ..., lags: _Optional[_Iterable[_Union[GroupLagRead, _Mapping]]] = ...) -> None: ...
+
+class MetaProposeRequest(_message.Message):
+    __slots__ = ("command",)
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    command: _metadata_pb2.MetaCommand
+    def __init__(self, command: _Optional[_Union[_metadata_pb2.MetaCommand, _Mapping]] = ...) -> None: ...
+
+class MetaProposeResponse(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: _metadata_pb2.MetaResult
+    def __init__(self, result: _Optional[_Union[_metadata_pb2.MetaResult, _Mapping]] = ...) -> None: ...
+
+class ForwardRequest(_message.Message):
+    __slots__ = ("method", "request")
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    method: str
+    request: bytes
+    def __init__(self, method: _Optional[str] = ..., request: _Optional[bytes] = ...) -> None: ...
+
+class ForwardResponse(_message.Message):
+    __slots__ = ("response",)
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    response: bytes
+    def __init__(self, response: _Optional[bytes] = ...) -> None: ...
+
+class ReplicaReport(_message.Message):
+    __slots__ = ("topic", "partition", "topic_id", "leader", "leader_raft_addr", "log_start", "end", "applied_index", "healthy", "term")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_RAFT_ADDR_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    HEALTHY_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    topic_id: int
+    leader: bool
+    leader_raft_addr: str
+    log_start: int
+    end: int
+    applied_index: int
+    healthy: bool
+    term: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., topic_id: _Optional[int] = ..., leader: _Optional[bool] = ..., leader_raft_addr: _Optional[str] = ..., log_start: _Optional[int] = ..., end: _Optional[int] = ..., applied_index: _Optional[int] = ..., healthy: _Optional[bool] = ..., term: _Optional[int] = ...) -> None: ...
+
+class BrokerReport(_message.Message):
+    __slots__ = ("broker_id", "replicas", "sent_ms")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    SENT_MS_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaReport]
+    sent_ms: int
+    def __init__(self, broker_id: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaReport, _Mapping]]] = ..., sent_ms: _Optional[int] = ...) -> None: ...
+
+class ReportAck(_message.Message):
+    __slots__ = ("metadata_leader",)
+    METADATA_LEADER_FIELD_NUMBER: _ClassVar[int]
+    metadata_leader: int
+    def __init__(self, metadata_leader: _Optional[int] = ...) -> None: ...

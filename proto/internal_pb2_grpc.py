@@ -44,6 +44,21 @@ class InternalStub:
                 request_serializer=proto_dot_internal__pb2.ReadRequest.SerializeToString,
                 response_deserializer=proto_dot_internal__pb2.ReadResponse.FromString,
                 _registered_method=True)
+        self.MetaPropose = channel.unary_unary(
+                '/raftq.v1.Internal/MetaPropose',
+                request_serializer=proto_dot_internal__pb2.MetaProposeRequest.SerializeToString,
+                response_deserializer=proto_dot_internal__pb2.MetaProposeResponse.FromString,
+                _registered_method=True)
+        self.Forward = channel.unary_unary(
+                '/raftq.v1.Internal/Forward',
+                request_serializer=proto_dot_internal__pb2.ForwardRequest.SerializeToString,
+                response_deserializer=proto_dot_internal__pb2.ForwardResponse.FromString,
+                _registered_method=True)
+        self.Report = channel.unary_unary(
+                '/raftq.v1.Internal/Report',
+                request_serializer=proto_dot_internal__pb2.BrokerReport.SerializeToString,
+                response_deserializer=proto_dot_internal__pb2.ReportAck.FromString,
+                _registered_method=True)
 
 
 class InternalServicer:
@@ -63,6 +78,30 @@ class InternalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MetaPropose(self, request, context):
+        """Propose one metadata command (MetaCommand bytes, planned by the caller's frontend) on
+        the metadata leader, which re-stamps now_ms.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Forward(self, request, context):
+        """Run one public API call here, never forwarding it again (the caller thought this broker
+        leads the metadata group): `method` names the facade method, `request` is its request.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Report(self, request, context):
+        """Every broker reports its replicas to the metadata leader about twice a second: the leader
+        learns who is alive, who leads which partition and how far each replica has applied.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InternalServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -75,6 +114,21 @@ def add_InternalServicer_to_server(servicer, server):
                     servicer.Read,
                     request_deserializer=proto_dot_internal__pb2.ReadRequest.FromString,
                     response_serializer=proto_dot_internal__pb2.ReadResponse.SerializeToString,
+            ),
+            'MetaPropose': grpc.unary_unary_rpc_method_handler(
+                    servicer.MetaPropose,
+                    request_deserializer=proto_dot_internal__pb2.MetaProposeRequest.FromString,
+                    response_serializer=proto_dot_internal__pb2.MetaProposeResponse.SerializeToString,
+            ),
+            'Forward': grpc.unary_unary_rpc_method_handler(
+                    servicer.Forward,
+                    request_deserializer=proto_dot_internal__pb2.ForwardRequest.FromString,
+                    response_serializer=proto_dot_internal__pb2.ForwardResponse.SerializeToString,
+            ),
+            'Report': grpc.unary_unary_rpc_method_handler(
+                    servicer.Report,
+                    request_deserializer=proto_dot_internal__pb2.BrokerReport.FromString,
+                    response_serializer=proto_dot_internal__pb2.ReportAck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -131,6 +185,87 @@ class Internal:
             '/raftq.v1.Internal/Read',
             proto_dot_internal__pb2.ReadRequest.SerializeToString,
             proto_dot_internal__pb2.ReadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MetaPropose(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Internal/MetaPropose',
+            proto_dot_internal__pb2.MetaProposeRequest.SerializeToString,
+            proto_dot_internal__pb2.MetaProposeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Forward(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Internal/Forward',
+            proto_dot_internal__pb2.ForwardRequest.SerializeToString,
+            proto_dot_internal__pb2.ForwardResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Report(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Internal/Report',
+            proto_dot_internal__pb2.BrokerReport.SerializeToString,
+            proto_dot_internal__pb2.ReportAck.FromString,
             options,
             channel_credentials,
             insecure,

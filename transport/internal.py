@@ -1,0 +1,196 @@
+"""Broker-to-broker gRPC: partition commands and reads forwarded to the partition's leader.
+
+Callers authenticate with ``raftq-internal`` metadata, an HMAC of the cluster secret, compared in
+constant time; a call without it is refused with UNAUTHENTICATED before anything is decoded
+into the broker. A broker that does not lead the partition answers NOT_LEADER with a leader
+hint; forwarded calls are never forwarded again, so a stale view cannot loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import grpc
+
+from proto import errors, internal_pb2, internal_pb2_grpc, metadata_pb2, partition_pb2
+from transport.grpc_errors import abort, raise_from_rpc_error
+
+AUTH_KEY = "raftq-internal"
+
+
+def internal_token(secret: str) -> str:
+    """The credential one broker shows another: HMAC-SHA256 of a fixed label under the secret."""
+    return hmac.new(secret.encode(), b"raftq-internal-v1", hashlib.sha256).hexdigest()
+
+
+class PartitionHost(Protocol):
+    """What the internal servicer needs from a broker. Methods raise proto.errors types."""
+
+    def propose_local(
+        self,
+        topic: str,
+        partition: int,
+        command: partition_pb2.PartitionCommand,
+        *,
+        skip_if_idle: bool,
+        timeout_s: float,
+    ) -> internal_pb2.ProposeResponse: ...
+
+    def read_local(self, request: internal_pb2.ReadRequest) -> internal_pb2.ReadResponse: ...
+
+    def meta_propose_local(
+        self, command: metadata_pb2.MetaCommand, *, timeout_s: float
+    ) -> metadata_pb2.MetaResult: ...
+
+    def forward_local(self, method: str, request: bytes, *, timeout_s: float) -> bytes: ...
+
+    def report_local(self, report: internal_pb2.BrokerReport) -> internal_pb2.ReportAck: ...
+
+
+class InternalServicer(internal_pb2_grpc.InternalServicer):
+    def __init__(self, host: PartitionHost, secret: str, *, default_timeout_s: float) -> None:
+        self._host = host
+        self._token = internal_token(secret)
+        self._timeout_s = default_timeout_s
+
+    def _authenticate(self, context: grpc.ServicerContext) -> None:
+        shown = dict(context.invocation_metadata()).get(AUTH_KEY, "")
+        if not isinstance(shown, str) or not hmac.compare_digest(shown, self._token):
+            abort(context, errors.Unauthenticated("internal call without the cluster secret"))
+
+    def _timeout(self, context: grpc.ServicerContext) -> float:
+        remaining = context.time_remaining()
+        return self._timeout_s if remaining is None else max(0.0, min(remaining, self._timeout_s))
+
+    def Propose(
+        self, request: internal_pb2.ProposeRequest, context: grpc.ServicerContext
+    ) -> internal_pb2.ProposeResponse:
+        self._authenticate(context)
+        try:
+            return self._host.propose_local(
+                request.topic,
+                request.partition,
+                request.command,
+                skip_if_idle=request.skip_if_idle,
+                timeout_s=self._timeout(context),
+            )
+        except errors.RaftqError as exc:
+            abort(context, exc)
+
+    def Read(
+        self, request: internal_pb2.ReadRequest, context: grpc.ServicerContext
+    ) -> internal_pb2.ReadResponse:
+        self._authenticate(context)
+        try:
+            return self._host.read_local(request)
+        except errors.RaftqError as exc:
+            abort(context, exc)
+
+    def MetaPropose(
+        self, request: internal_pb2.MetaProposeRequest, context: grpc.ServicerContext
+    ) -> internal_pb2.MetaProposeResponse:
+        self._authenticate(context)
+        try:
+            result = self._host.meta_propose_local(
+                request.command, timeout_s=self._timeout(context)
+            )
+        except errors.RaftqError as exc:
+            abort(context, exc)
+        return internal_pb2.MetaProposeResponse(result=result)
+
+    def Forward(
+        self, request: internal_pb2.ForwardRequest, context: grpc.ServicerContext
+    ) -> internal_pb2.ForwardResponse:
+        self._authenticate(context)
+        try:
+            response = self._host.forward_local(
+                request.method, request.request, timeout_s=self._timeout(context)
+            )
+        except errors.RaftqError as exc:
+            abort(context, exc)
+        return internal_pb2.ForwardResponse(response=response)
+
+    def Report(
+        self, request: internal_pb2.BrokerReport, context: grpc.ServicerContext
+    ) -> internal_pb2.ReportAck:
+        self._authenticate(context)
+        try:
+            return self._host.report_local(request)
+        except errors.RaftqError as exc:
+            abort(context, exc)
+
+
+def add_internal_service(server: grpc.Server, servicer: InternalServicer) -> None:
+    internal_pb2_grpc.add_InternalServicer_to_server(servicer, server)
+
+
+class InternalClient:
+    """Calls other brokers' Internal service; one channel per address, created lazily."""
+
+    def __init__(
+        self, secret: str, *, channel_factory: Callable[[str], grpc.Channel] | None = None
+    ) -> None:
+        self._metadata = ((AUTH_KEY, internal_token(secret)),)
+        self._factory = channel_factory or grpc.insecure_channel
+        self._stubs: dict[str, internal_pb2_grpc.InternalStub] = {}
+        self._channels: dict[str, grpc.Channel] = {}
+        self._lock = threading.Lock()
+
+    def _stub(self, address: str) -> internal_pb2_grpc.InternalStub:
+        with self._lock:
+            stub = self._stubs.get(address)
+            if stub is None:
+                channel = self._factory(address)
+                self._channels[address] = channel
+                stub = self._stubs[address] = internal_pb2_grpc.InternalStub(channel)
+            return stub
+
+    def _call(self, method: Any, request: Any, timeout_s: float) -> Any:
+        try:
+            return method(request, timeout=timeout_s, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise_from_rpc_error(exc)
+
+    def propose(
+        self, address: str, request: internal_pb2.ProposeRequest, timeout_s: float
+    ) -> internal_pb2.ProposeResponse:
+        """Raises NotLeader (with hint), Unavailable, Timeout and the other catalogue errors."""
+        return self._call(self._stub(address).Propose, request, timeout_s)
+
+    def read(
+        self, address: str, request: internal_pb2.ReadRequest, timeout_s: float
+    ) -> internal_pb2.ReadResponse:
+        return self._call(self._stub(address).Read, request, timeout_s)
+
+    def meta_propose(
+        self, address: str, command: metadata_pb2.MetaCommand, timeout_s: float
+    ) -> metadata_pb2.MetaResult:
+        request = internal_pb2.MetaProposeRequest(command=command)
+        response: internal_pb2.MetaProposeResponse = self._call(
+            self._stub(address).MetaPropose, request, timeout_s
+        )
+        return response.result
+
+    def forward(self, address: str, method: str, request: bytes, timeout_s: float) -> bytes:
+        message = internal_pb2.ForwardRequest(method=method, request=request)
+        response: internal_pb2.ForwardResponse = self._call(
+            self._stub(address).Forward, message, timeout_s
+        )
+        return response.response
+
+    def report(
+        self, address: str, report: internal_pb2.BrokerReport, timeout_s: float
+    ) -> internal_pb2.ReportAck:
+        ack: internal_pb2.ReportAck = self._call(self._stub(address).Report, report, timeout_s)
+        return ack
+
+    def close(self) -> None:
+        with self._lock:
+            for channel in self._channels.values():
+                channel.close()
+            self._channels.clear()
+            self._stubs.clear()
