@@ -83,7 +83,8 @@ class Cluster:
             leaders = [r for r in self.live() if r.is_leader()]
             return leaders[0] if len(leaders) == 1 else None
 
-        found: PartitionReplica = wait_until(one, timeout_s, "exactly one leader")
+        found = wait_until(one, timeout_s, "exactly one leader")
+        assert found is not None
         return found
 
     def send(self, values: list[str], producer_id: str = "", sequence: int = 0) -> list[int]:
@@ -153,7 +154,7 @@ def assert_dense(replica: PartitionReplica) -> list[str]:
 # ------------------------------------------------------------------------------ replication
 def test_sends_replicate_and_every_store_ends_equal(cluster: Any) -> None:
     c = cluster()
-    sent = []
+    sent: list[str] = []
     for i in range(30):
         values = [f"r{i}-{j}" for j in range(1 + i % 3)]
         offsets = c.send(values, producer_id="p1", sequence=i)
@@ -312,7 +313,7 @@ def test_failed_machine_stops_proposing_and_hands_leadership_over(cluster: Any) 
     def broken(rows: Any) -> None:
         raise OSError("disk I/O error (injected)")
 
-    leader.store.insert_records = broken  # type: ignore[method-assign]
+    leader.store.insert_records = broken
     with pytest.raises((errors.Unavailable, errors.NotLeader, errors.Timeout)):
         leader.send([rec("boom")], timeout_s=3)
     stats = leader.statistics()
@@ -320,7 +321,7 @@ def test_failed_machine_stops_proposing_and_hands_leadership_over(cluster: Any) 
     with pytest.raises((errors.Unavailable, errors.NotLeader)):
         leader.send([rec("refused")])
     wait_until(lambda: not leader.is_leader(), 10, "the failed replica to hand leadership over")
-    leader.store.insert_records = real  # type: ignore[method-assign]
+    leader.store.insert_records = real
     offsets = c.send(["after"])
     assert offsets == [2]  # "boom" was committed by the healthy majority at offset 1
     healthy = [r for r in c.live() if r is not leader]

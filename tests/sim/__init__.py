@@ -1,0 +1,1 @@
+"""The one-process simulation tier: brokers on the in-memory hub, stepped on a manual clock."""
