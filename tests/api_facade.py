@@ -600,14 +600,16 @@ class ApiFacade:
 
 
 @contextmanager
-def api_server(data_dir: pathlib.Path) -> Iterator[tuple[str, ApiFacade]]:
+def api_server(
+    data_dir: pathlib.Path, facade: ApiFacade | None = None
+) -> Iterator[tuple[str, ApiFacade]]:
     """A real gRPC server on 127.0.0.1 (a free port) over an ApiFacade: (address, facade)."""
     from tests.helpers import free_port
     from transport.grpc_server import serve
 
-    facade = ApiFacade(data_dir)
+    facade = facade or ApiFacade(data_dir)
     address = f"127.0.0.1:{free_port()}"
-    facade.client_addr = address
+    facade.client_addr = facade.client_addr or address
     server = serve(facade, address, max_workers=32)
     try:
         yield address, facade

@@ -1,0 +1,946 @@
+"""The raftq Python client: :class:`Producer`, :class:`Consumer` and :class:`Admin` over gRPC.
+
+``bootstrap`` is ``"host:port[,host:port...]"``: brokers' client addresses. Calls that any
+broker can answer (metadata, admin, groups) try them in turn, starting with the last one that
+answered; sends go straight to each partition's leader, learnt from ``DescribeTopic``.
+Channels are created lazily, one per address, never at import. Clients are thread-safe.
+An :class:`Admin` pickles as its bootstrap (channels are re-created where it lands); a
+:class:`Producer` or :class:`Consumer` owns threads and in-flight state and refuses to be
+pickled: create it inside the Spark executor (or process) that uses it.
+
+Errors are the typed :mod:`proto.errors` (``RaftqError`` subclasses), whatever the broker or
+the network did; ``err.retriable`` says whether trying again can help and ``err.kind.hint``
+says what to do.
+
+Producing
+---------
+``Producer.send`` returns a ``concurrent.futures.Future`` at once. Records are batched per
+partition for up to ``linger_ms`` (or until ``batch_records_max`` / ``batch_bytes_max``) and
+sent to the partition leader by one background thread, one batch in flight per partition,
+so records of a partition are appended in ``send`` order. A future resolves to
+:class:`RecordMetadata` once a majority of the partition's replicas committed the record, or
+to the typed error. With ``idempotent=True`` (the default) each batch carries the producer id
+and a per-partition sequence; retriable failures (NOT_LEADER: refresh metadata and go to the
+new leader; UNAVAILABLE, TIMEOUT: the outcome is unknown) resend the *same* batch with the
+*same* sequence, which the broker answers from its dedup state if it already applied it: no
+duplicates, no reordering. When the retries run out with the outcome unknown, the future
+fails and the partition continues under a fresh producer id (``<id>~<n>``), so later batches
+neither collide with nor wait for the lost one. Without idempotence a retry may duplicate.
+
+Consuming: at-least-once with leases
+------------------------------------
+A ``Consumer`` joins its group (``JoinGroup``), and a background thread heartbeats every
+``heartbeat_interval_ms``. ``poll`` leases ready records of the member's partitions: each
+:class:`Message` is this member's until ``lease_deadline_ms`` and no other member of the group
+gets it meanwhile. Then:
+
+- ``msg.ack()`` ends it for the group; ``msg.nack(delay_ms)`` gives it back for redelivery
+  (no delay given: the topic's exponential backoff); ``msg.extend(lease_ms)`` keeps working.
+- A lease that runs out makes the record ready again: it is redelivered (to this member or
+  another) with ``delivery_count + 1``, and a late ack of the old delivery fails with
+  LEASE_EXPIRED. A record delivered ``max_deliveries`` times goes to the dead-letter topic.
+- Rebalance (a member joins, leaves or misses its session): partitions move with the sticky
+  assignor, the leases on moved partitions are released and their records redelivered to
+  the new owner; this member's poll, heartbeat and acks for them fail with FENCED, after
+  which the consumer rejoins on its own (same member id) and carries on with its new
+  assignment. Acks for moved partitions are lost work, never lost records.
+
+So every record is processed at least once; process idempotently (``delivery_count > 1``
+marks a redelivery). ``close()`` leaves the group at once, releasing its leases.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+
+from assignors.partitioner import partition_for
+from broker.config import ClientSettings
+from partitions.machine import record_size
+from proto import api_pb2, api_pb2_grpc, common_pb2, errors, partition_pb2
+from proto.common_pb2 import ErrorCode
+from transport.grpc_errors import from_rpc_error
+
+log = logging.getLogger("raftq.client")
+
+T = TypeVar("T")
+_DEFAULTS = ClientSettings()
+DEFAULT_BOOTSTRAP = "127.0.0.1:7070"
+RETRY_BACKOFF_MS = 100
+RETRY_BACKOFF_MAX_MS = 2_000
+POLL_WAIT_MS_MAX = 300_000  # the broker's longest long poll; poll() loops for longer waits
+
+
+def parse_bootstrap(bootstrap: str | Sequence[str]) -> tuple[str, ...]:
+    """``"a:1,b:2"`` (or a list) → ``("a:1", "b:2")``; InvalidArgument when empty or malformed."""
+    parts = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    addresses = tuple(p.strip() for p in parts if p.strip())
+    if not addresses:
+        raise errors.InvalidArgument("bootstrap names no broker: give host:port[,host:port]")
+    for address in addresses:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise errors.InvalidArgument(f"bootstrap address {address!r} is not host:port")
+    return addresses
+
+
+class _Stubs:
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.producer = api_pb2_grpc.ProducerStub(channel)
+        self.consumer = api_pb2_grpc.ConsumerStub(channel)
+        self.log = api_pb2_grpc.LogStub(channel)
+        self.admin = api_pb2_grpc.AdminStub(channel)
+
+
+class _Channels:
+    """One channel (and set of stubs) per address, created on first use. Pickles as its
+    bootstrap list only: channels never travel."""
+
+    def __init__(self, bootstrap: str | Sequence[str], request_timeout_ms: int) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.request_timeout_s = request_timeout_ms / 1000
+        self._lock = threading.Lock()
+        self._channels: dict[str, tuple[grpc.Channel, _Stubs]] = {}
+        self._preferred = 0  # index into bootstrap of the last broker that answered
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"bootstrap": self.bootstrap, "request_timeout_ms": self.request_timeout_s * 1000}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["bootstrap"], state["request_timeout_ms"])  # type: ignore[misc]
+
+    def stubs(self, address: str) -> _Stubs:
+        with self._lock:
+            entry = self._channels.get(address)
+            if entry is None:
+                channel = grpc.insecure_channel(address)
+                entry = (channel, _Stubs(channel))
+                self._channels[address] = entry
+            return entry[1]
+
+    def call(self, address: str, fn: Callable[[_Stubs, float], T]) -> T:
+        """``fn(stubs, timeout_s)`` against one address; grpc errors become typed errors."""
+        try:
+            return fn(self.stubs(address), self.request_timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+
+    def call_any(self, fn: Callable[[_Stubs, float], T]) -> T:
+        """``fn`` against each bootstrap broker in turn until one is reachable: only
+        UNAVAILABLE moves on (every other answer is the cluster's)."""
+        count = len(self.bootstrap)
+        start = self._preferred
+        last: errors.RaftqError | None = None
+        for i in range(count):
+            index = (start + i) % count
+            try:
+                result = self.call(self.bootstrap[index], fn)
+            except errors.Unavailable as exc:
+                last = exc
+                continue
+            self._preferred = index
+            return result
+        assert last is not None
+        raise last
+
+    def close(self) -> None:
+        with self._lock:
+            channels, self._channels = self._channels, {}
+        for channel, _ in channels.values():
+            channel.close()
+
+
+def _config_update(config: Mapping[str, Any]) -> api_pb2.TopicConfigUpdate:
+    """Keyword settings (``ordering="priority"``, ``lease_ms=5000``...) → TopicConfigUpdate."""
+    update = api_pb2.TopicConfigUpdate()
+    for name, value in config.items():
+        if value is None:
+            continue
+        if name not in api_pb2.TopicConfigUpdate.DESCRIPTOR.fields_by_name:
+            known = ", ".join(api_pb2.TopicConfigUpdate.DESCRIPTOR.fields_by_name)
+            raise errors.InvalidArgument(f"no topic setting {name!r}; known: {known}")
+        if name == "ordering" and isinstance(value, str):
+            if value.upper() not in ("FIFO", "PRIORITY"):
+                raise errors.InvalidArgument(f"ordering {value!r}: use fifo or priority")
+            value = common_pb2.Ordering.Value(value.upper())
+        setattr(update, name, value)
+    return update
+
+
+# --- Admin ----------------------------------------------------------------------------------
+
+
+class Admin:
+    """Topic, group, cluster and record administration. Answers are the API's protobufs
+    (``proto/api.proto``); failures raise typed :mod:`proto.errors`."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] = DEFAULT_BOOTSTRAP,
+        *,
+        request_timeout_ms: int = _DEFAULTS.request_timeout_ms,
+    ) -> None:
+        self._channels = _Channels(bootstrap, request_timeout_ms)
+
+    def _admin(self, method: str, request: Any) -> Any:
+        return self._channels.call_any(lambda s, t: getattr(s.admin, method)(request, timeout=t))
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int | None = None,
+        replication_factor: int | None = None,
+        **config: Any,
+    ) -> api_pb2.TopicDescription:
+        """Create a topic; absent settings take the broker's topic_defaults. TopicExists and
+        InvalidArgument are normal failures."""
+        request = api_pb2.CreateTopicRequest(name=name, config=_config_update(config))
+        if partitions is not None:
+            request.partitions = partitions
+        if replication_factor is not None:
+            request.replication_factor = replication_factor
+        result: api_pb2.TopicDescription = self._admin("CreateTopic", request)
+        return result
+
+    def delete_topic(self, name: str) -> None:
+        self._admin("DeleteTopic", api_pb2.DeleteTopicRequest(name=name))
+
+    def list_topics(self) -> list[api_pb2.TopicSummary]:
+        return list(self._admin("ListTopics", api_pb2.ListTopicsRequest()).topics)
+
+    def describe_topic(self, name: str) -> api_pb2.TopicDescription:
+        result: api_pb2.TopicDescription = self._admin(
+            "DescribeTopic", api_pb2.DescribeTopicRequest(name=name)
+        )
+        return result
+
+    def alter_topic_config(self, name: str, **config: Any) -> api_pb2.TopicDescription:
+        request = api_pb2.AlterTopicConfigRequest(name=name, config=_config_update(config))
+        result: api_pb2.TopicDescription = self._admin("AlterTopicConfig", request)
+        return result
+
+    def list_groups(self) -> list[api_pb2.GroupSummary]:
+        return list(self._admin("ListGroups", api_pb2.ListGroupsRequest()).groups)
+
+    def describe_group(self, group: str) -> api_pb2.GroupDescription:
+        result: api_pb2.GroupDescription = self._admin(
+            "DescribeGroup", api_pb2.DescribeGroupRequest(group=group)
+        )
+        return result
+
+    def describe_cluster(self) -> api_pb2.ClusterDescription:
+        result: api_pb2.ClusterDescription = self._admin(
+            "DescribeCluster", api_pb2.DescribeClusterRequest()
+        )
+        return result
+
+    def update_record(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        priority: int | None = None,
+        deliver_at_ms: int | None = None,
+    ) -> None:
+        request = api_pb2.UpdateRecordRequest(topic=topic, partition=partition, offset=offset)
+        if priority is not None:
+            request.priority = priority
+        if deliver_at_ms is not None:
+            request.deliver_at_ms = deliver_at_ms
+        self._admin("UpdateRecord", request)
+
+    def cancel_record(self, topic: str, partition: int, offset: int) -> None:
+        self._admin(
+            "CancelRecord",
+            api_pb2.CancelRecordRequest(topic=topic, partition=partition, offset=offset),
+        )
+
+    def list_offsets(self, topic: str) -> list[api_pb2.PartitionOffsets]:
+        request = api_pb2.ListOffsetsRequest(topic=topic)
+        response = self._channels.call_any(lambda s, t: s.log.ListOffsets(request, timeout=t))
+        return list(response.partitions)
+
+    def fetch(
+        self, topic: str, partition: int, offset: int, max_records: int = 500, max_bytes: int = 0
+    ) -> api_pb2.FetchResponse:
+        """Read the log without touching group state (replay, backfill)."""
+        request = api_pb2.FetchRequest(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            max_records=max_records,
+            max_bytes=max_bytes,
+        )
+        result: api_pb2.FetchResponse = self._channels.call_any(
+            lambda s, t: s.log.Fetch(request, timeout=t)
+        )
+        return result
+
+    def close(self) -> None:
+        self._channels.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --- Producer -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordMetadata:
+    """Where an acknowledged record landed."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int = 0  # 0 when the broker did not say
+    duplicate: bool = False  # answered from dedup state: the record was written earlier
+
+
+@dataclass
+class _TopicMeta:
+    partitions: int
+    leaders: list[str]  # per partition, the leader's client address ("" = unknown)
+    max_record_bytes: int
+    stale: bool = False
+
+
+@dataclass
+class _Batch:
+    topic: str
+    partition: int
+    created_s: float
+    records: list[common_pb2.Record] = field(default_factory=list)
+    futures: list[Future[RecordMetadata]] = field(default_factory=list)
+    size: int = 0
+    producer_id: str | None = None
+    sequence: int | None = None
+    attempts: int = 0
+    retry_at_s: float = 0.0
+
+
+class Producer:
+    """Batches records per partition and sends them to partition leaders; see the module
+    docstring for batching, ordering, retries and idempotence."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] = DEFAULT_BOOTSTRAP,
+        *,
+        linger_ms: int = _DEFAULTS.linger_ms,
+        batch_records_max: int = _DEFAULTS.batch_records_max,
+        batch_bytes_max: int = _DEFAULTS.batch_bytes_max,
+        idempotent: bool = True,
+        producer_id: str | None = None,
+        retries: int = 10,
+        request_timeout_ms: int = _DEFAULTS.request_timeout_ms,
+    ) -> None:
+        if linger_ms < 0 or batch_records_max < 1 or batch_bytes_max < 1 or retries < 0:
+            raise errors.InvalidArgument(
+                "need linger_ms >= 0, batch_records_max >= 1, batch_bytes_max >= 1, retries >= 0"
+            )
+        self._channels = _Channels(bootstrap, request_timeout_ms)
+        self.linger_s = linger_ms / 1000
+        self.batch_records_max = batch_records_max
+        self.batch_bytes_max = batch_bytes_max
+        self.retries = retries
+        self.idempotent = idempotent
+        self.producer_id = (producer_id or uuid.uuid4().hex) if idempotent else None
+        self._cond = threading.Condition()
+        self._queues: dict[tuple[str, int], deque[_Batch]] = {}
+        self._in_flight: set[tuple[str, int]] = set()
+        self._next_sequence: dict[tuple[str, int], int] = {}
+        self._epoch: dict[tuple[str, int], int] = {}
+        self._outstanding = 0  # records sent to send() whose future is not yet done
+        self._flushing = 0
+        self._closing = False
+        self._closed = False
+        self._request_ids = itertools.count(1)
+        self._spread = itertools.count()
+        self._meta: dict[str, _TopicMeta] = {}
+        self._meta_lock = threading.Lock()
+        self._sender = threading.Thread(target=self._run, name="raftq-producer", daemon=True)
+        self._sender.start()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Producer owns threads and channels: create it where it is used")
+
+    # -- the public API --------------------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        priority: int = 0,
+        deliver_at_ms: int = 0,
+        idempotency_key: str = "",
+    ) -> Future[RecordMetadata]:
+        """Queue one record; the future resolves to its RecordMetadata or a typed error
+        (UnknownTopic, UnknownPartition, RecordTooLarge, InvalidArgument, or a retriable
+        error once retries are spent). Raises RuntimeError after close()."""
+        future: Future[RecordMetadata] = Future()
+        record = common_pb2.Record(
+            value=value,
+            headers=dict(headers or {}),
+            priority=priority,
+            deliver_at_ms=deliver_at_ms,
+            idempotency_key=idempotency_key,
+        )
+        if key is not None:
+            record.key = key
+        try:
+            meta = self._metadata(topic)
+            if partition is None:
+                partition = partition_for(key, meta.partitions, next(self._spread))
+            elif not 0 <= partition < meta.partitions:
+                raise errors.UnknownPartition(
+                    f"topic {topic!r} has partitions 0..{meta.partitions - 1}, not {partition}"
+                )
+            size = record_size(record)
+            if size > meta.max_record_bytes:
+                raise errors.RecordTooLarge(
+                    f"record is {size} bytes, over topic {topic!r}'s max_record_bytes "
+                    f"({meta.max_record_bytes}): split it"
+                )
+        except errors.RaftqError as exc:
+            future.set_exception(exc)
+            return future
+        with self._cond:
+            if self._closing:
+                raise RuntimeError("send() after close()")
+            queue = self._queues.setdefault((topic, partition), deque())
+            batch = queue[-1] if queue and queue[-1].sequence is None else None
+            if batch is None or batch.attempts or self._full(batch, size):
+                batch = _Batch(topic, partition, time.monotonic())
+                queue.append(batch)
+                self._cond.notify_all()  # the sender has a new linger deadline to wait for
+            batch.records.append(record)
+            batch.futures.append(future)
+            batch.size += size
+            self._outstanding += 1
+            if self._full(batch, 0):
+                self._cond.notify_all()
+        return future
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Send everything queued now and wait until every future so far is done (with a
+        result or an error). Raises Timeout if that takes longer than ``timeout_s``."""
+        with self._cond:
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                if not self._cond.wait_for(lambda: self._outstanding == 0, timeout_s):
+                    raise errors.Timeout(f"{self._outstanding} records still unsent")
+            finally:
+                self._flushing -= 1
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Flush, stop the sender and close the channels. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout_s)
+        finally:
+            with self._cond:
+                self._closing = True
+                self._cond.notify_all()
+            self._sender.join(timeout_s)
+            self._channels.close()
+            self._closed = True
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def statistics(self) -> dict[str, int]:
+        with self._cond:
+            return {
+                "outstanding_records": self._outstanding,
+                "queued_batches": sum(len(q) for q in self._queues.values()),
+                "in_flight_batches": len(self._in_flight),
+            }
+
+    # -- metadata --------------------------------------------------------------------------
+
+    def _metadata(self, topic: str) -> _TopicMeta:
+        with self._meta_lock:
+            meta = self._meta.get(topic)
+            if meta is not None and not meta.stale:
+                return meta
+        request = api_pb2.DescribeTopicRequest(name=topic)
+        description = self._channels.call_any(
+            lambda s, t: s.admin.DescribeTopic(request, timeout=t)
+        )
+        leaders = [""] * len(description.partitions)
+        for p in description.partitions:
+            if 0 <= p.partition < len(leaders):
+                leaders[p.partition] = p.leader_addr
+        fresh = _TopicMeta(len(leaders), leaders, description.config.max_record_bytes or 2**62)
+        with self._meta_lock:
+            self._meta[topic] = fresh
+        return fresh
+
+    def _leader(self, topic: str, partition: int) -> str:
+        meta = self._metadata(topic)
+        if partition < len(meta.leaders) and meta.leaders[partition]:
+            return meta.leaders[partition]
+        return self._channels.bootstrap[self._channels._preferred]
+
+    def _stale(self, topic: str, partition: int, leader_hint: str) -> None:
+        with self._meta_lock:
+            meta = self._meta.get(topic)
+            if meta is None:
+                return
+            if leader_hint and partition < len(meta.leaders):
+                meta.leaders[partition] = leader_hint  # follow the hint at once
+            else:
+                meta.stale = True
+
+    # -- the sender thread -----------------------------------------------------------------
+
+    def _full(self, batch: _Batch, adding: int) -> bool:
+        return (
+            len(batch.records) >= self.batch_records_max
+            or batch.size + adding > self.batch_bytes_max
+        )
+
+    def _ready(self, now: float) -> tuple[list[_Batch], float | None]:
+        """Batches to send now (head of each idle partition's queue that is full, lingered
+        long enough, being flushed or retried), and when to look again."""
+        ready: list[_Batch] = []
+        wake: float | None = None
+        for tp, queue in self._queues.items():
+            if not queue or tp in self._in_flight:
+                continue
+            batch = queue[0]
+            due_s = batch.retry_at_s if batch.attempts else batch.created_s + self.linger_s
+            urgent = self._flushing or self._closing or len(queue) > 1 or self._full(batch, 0)
+            if batch.attempts == 0 and urgent:
+                due_s = now
+            if due_s <= now:
+                ready.append(queue.popleft())
+            else:
+                wake = due_s if wake is None else min(wake, due_s)
+        return ready, wake
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._closing and not self._outstanding:
+                        return
+                    now = time.monotonic()
+                    ready, wake = self._ready(now)
+                    if ready:
+                        break
+                    self._cond.wait(None if wake is None else max(0.0, wake - now))
+                for batch in ready:
+                    tp = (batch.topic, batch.partition)
+                    self._in_flight.add(tp)
+                    if self.producer_id is not None and batch.sequence is None:
+                        epoch = self._epoch.get(tp, 0)
+                        batch.producer_id = self.producer_id + (f"~{epoch}" if epoch else "")
+                        batch.sequence = self._next_sequence.get(tp, 0)
+            for batch in ready:
+                self._dispatch(batch)
+
+    def _dispatch(self, batch: _Batch) -> None:
+        request = api_pb2.SendRequest(
+            topic=batch.topic,
+            records=batch.records,
+            partition=batch.partition,
+            request_id=next(self._request_ids),
+        )
+        if batch.producer_id is not None and batch.sequence is not None:
+            request.producer_id, request.sequence = batch.producer_id, batch.sequence
+        try:
+            stubs = self._channels.stubs(self._leader(batch.topic, batch.partition))
+            call = stubs.producer.Send.future(request, timeout=self._channels.request_timeout_s)
+        except errors.RaftqError as exc:
+            self._settle(batch, None, exc)
+            return
+        call.add_done_callback(lambda done: self._on_sent(batch, done))
+
+    def _on_sent(self, batch: _Batch, call: Any) -> None:
+        try:
+            self._settle(batch, call.result(), None)
+        except grpc.RpcError as exc:
+            self._settle(batch, None, from_rpc_error(exc))
+
+    def _settle(
+        self, batch: _Batch, response: api_pb2.SendResponse | None, error: errors.RaftqError | None
+    ) -> None:
+        """Resolve the batch's futures, or queue it again (same sequence) to retry."""
+        tp = (batch.topic, batch.partition)
+        outcomes: list[tuple[Future[RecordMetadata], RecordMetadata | errors.RaftqError]] = []
+        if response is not None:
+            if len(response.results) != len(batch.records):
+                error = errors.Internal(
+                    f"broker answered {len(response.results)} results for "
+                    f"{len(batch.records)} records"
+                )
+            else:
+                failed = [r for r in response.results if r.error != ErrorCode.OK]
+                if failed and len(failed) == len(response.results):
+                    first = failed[0]
+                    if errors.error_class(first.error).kind.retriable:
+                        error = errors.error_for(
+                            first.error, first.message, leader_hint=first.leader_hint
+                        )
+        if error is not None and error.retriable:
+            self._stale(batch.topic, batch.partition, error.leader_hint)  # before any retry
+        with self._cond:
+            self._in_flight.discard(tp)
+            if error is not None and error.retriable and batch.attempts < self.retries:
+                batch.attempts += 1
+                backoff_ms = min(RETRY_BACKOFF_MS * 2 ** (batch.attempts - 1), RETRY_BACKOFF_MAX_MS)
+                batch.retry_at_s = time.monotonic() + backoff_ms / 1000
+                self._queues.setdefault(tp, deque()).appendleft(batch)
+                self._cond.notify_all()
+                log.info("[topic/partition=%s/%d] retrying batch: %s", *tp, error)
+            elif error is not None:
+                outcomes = [(f, error) for f in batch.futures]
+                if error.retriable or isinstance(error, errors.OutOfOrderSequence):
+                    self._new_epoch(tp)  # outcome unknown: never reuse this sequence
+            else:
+                assert response is not None
+                applied = False
+                for f, r in zip(batch.futures, response.results, strict=True):
+                    if r.error == ErrorCode.OK:
+                        applied = True
+                        meta = RecordMetadata(
+                            batch.topic, r.partition, r.offset, r.timestamp_ms, r.duplicate
+                        )
+                        outcomes.append((f, meta))
+                    else:
+                        outcomes.append((f, errors.error_for(r.error, r.message)))
+                        if r.error == ErrorCode.OUT_OF_ORDER_SEQUENCE:
+                            self._new_epoch(tp)
+                if applied and batch.sequence is not None:
+                    self._next_sequence[tp] = batch.sequence + 1
+            self._outstanding -= len(outcomes)
+            self._cond.notify_all()
+        for f, outcome in outcomes:  # outside the lock: callbacks run user code
+            if isinstance(outcome, RecordMetadata):
+                f.set_result(outcome)
+            else:
+                f.set_exception(outcome)
+
+    def _new_epoch(self, tp: tuple[str, int]) -> None:
+        self._epoch[tp] = self._epoch.get(tp, 0) + 1
+        self._next_sequence[tp] = 0
+
+
+# --- Consumer -------------------------------------------------------------------------------
+
+
+@dataclass
+class Message:
+    """One delivery of a record to this consumer; see the module docstring for leases."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: dict[str, bytes]
+    priority: int
+    delivery_count: int
+    lease_deadline_ms: int
+    timestamp_ms: int = 0
+    deliver_at_ms: int = 0
+    _consumer: Consumer | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ref(self) -> api_pb2.RecordRef:
+        return api_pb2.RecordRef(
+            topic=self.topic,
+            partition=self.partition,
+            offset=self.offset,
+            delivery_count=self.delivery_count,
+        )
+
+    def _owner(self) -> Consumer:
+        if self._consumer is None:
+            raise errors.InvalidArgument("this message was not received by a Consumer")
+        return self._consumer
+
+    def ack(self) -> None:
+        """End the record for the group. Raises LeaseExpired, NotLeased, Fenced... if this
+        delivery is no longer ours (the record is, or will be, redelivered)."""
+        _raise_first(self._owner().ack([self]))
+
+    def nack(self, delay_ms: int | None = None) -> None:
+        """Give the record back for redelivery after ``delay_ms`` (None: backoff)."""
+        _raise_first(self._owner().nack([self], delay_ms=delay_ms))
+
+    def extend(self, lease_ms: int) -> None:
+        """Keep the lease for ``lease_ms`` more from now."""
+        _raise_first(self._owner().extend([self], lease_ms))
+
+
+def _raise_first(results: Sequence[errors.RaftqError | None]) -> None:
+    for error in results:
+        if error is not None:
+            raise error
+
+
+class Consumer:
+    """A member of a consumer group; see the module docstring for delivery semantics."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] = DEFAULT_BOOTSTRAP,
+        group: str = "",
+        topics: Iterable[str] = (),
+        *,
+        session_timeout_ms: int = 0,
+        heartbeat_interval_ms: int = 0,
+        max_poll_records: int = 500,
+        lease_ms: int | None = None,
+        request_timeout_ms: int = _DEFAULTS.request_timeout_ms,
+        start_from: str = "earliest",
+    ) -> None:
+        """Joins the group now (raises UnknownTopic, InvalidArgument, Unavailable...).
+        ``session_timeout_ms`` 0 takes the broker's; ``heartbeat_interval_ms`` 0 takes the
+        interval the broker suggests."""
+        self.group = group
+        self.topics = tuple(topics)
+        if start_from.upper() not in ("EARLIEST", "LATEST"):
+            raise errors.InvalidArgument(f"start_from {start_from!r}: use earliest or latest")
+        self._start_from = partition_pb2.StartFrom.Value(start_from.upper())
+        self.session_timeout_ms = session_timeout_ms
+        self.max_poll_records = max_poll_records
+        self.lease_ms = lease_ms
+        self._channels = _Channels(bootstrap, request_timeout_ms)
+        self._lock = threading.Lock()
+        self.member_id = ""
+        self.generation = -1
+        self.assignment: list[tuple[str, int]] = []
+        self._closed = threading.Event()
+        self.rejoins = 0
+        self._join(None)
+        interval_ms = heartbeat_interval_ms or self._suggested_heartbeat_ms
+        self.heartbeat_interval_s = interval_ms / 1000
+        self._heartbeats = threading.Thread(
+            target=self._heartbeat_loop, name=f"raftq-heartbeat-{group}", daemon=True
+        )
+        self._heartbeats.start()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Consumer is a live group member: create it where it is used")
+
+    # -- membership ------------------------------------------------------------------------
+
+    def _join(self, member_id: str | None) -> None:
+        request = api_pb2.JoinGroupRequest(
+            group=self.group,
+            topics=self.topics,
+            session_timeout_ms=self.session_timeout_ms,
+            start_from=self._start_from,
+        )
+        if member_id:
+            request.member_id = member_id
+        response = self._channels.call_any(lambda s, t: s.consumer.JoinGroup(request, timeout=t))
+        with self._lock:
+            self.member_id = response.member_id
+            self._adopt(response.generation, response.assignment)
+            self._suggested_heartbeat_ms = response.heartbeat_interval_ms or 1000
+
+    def _adopt(self, generation: int, assignment: Iterable[api_pb2.TopicPartitions]) -> None:
+        self.generation = generation
+        self.assignment = sorted((a.topic, p) for a in assignment for p in a.partitions)
+
+    def _rejoin(self, error: errors.RaftqError, seen_generation: int) -> None:
+        """After FENCED keep the member id; after UNKNOWN_MEMBER/GROUP join afresh. Only once
+        per stale generation, however many threads noticed."""
+        with self._lock:
+            if self.generation != seen_generation:
+                return
+            member_id = self.member_id if isinstance(error, errors.Fenced) else None
+        log.info("[group=%s] rejoining after %s", self.group, error.kind.name)
+        self.rejoins += 1
+        self._join(member_id)
+
+    def _heartbeat_loop(self) -> None:
+        while not self._closed.wait(self.heartbeat_interval_s):
+            with self._lock:
+                request = api_pb2.HeartbeatRequest(
+                    group=self.group, member_id=self.member_id, generation=self.generation
+                )
+
+            def call(s: _Stubs, t: float, r: api_pb2.HeartbeatRequest = request) -> Any:
+                return s.consumer.Heartbeat(r, timeout=t)
+
+            try:
+                response = self._channels.call_any(call)
+                with self._lock:
+                    if response.generation != self.generation:
+                        self._adopt(response.generation, response.assignment)
+            except (errors.Fenced, errors.UnknownMember, errors.UnknownGroup) as exc:
+                if self._closed.is_set():
+                    return
+                try:
+                    self._rejoin(exc, request.generation)
+                except errors.RaftqError as again:
+                    log.warning("[group=%s] rejoin failed: %s", self.group, again)
+            except errors.RaftqError as exc:
+                log.warning("[group=%s] heartbeat failed: %s", self.group, exc)
+
+    # -- consuming -------------------------------------------------------------------------
+
+    def poll(self, max_records: int | None = None, timeout_ms: int = 0) -> list[Message]:
+        """Lease up to ``max_records`` ready records, waiting up to ``timeout_ms`` for the
+        first. Rejoins and tries again on FENCED / UNKNOWN_MEMBER (a rebalance); raises
+        Unavailable when no broker answers, Fenced if rejoining keeps failing."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        rejoins = 0
+        while True:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            with self._lock:
+                request = api_pb2.PollRequest(
+                    group=self.group,
+                    member_id=self.member_id,
+                    generation=self.generation,
+                    max_records=max_records or self.max_poll_records,
+                    max_wait_ms=min(max(0, remaining_ms), POLL_WAIT_MS_MAX),
+                )
+            if self.lease_ms is not None:
+                request.lease_ms = self.lease_ms
+
+            def call(s: _Stubs, t: float, r: api_pb2.PollRequest = request) -> Any:
+                return s.consumer.Poll(r, timeout=t + r.max_wait_ms / 1000)
+
+            try:
+                response = self._channels.call_any(call)
+            except (errors.Fenced, errors.UnknownMember, errors.UnknownGroup) as exc:
+                if rejoins >= 3:
+                    raise
+                rejoins += 1
+                self._rejoin(exc, request.generation)
+                continue
+            if response.records or time.monotonic() >= deadline:
+                return [self._message(r) for r in response.records]
+
+    def _message(self, r: api_pb2.LeasedRecord) -> Message:
+        record = r.record
+        return Message(
+            topic=r.topic,
+            partition=r.partition,
+            offset=r.offset,
+            key=record.key if record.HasField("key") else None,
+            value=record.value,
+            headers=dict(record.headers),
+            priority=record.priority,
+            delivery_count=r.delivery_count,
+            lease_deadline_ms=r.lease_deadline_ms,
+            timestamp_ms=r.timestamp_ms,
+            deliver_at_ms=record.deliver_at_ms,
+            _consumer=self,
+        )
+
+    def _settle(self, method: str, messages: Sequence[Message], **extra: Any) -> list[Any]:
+        if not messages:
+            return []
+        with self._lock:
+            group, member_id, generation = self.group, self.member_id, self.generation
+        request_type: Any = {
+            "Ack": api_pb2.AckRequest,
+            "Nack": api_pb2.NackRequest,
+            "ExtendLease": api_pb2.ExtendLeaseRequest,
+        }[method]
+        request = request_type(
+            group=group,
+            member_id=member_id,
+            generation=generation,
+            refs=[m.ref for m in messages],
+            **extra,
+        )
+        try:
+            response = self._channels.call_any(
+                lambda s, t: getattr(s.consumer, method)(request, timeout=t)
+            )
+        except (errors.Fenced, errors.UnknownMember) as exc:
+            # A rebalance: these deliveries are no longer ours. Rejoin; report per message.
+            self._rejoin(exc, generation)
+            return [exc for _ in messages]
+        return list(response.results)
+
+    def ack(self, messages: Sequence[Message]) -> list[errors.RaftqError | None]:
+        """Acknowledge a batch; one entry per message: None when acked, else the typed error
+        (LeaseExpired, NotLeased, RecordNotFound, Fenced...)."""
+        return [self._outcome(r) for r in self._settle("Ack", messages)]
+
+    def nack(
+        self, messages: Sequence[Message], delay_ms: int | None = None
+    ) -> list[errors.RaftqError | None]:
+        extra = {} if delay_ms is None else {"delay_ms": delay_ms}
+        return [self._outcome(r) for r in self._settle("Nack", messages, **extra)]
+
+    def extend(self, messages: Sequence[Message], lease_ms: int) -> list[errors.RaftqError | None]:
+        """Extend the leases; updates each extended message's ``lease_deadline_ms``."""
+        results = self._settle("ExtendLease", messages, lease_ms=lease_ms)
+        for message, r in zip(messages, results, strict=True):
+            if isinstance(r, api_pb2.RefOutcome) and r.error == ErrorCode.OK:
+                message.lease_deadline_ms = r.lease_deadline_ms or int(
+                    time.time() * 1000 + lease_ms
+                )
+        return [self._outcome(r) for r in results]
+
+    @staticmethod
+    def _outcome(r: api_pb2.RefOutcome | errors.RaftqError) -> errors.RaftqError | None:
+        if isinstance(r, errors.RaftqError):
+            return r
+        if r.error == ErrorCode.OK:
+            return None
+        return errors.error_for(r.error, r.message, leader_hint=r.leader_hint)
+
+    def close(self) -> None:
+        """Stop heartbeating and leave the group (its leases are released). Idempotent."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._heartbeats.join(self.heartbeat_interval_s + self._channels.request_timeout_s)
+        with self._lock:
+            request = api_pb2.LeaveGroupRequest(group=self.group, member_id=self.member_id)
+        try:
+            self._channels.call_any(lambda s, t: s.consumer.LeaveGroup(request, timeout=t))
+        except errors.RaftqError as exc:  # the session will expire instead
+            log.info("[group=%s] leave failed: %s", self.group, exc)
+        finally:
+            self._channels.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = [
+    "Admin",
+    "Consumer",
+    "Message",
+    "Producer",
+    "RecordMetadata",
+    "parse_bootstrap",
+]

@@ -1,0 +1,372 @@
+"""The Python client against a real gRPC server over the single-node test facade.
+
+Written against the client API only (plus the facade's call log where routing is the point),
+so the tests can be pointed at a real cluster.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import pickle
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from assignors.partitioner import partition_for
+from broker.client import Admin, Consumer, Message, Producer, RecordMetadata, parse_bootstrap
+from proto import api_pb2, errors
+from tests.api_facade import ApiFacade, api_server
+from tests.helpers import free_port, wait_until
+from transport.grpc_server import serve
+
+WAIT_S = 10
+
+
+@pytest.fixture
+def server(tmp_path: pathlib.Path) -> Iterator[tuple[str, ApiFacade]]:
+    with api_server(tmp_path) as running:
+        yield running
+
+
+@pytest.fixture
+def admin(server: tuple[str, ApiFacade]) -> Iterator[Admin]:
+    with Admin(server[0]) as client:
+        yield client
+
+
+# --- Admin ----------------------------------------------------------------------------------
+
+
+def test_admin_topic_calls_and_log_reads(admin: Admin, server: tuple[str, ApiFacade]) -> None:
+    created = admin.create_topic("orders", partitions=2, ordering="priority", lease_ms=5000)
+    assert len(created.partitions) == 2 and created.config.lease_ms == 5000
+    assert [t.name for t in admin.list_topics()] == ["orders"]
+    assert admin.alter_topic_config("orders", max_deliveries=3).config.max_deliveries == 3
+    assert admin.describe_topic("orders").config.max_deliveries == 3
+    with Producer(server[0], linger_ms=0) as producer:
+        producer.send("orders", b"a", partition=1).result(WAIT_S)
+    assert [(p.partition, p.end) for p in admin.list_offsets("orders")] == [(0, 0), (1, 1)]
+    fetched = admin.fetch("orders", 1, 0)
+    assert [r.record.value for r in fetched.records] == [b"a"]
+    admin.update_record("orders", 1, 0, priority=3)
+    admin.cancel_record("orders", 1, 0)
+    assert admin.fetch("orders", 1, 0).records == []
+    assert admin.describe_cluster().health == api_pb2.HEALTHY
+    admin.delete_topic("orders")
+    with pytest.raises(errors.UnknownTopic):
+        admin.describe_topic("orders")
+    with pytest.raises(errors.InvalidArgument, match="no topic setting 'lease'"):
+        admin.create_topic("x", lease=1)
+
+
+def test_bootstrap_skips_brokers_that_do_not_answer(server: tuple[str, ApiFacade]) -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    with Admin(f"{dead},{server[0]}", request_timeout_ms=2000) as admin:
+        admin.create_topic("orders", partitions=1)
+        assert [t.name for t in admin.list_topics()] == ["orders"]
+    with Admin(dead, request_timeout_ms=2000) as only_dead, pytest.raises(errors.Unavailable):
+        only_dead.list_topics()
+
+
+def test_parse_bootstrap() -> None:
+    assert parse_bootstrap(" a:1, b:2 ,") == ("a:1", "b:2")
+    for bad in ("", "nohost", "a:port"):
+        with pytest.raises(errors.InvalidArgument):
+            parse_bootstrap(bad)
+
+
+def test_admin_pickles_without_channels_and_live_clients_refuse(
+    server: tuple[str, ApiFacade], admin: Admin
+) -> None:
+    admin.create_topic("orders", partitions=1)
+    copy = pickle.loads(pickle.dumps(admin))
+    assert [t.name for t in copy.list_topics()] == ["orders"]
+    copy.close()
+    with Producer(server[0]) as producer, pytest.raises(TypeError, match="where it is used"):
+        pickle.dumps(producer)
+
+
+# --- Producer -------------------------------------------------------------------------------
+
+
+def sends(facade: ApiFacade) -> int:
+    return facade.calls.count("send")
+
+
+def test_records_wait_for_linger_then_flush_sends_one_batch(
+    admin: Admin, server: tuple[str, ApiFacade]
+) -> None:
+    address, facade = server
+    admin.create_topic("orders", partitions=1)
+    with Producer(address, linger_ms=60_000) as producer:
+        futures = [producer.send("orders", f"r{i}".encode()) for i in range(10)]
+        assert not any(f.done() for f in futures)  # lingering: a minute, unless flushed
+        assert sends(facade) == 0
+        producer.flush(WAIT_S)
+        assert all(f.done() for f in futures)
+        assert [f.result().offset for f in futures] == list(range(10))
+        assert sends(facade) == 1
+
+
+def test_full_batches_go_without_waiting_for_linger(
+    admin: Admin, server: tuple[str, ApiFacade]
+) -> None:
+    address, facade = server
+    admin.create_topic("orders", partitions=1)
+    with Producer(address, linger_ms=60_000, batch_records_max=4) as producer:
+        futures = [producer.send("orders", b"x") for _ in range(8)]
+        results = [f.result(WAIT_S) for f in futures]  # two full batches: no flush needed
+        assert [r.offset for r in results] == list(range(8))
+        late = producer.send("orders", b"y")
+        producer.flush(WAIT_S)
+        assert late.result().offset == 8
+    assert sends(facade) == 3
+
+
+def test_keys_pick_the_murmur2_partition_and_metadata_is_returned(
+    admin: Admin, server: tuple[str, ApiFacade]
+) -> None:
+    admin.create_topic("orders", partitions=5)
+    with Producer(server[0], linger_ms=1) as producer:
+        futures = {k: producer.send("orders", b"v", key=k) for k in (b"a", b"b", b"c", b"dd")}
+        producer.flush(WAIT_S)
+    for key, future in futures.items():
+        meta = future.result()
+        assert isinstance(meta, RecordMetadata) and meta.topic == "orders"
+        assert meta.partition == partition_for(key, 5, 0)
+
+
+def test_send_failures_arrive_on_the_future_typed(
+    admin: Admin, server: tuple[str, ApiFacade]
+) -> None:
+    admin.create_topic("orders", partitions=2, max_record_bytes=64)
+    with Producer(server[0], linger_ms=0) as producer:
+        with pytest.raises(errors.UnknownTopic):
+            producer.send("nope", b"x").result(WAIT_S)
+        with pytest.raises(errors.RecordTooLarge, match="max_record_bytes"):
+            producer.send("orders", b"x" * 65).result(WAIT_S)
+        with pytest.raises(errors.UnknownPartition):
+            producer.send("orders", b"x", partition=2).result(WAIT_S)
+        ok = producer.send("orders", b"fine", headers={"h": b"1"}, priority=2, partition=0)
+        assert ok.result(WAIT_S).offset == 0
+    stored = admin.fetch("orders", 0, 0).records[0].record
+    assert (stored.value, dict(stored.headers), stored.priority) == (b"fine", {"h": b"1"}, 2)
+    with pytest.raises(RuntimeError, match="after close"):
+        producer.send("orders", b"x")
+
+
+class LosesAnswers(ApiFacade):
+    """Applies a Send, then answers as if it timed out (``lose`` times): the client cannot
+    know the batch was written, so it must retry with the same sequence."""
+
+    lose = 0
+
+    def send(self, request: api_pb2.SendRequest, *, timeout_s: float | None) -> Any:
+        response = super().send(request, timeout_s=timeout_s)
+        if self.lose > 0:
+            self.lose -= 1
+            raise errors.Timeout("the answer was lost")
+        return response
+
+
+def test_a_retried_batch_keeps_its_sequence_so_nothing_is_written_twice(
+    tmp_path: pathlib.Path,
+) -> None:
+    with api_server(tmp_path, LosesAnswers(tmp_path)) as (address, facade):
+        Admin(address).create_topic("orders", partitions=1)
+        assert isinstance(facade, LosesAnswers)
+        facade.lose = 2
+        with Producer(address, linger_ms=0) as producer:
+            first = producer.send("orders", b"a").result(WAIT_S)
+            second = producer.send("orders", b"b").result(WAIT_S)
+        assert (first.offset, first.duplicate, second.offset) == (0, True, 1)
+        assert sends(facade) == 4  # a, a again, a again (answered from dedup state), b
+        assert [p.end for p in Admin(address).list_offsets("orders")] == [2]
+
+
+def test_without_idempotence_a_retry_duplicates(tmp_path: pathlib.Path) -> None:
+    with api_server(tmp_path, LosesAnswers(tmp_path)) as (address, facade):
+        Admin(address).create_topic("orders", partitions=1)
+        assert isinstance(facade, LosesAnswers)
+        facade.lose = 1
+        with Producer(address, linger_ms=0, idempotent=False) as producer:
+            assert producer.send("orders", b"a").result(WAIT_S).offset == 1
+        assert [p.end for p in Admin(address).list_offsets("orders")] == [2]
+
+
+def test_retries_run_out_then_the_partition_continues_under_a_new_producer_id(
+    tmp_path: pathlib.Path,
+) -> None:
+    with api_server(tmp_path, LosesAnswers(tmp_path)) as (address, facade):
+        Admin(address).create_topic("orders", partitions=1)
+        assert isinstance(facade, LosesAnswers)
+        facade.lose = 2
+        with Producer(address, linger_ms=0, retries=1) as producer:
+            with pytest.raises(errors.Timeout):
+                producer.send("orders", b"a").result(WAIT_S)
+            after = producer.send("orders", b"b").result(WAIT_S)
+        assert (after.offset, after.duplicate) == (1, False)  # not mistaken for batch "a"
+
+
+class Recording:
+    """A facade proxy that logs (server name, RPC) and can answer NOT_LEADER once."""
+
+    def __init__(self, facade: ApiFacade, name: str, log: list[tuple[str, str]]) -> None:
+        self.facade, self.name, self.log = facade, name, log
+        self.not_leader_hint: str | None = None
+
+    def __getattr__(self, method: str) -> Any:
+        def call(request: Any, *, timeout_s: float | None) -> Any:
+            self.log.append((self.name, method))
+            if method == "send" and self.not_leader_hint is not None:
+                hint, self.not_leader_hint = self.not_leader_hint, None
+                raise errors.NotLeader("moved", leader_hint=hint)
+            return getattr(self.facade, method)(request, timeout_s=timeout_s)
+
+        return call
+
+
+def test_sends_go_to_the_leader_from_metadata_and_follow_not_leader(
+    tmp_path: pathlib.Path,
+) -> None:
+    facade = ApiFacade(tmp_path)
+    log: list[tuple[str, str]] = []
+    a, b = Recording(facade, "a", log), Recording(facade, "b", log)
+    addr_a, addr_b = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    servers = [serve(a, addr_a, max_workers=8), serve(b, addr_b, max_workers=8)]
+    try:
+        facade.client_addr = addr_b  # metadata: b leads every partition
+        Admin(addr_a).create_topic("orders", partitions=2)
+        with Producer(addr_a, linger_ms=0) as producer:
+            producer.send("orders", b"x").result(WAIT_S)
+            assert [n for n, m in log if m == "send"] == ["b"]
+            b.not_leader_hint = addr_a  # leadership moved to a
+            producer.send("orders", b"y", partition=0).result(WAIT_S)
+        assert [n for n, m in log if m == "send"] == ["b", "b", "a"]
+        assert ("a", "describe_topic") in log  # metadata came through the bootstrap broker
+    finally:
+        for server in servers:
+            server.stop(None).wait(5)
+        facade.close()
+
+
+def test_concurrent_senders_keep_per_partition_order(
+    admin: Admin, server: tuple[str, ApiFacade]
+) -> None:
+    admin.create_topic("orders", partitions=3)
+    with Producer(server[0], linger_ms=2, batch_records_max=7) as producer:
+
+        def produce(worker: int) -> None:
+            for i in range(50):
+                producer.send("orders", f"{worker}:{i}".encode(), key=f"w{worker}".encode())
+
+        threads = [threading.Thread(target=produce, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        producer.flush(WAIT_S)
+        assert producer.statistics()["outstanding_records"] == 0
+    seen: dict[str, list[int]] = {}
+    for p in range(3):
+        for r in admin.fetch("orders", p, 0, max_records=1000).records:
+            worker, i = r.record.value.decode().split(":")
+            seen.setdefault(worker, []).append(int(i))
+    assert {w: sorted(v) for w, v in seen.items()} == seen  # in send order within each key
+    assert sorted(seen) == ["0", "1", "2", "3"] and all(len(v) == 50 for v in seen.values())
+
+
+# --- Consumer -------------------------------------------------------------------------------
+
+
+def produce(address: str, topic: str, *values: bytes, **kw: Any) -> None:
+    with Producer(address, linger_ms=0) as producer:
+        for value in values:
+            producer.send(topic, value, **kw)
+
+
+def test_poll_ack_nack_extend(admin: Admin, server: tuple[str, ApiFacade]) -> None:
+    address = server[0]
+    admin.create_topic("orders", partitions=1)
+    produce(address, "orders", b"a", b"b", b"c", key=b"k")
+    with Consumer(address, "g", ["orders"], lease_ms=60_000) as consumer:
+        assert consumer.assignment == [("orders", 0)]
+        got = consumer.poll(10, timeout_ms=2000)
+        assert [(m.value, m.key, m.delivery_count) for m in got] == [
+            (b"a", b"k", 1),
+            (b"b", b"k", 1),
+            (b"c", b"k", 1),
+        ]
+        a, b, c = got
+        a.ack()
+        with pytest.raises(errors.RecordNotFound):
+            a.ack()
+        before = c.lease_deadline_ms
+        c.extend(120_000)
+        assert c.lease_deadline_ms > before
+        b.nack(delay_ms=0)
+        again = consumer.poll(10, timeout_ms=2000)
+        assert [(m.value, m.delivery_count) for m in again] == [(b"b", 2)]
+        with pytest.raises(errors.LeaseExpired):
+            b.ack()  # the first delivery of b is over
+        assert consumer.ack([again[0], c]) == [None, None]
+        assert consumer.poll(10, timeout_ms=0) == []
+
+
+def test_poll_waits_for_records_up_to_its_timeout(
+    admin: Admin, server: tuple[str, ApiFacade]
+) -> None:
+    admin.create_topic("orders", partitions=1)
+    with Consumer(server[0], "g", ["orders"]) as consumer:
+        result: list[list[Message]] = []
+        poller = threading.Thread(target=lambda: result.append(consumer.poll(5, timeout_ms=5000)))
+        poller.start()
+        wait_until(lambda: "poll" in server[1].calls, WAIT_S, "the long poll to start")
+        produce(server[0], "orders", b"late")
+        poller.join(WAIT_S)
+        assert [m.value for m in result[0]] == [b"late"]
+
+
+def test_heartbeats_keep_a_short_session_alive(admin: Admin, server: tuple[str, ApiFacade]) -> None:
+    address, facade = server
+    admin.create_topic("orders", partitions=2)
+    with Consumer(
+        address, "g", ["orders"], session_timeout_ms=300, heartbeat_interval_ms=50
+    ) as consumer:
+        member = consumer.member_id
+        # Ten heartbeats span more than the session timeout: without them the member is gone.
+        wait_until(lambda: facade.calls.count("heartbeat") >= 10, WAIT_S, "10 heartbeats")
+        described = admin.describe_group("g")
+        assert [m.member_id for m in described.members] == [member]
+        assert consumer.rejoins == 0 and consumer.member_id == member
+        produce(address, "orders", b"x")
+        assert [m.value for m in consumer.poll(5, timeout_ms=2000)] == [b"x"]
+    assert admin.describe_group("g").members == []  # close() left the group
+
+
+def test_a_rebalance_fences_the_old_generation_and_the_consumer_rejoins(
+    admin: Admin, server: tuple[str, ApiFacade]
+) -> None:
+    address = server[0]
+    admin.create_topic("orders", partitions=2)
+    produce(address, "orders", b"p0", partition=0)
+    produce(address, "orders", b"p1", partition=1)
+    heartbeat = 60_000  # no heartbeat during the test: poll itself must notice the rebalance
+    with Consumer(address, "g", ["orders"], heartbeat_interval_ms=heartbeat) as first:
+        assert first.assignment == [("orders", 0), ("orders", 1)]
+        held = first.poll(10, timeout_ms=2000)
+        assert len(held) == 2
+        with Consumer(address, "g", ["orders"], heartbeat_interval_ms=heartbeat) as second:
+            (mine,) = second.assignment
+            assert first.poll(10, timeout_ms=0) == []  # fenced, rejoined, nothing ready
+            assert first.rejoins == 1 and len(first.assignment) == 1
+            assert mine not in first.assignment
+            moved = next(m for m in held if (m.topic, m.partition) == mine)
+            with pytest.raises(errors.Fenced):
+                moved.ack()  # its lease went with the partition
+            redelivered = second.poll(10, timeout_ms=2000)
+            assert [(m.value, m.delivery_count) for m in redelivered] == [(moved.value, 2)]
+            kept = next(m for m in held if m is not moved)
+            kept.ack()
