@@ -9,7 +9,9 @@ defaults filled in, and the leader's ``now_ms``. Member ids come from the caller
 reads a clock, a random source, the network or dynaconf: live broker ids, the time and the
 configured defaults are arguments. The caller (broker/) proposes the bytes through the metadata
 Raft group; the state machine checks them again, because the table may have changed between
-planning and applying (it then answers UNAVAILABLE: plan again and retry).
+planning and applying (it then answers UNAVAILABLE: plan again and retry). The frontend runs the
+machine's own checks (``machine.check_*``, or the whole handler for cheap commands) against the
+table it plans on, so the two cannot disagree about what is valid.
 
 Decisions a user sees:
 
@@ -348,7 +350,7 @@ class MetadataFrontend:
             client_id=client_id,
             client_host=client_host,
         )
-        machine.on_join_group(table, cmd, now_ms, table.applied_index + 1)
+        machine.check_join_group(cmd)
         return self._encode(now_ms, join_group=cmd)
 
     def leave_group(
@@ -369,7 +371,7 @@ class MetadataFrontend:
         machine.check_label(reason, "reason")
         ids = sorted(set(member_ids))
         cmd = metadata_pb2.LeaveGroup(group=group, member_ids=ids, reason=reason)
-        machine.on_leave_group(table, cmd, now_ms, table.applied_index + 1)
+        machine.check_leave_group(table, cmd)
         return self._encode(now_ms, leave_group=cmd)
 
     def delete_group(self, table: Table, group: str, *, now_ms: int) -> bytes:

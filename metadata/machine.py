@@ -503,15 +503,35 @@ def _group_result(table: Table, group: GroupInfo, bumped: bool) -> metadata_pb2.
     )
 
 
-def on_join_group(
-    table: Table, cmd: metadata_pb2.JoinGroup, now_ms: int, index: int
-) -> tuple[Table, metadata_pb2.MetaResult]:
+def check_join_group(cmd: metadata_pb2.JoinGroup) -> tuple[str, ...]:
+    """The sorted, unique subscription; raises InvalidArgument for a bad field."""
     check_name(cmd.group, "group")
     check_name(cmd.member_id, "member_id")
     check_label(cmd.client_id, "client_id")
     check_label(cmd.client_host, "client_host")
-    topics = subscription(cmd.topics)
     check_session_timeout(cmd.session_timeout_ms)
+    return subscription(cmd.topics)
+
+
+def check_leave_group(table: Table, cmd: metadata_pb2.LeaveGroup) -> set[str]:
+    """The members that leave; raises UnknownGroup, UnknownMember, InvalidArgument."""
+    group = table.groups.get(cmd.group)
+    if group is None:
+        raise errors.UnknownGroup(f"group {cmd.group[:300]!r} does not exist")
+    if not 1 <= len(cmd.member_ids) <= LEAVE_MEMBERS_MAX:
+        raise errors.InvalidArgument(f"name 1..{LEAVE_MEMBERS_MAX} member ids")
+    leaving = set(cmd.member_ids) & group.members.keys()
+    if not leaving:
+        raise errors.UnknownMember(
+            f"none of {sorted(cmd.member_ids)[:10]} is a member of group {cmd.group!r}"
+        )
+    return leaving
+
+
+def on_join_group(
+    table: Table, cmd: metadata_pb2.JoinGroup, now_ms: int, index: int
+) -> tuple[Table, metadata_pb2.MetaResult]:
+    topics = check_join_group(cmd)
     group = table.groups.get(cmd.group) or GroupInfo(cmd.group)
     old = group.members.get(cmd.member_id)
     member = MemberInfo(
@@ -543,16 +563,8 @@ def on_join_group(
 def on_leave_group(
     table: Table, cmd: metadata_pb2.LeaveGroup, now_ms: int, index: int
 ) -> tuple[Table, metadata_pb2.MetaResult]:
-    group = table.groups.get(cmd.group)
-    if group is None:
-        raise errors.UnknownGroup(f"group {cmd.group[:300]!r} does not exist")
-    if not 1 <= len(cmd.member_ids) <= LEAVE_MEMBERS_MAX:
-        raise errors.InvalidArgument(f"name 1..{LEAVE_MEMBERS_MAX} member ids")
-    leaving = set(cmd.member_ids) & group.members.keys()
-    if not leaving:
-        raise errors.UnknownMember(
-            f"none of {sorted(cmd.member_ids)[:10]} is a member of group {cmd.group!r}"
-        )
+    leaving = check_leave_group(table, cmd)
+    group = table.groups[cmd.group]
     members = {m: info for m, info in group.members.items() if m not in leaving}
     new_group = rebalanced(table, group, members, bump=True)
     new = replace(table, groups=frozen_map({**table.groups, cmd.group: new_group}))
