@@ -38,9 +38,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from broker.partition_reader import PartitionReader
 from broker.proposer import Proposer
 from partitions.machine import GroupLag, Offsets, PartitionMachine, check_record
-from partitions.reader import PartitionReader
 from partitions.sqlite_store import SqliteStore
 from partitions.store import PartitionStore
 from proto import common_pb2, errors, partition_pb2

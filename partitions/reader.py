@@ -1,18 +1,15 @@
-"""Reads of a partition's committed state from any thread, on a store of their own.
+"""Reads of a partition's state over any store: fetch, lag, and "could a lease find work".
 
-The applier (the Raft driver thread) owns the PartitionMachine and its store connection; a read
-through that connection could see a transaction in flight. A PartitionReader holds a second
-store on the same SQLite file (WAL: readers see the last committed transaction and never block
-the writer) and answers each read inside one read transaction, so a read is a consistent
-snapshot at some applied index. Pure with respect to the world: the caller passes ``now_ms``.
+Pure functions of (store, meta): the caller decides which store they read — the applier's own,
+or a second connection on the same file (broker/partition_reader.py), which sees the last
+committed transaction — and passes ``now_ms``.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
-from partitions.machine import GroupLag, Offsets, stored_record
+from partitions.machine import GroupLag, stored_record
 from partitions.rows import Meta
 from partitions.store import PartitionStore
 from proto import common_pb2
@@ -72,40 +69,3 @@ def might_have_ready(store: PartitionStore, meta: Meta, group: str, now_ms: int)
     if store.select_ready(row.gid, 1):
         return True
     return bool(store.due_offsets(row.gid, now_ms, 0))
-
-
-class PartitionReader:
-    """Thread-safe reads over a store of its own (a second connection to the same file)."""
-
-    def __init__(self, store: PartitionStore) -> None:
-        self._store = store
-        self._lock = threading.Lock()
-
-    def fetch(self, offset: int, max_records: int, max_bytes: int = 0) -> FetchResult:
-        with self._lock, self._store.transaction():
-            meta = self._store.load_meta()
-            records = fetch_from(self._store, meta, offset, max_records, max_bytes)
-            return FetchResult(records, meta.log_start, meta.next_offset)
-
-    def offsets(self) -> Offsets:
-        with self._lock, self._store.transaction():
-            meta = self._store.load_meta()
-            return Offsets(meta.log_start, meta.next_offset)
-
-    def lags(self, groups: list[str]) -> dict[str, GroupLag | None]:
-        with self._lock, self._store.transaction():
-            meta = self._store.load_meta()
-            return {g: lag_of(self._store, meta, g) for g in groups}
-
-    def might_have_ready(self, group: str, now_ms: int) -> bool:
-        with self._lock, self._store.transaction():
-            meta = self._store.load_meta()
-            return might_have_ready(self._store, meta, group, now_ms)
-
-    def applied_index(self) -> int:
-        with self._lock, self._store.transaction():
-            return self._store.load_meta().applied_index
-
-    def close(self) -> None:
-        with self._lock:
-            self._store.close()

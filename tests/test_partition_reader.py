@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from broker.partition_reader import PartitionReader
 from partitions.machine import PartitionMachine
-from partitions.reader import PartitionReader
 from partitions.sqlite_store import SqliteStore
 from proto import common_pb2, partition_pb2
 

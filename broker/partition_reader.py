@@ -1,0 +1,58 @@
+"""Thread-safe reads of a partition's committed state, on a connection of their own.
+
+The applier (the Raft driver thread) owns the PartitionMachine and its store connection; a read
+through that connection could see a transaction in flight. A PartitionReader holds a second
+store on the same SQLite file (WAL: readers see the last committed transaction and never block
+the writer) and answers each read inside one read transaction, so a read is a consistent
+snapshot at some applied index.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from partitions.machine import GroupLag, Offsets
+from partitions.reader import FetchResult, fetch_from, lag_of, might_have_ready
+from partitions.rows import OutboxRow
+from partitions.store import PartitionStore
+
+
+class PartitionReader:
+    """Thread-safe reads over a store of its own (a second connection to the same file)."""
+
+    def __init__(self, store: PartitionStore) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+
+    def fetch(self, offset: int, max_records: int, max_bytes: int = 0) -> FetchResult:
+        with self._lock, self._store.transaction():
+            meta = self._store.load_meta()
+            records = fetch_from(self._store, meta, offset, max_records, max_bytes)
+            return FetchResult(records, meta.log_start, meta.next_offset)
+
+    def offsets(self) -> Offsets:
+        with self._lock, self._store.transaction():
+            meta = self._store.load_meta()
+            return Offsets(meta.log_start, meta.next_offset)
+
+    def lags(self, groups: list[str]) -> dict[str, GroupLag | None]:
+        with self._lock, self._store.transaction():
+            meta = self._store.load_meta()
+            return {g: lag_of(self._store, meta, g) for g in groups}
+
+    def might_have_ready(self, group: str, now_ms: int) -> bool:
+        with self._lock, self._store.transaction():
+            meta = self._store.load_meta()
+            return might_have_ready(self._store, meta, group, now_ms)
+
+    def outbox(self, limit: int) -> list[OutboxRow]:
+        with self._lock, self._store.transaction():
+            return self._store.outbox_list(limit)
+
+    def applied_index(self) -> int:
+        with self._lock, self._store.transaction():
+            return self._store.load_meta().applied_index
+
+    def close(self) -> None:
+        with self._lock:
+            self._store.close()
