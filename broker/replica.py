@@ -41,6 +41,8 @@ from typing import Any
 from broker.partition_reader import PartitionReader
 from broker.proposer import Proposer
 from partitions.machine import GroupLag, Offsets, PartitionMachine, check_record
+from partitions.reader import FetchResult, might_have_ready
+from partitions.rows import OutboxRow
 from partitions.sqlite_store import SqliteStore
 from partitions.store import PartitionStore
 from proto import common_pb2, errors, partition_pb2
@@ -84,6 +86,8 @@ class PartitionReplica:
     Raises (constructor): ``errors.Unavailable`` when the transport cannot bind; apsw errors
     when the SQLite file cannot be opened.
     """
+
+    on_applied: Callable[[], None] | None = None  # called on the tick thread after new records
 
     def __init__(
         self,
@@ -305,6 +309,34 @@ class PartitionReplica:
     def healthy(self) -> bool:
         return self.machine.failed is None and not self._closed
 
+    def read_fetch(self, offset: int, max_records: int, max_bytes: int = 0) -> FetchResult:
+        """``fetch`` with the log start and end it was read at (one consistent read)."""
+        if self._reader is not None:
+            return self._reader.fetch(offset, max_records, max_bytes)
+        with self._state_lock:
+            offsets = self.machine.offsets()
+            records = self.machine.fetch(offset, max_records, max_bytes)
+            return FetchResult(records, offsets.log_start, offsets.end)
+
+    def might_have_ready(self, group: str, now_ms: int) -> bool:
+        """False only when a Lease for ``group`` now surely returns nothing (long polls use it
+        to skip Raft writes)."""
+        if self._reader is not None:
+            return self._reader.might_have_ready(group, now_ms)
+        with self._state_lock:
+            return might_have_ready(self.store, self.machine.meta, group, now_ms)
+
+    def outbox(self, limit: int) -> list[OutboxRow]:
+        """Dead letters waiting to be forwarded, oldest first."""
+        if self._reader is not None:
+            return self._reader.outbox(limit)
+        with self._state_lock:
+            return self.machine.outbox(limit)
+
+    def config_bytes(self) -> bytes:
+        """The applied topic config (deterministic bytes; b"" before the first Configure)."""
+        return self.machine.meta.config
+
     def statistics(self) -> dict[str, Any]:
         """Counters and state for metrics: records/bytes in, leases, outbox, raft, apply."""
         with self._state_lock:
@@ -374,6 +406,8 @@ class PartitionReplica:
             failed = self.machine.failed
         self._apply_s.append(time.perf_counter() - started)
         self._counters["entries_applied"] += 1
+        if self.on_applied is not None and (result.records or result.batch_results):
+            self.on_applied()  # new records: wake long polls (must not block)
         if failed is not None and not self._failure_handled:
             self._failure_handled = True
             logger.critical(
