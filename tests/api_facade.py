@@ -61,6 +61,7 @@ class _Group:
     generation: int = 0
     members: dict[str, _Member] = field(default_factory=dict)
     assignment: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    topics: set[str] = field(default_factory=set)  # every topic a member ever subscribed to
 
 
 class ApiFacade:
@@ -220,6 +221,7 @@ class ApiFacade:
             member_id = request.member_id if request.HasField("member_id") else uuid.uuid4().hex
             timeout_ms = request.session_timeout_ms or SESSION_TIMEOUT_MS
             topics = frozenset(request.topics)
+            group.topics |= topics
             old = group.members.get(member_id)
             group.members[member_id] = _Member(topics, timeout_ms, time.monotonic(), self.now_ms())
             if old is None or old.topics != topics:
@@ -506,7 +508,7 @@ class ApiFacade:
         with self._locked("list_groups"):
             response = api_pb2.ListGroupsResponse()
             for name, group in sorted(self.groups.items()):
-                topics = sorted({t for m in group.members.values() for t in m.topics})
+                topics = sorted(group.topics)
                 response.groups.add(
                     group=name,
                     generation=group.generation,
@@ -534,9 +536,7 @@ class ApiFacade:
                 )
                 for tp in group.assignment.get(member_id, []):
                     owner[tp] = member_id
-            topics = sorted(
-                {t for m in group.members.values() for t in m.topics} & set(self.topics)
-            )
+            topics = sorted(group.topics & set(self.topics))
             for name in topics:
                 for i, p in enumerate(self.topics[name].partitions):
                     lag = p.machine.lag(request.group)

@@ -1,0 +1,504 @@
+"""The ``raftq`` command line (console script ``raftq = broker.cli:main``).
+
+Client commands, each taking ``--bootstrap HOST:PORT[,HOST:PORT...]`` (default: the
+``RAFTQ_BOOTSTRAP`` environment variable, else 127.0.0.1:7070) and ``--json``::
+
+    raftq topic create NAME [--partitions N] [--replication-factor N] [--ordering priority]
+                            [--lease-ms MS] [--max-deliveries N] ... (every topic setting)
+    raftq topic list | describe NAME | alter NAME --SETTING VALUE... | delete NAME
+    raftq produce TOPIC [--key K] [--partition P]          one record per stdin line
+    raftq produce TOPIC --count N [--size BYTES]           N generated records, with a rate
+    raftq consume TOPIC --group G [--count N] [--idle-exit-ms MS] [--no-ack]
+    raftq group list | describe GROUP
+    raftq cluster status
+
+Output is a human table, or JSON with ``--json``. A failure prints the error and the error
+catalogue's hint (what to do) on stderr and exits 1; bad usage exits 2.
+
+Adding commands: each command family is a ``register(subparsers)`` function that adds its
+subparsers and sets ``handler=<function(args) -> int>`` on them; :data:`REGISTRARS` lists
+them in help order. The broker's ``serve`` and ``dev up`` plug in the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from typing import Any, TextIO
+
+from google.protobuf import json_format
+from google.protobuf.message import Message as ProtoMessage
+
+from broker.client import Admin, Consumer, Message, Producer
+from proto import api_pb2, errors
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:7070"
+BOOTSTRAP_ENV = "RAFTQ_BOOTSTRAP"
+PROGRESS_INTERVAL_S = 0.5
+
+Subparsers = Any  # argparse._SubParsersAction[argparse.ArgumentParser], private in typeshed
+Handler = Callable[[argparse.Namespace], int]
+
+
+# --- output ---------------------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], out: TextIO) -> None:
+    """Left-aligned columns, two spaces apart."""
+    text = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in text) for i in range(len(headers))]
+    for row in text:
+        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+def to_dict(message: ProtoMessage) -> dict[str, Any]:
+    result: dict[str, Any] = json_format.MessageToDict(
+        message,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,
+    )
+    return result
+
+
+def emit_json(value: Any, out: TextIO) -> None:
+    out.write(json.dumps(value, sort_keys=True) + "\n")
+
+
+def _text(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(data).decode("ascii")
+
+
+def _ranges(partitions: Iterable[int]) -> str:
+    return ",".join(str(p) for p in sorted(partitions)) or "-"
+
+
+# --- common options -------------------------------------------------------------------------
+
+
+def client_options() -> argparse.ArgumentParser:
+    """--bootstrap, --json and --request-timeout-ms, shared by every client command."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--bootstrap",
+        default=os.environ.get(BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP),
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help=f"brokers to contact (default: ${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP})",
+    )
+    parent.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parent.add_argument(
+        "--request-timeout-ms", type=int, default=10_000, help="per request (default 10000)"
+    )
+    return parent
+
+
+def _config_options(parser: argparse.ArgumentParser) -> None:
+    """One --flag per topic setting (TopicConfigUpdate's fields, so new ones appear here)."""
+    for field in api_pb2.TopicConfigUpdate.DESCRIPTOR.fields:
+        flag = "--" + field.name.replace("_", "-")
+        if field.name == "ordering":
+            parser.add_argument(flag, choices=("fifo", "priority"), dest=f"config_{field.name}")
+        elif field.type == field.TYPE_STRING:
+            parser.add_argument(flag, dest=f"config_{field.name}", metavar="NAME")
+        else:
+            parser.add_argument(flag, type=int, dest=f"config_{field.name}", metavar="N")
+
+
+def _config_from(args: argparse.Namespace) -> dict[str, Any]:
+    prefix = "config_"
+    return {
+        k[len(prefix) :]: v for k, v in vars(args).items() if k.startswith(prefix) and v is not None
+    }
+
+
+def _admin(args: argparse.Namespace) -> Admin:
+    return Admin(args.bootstrap, request_timeout_ms=args.request_timeout_ms)
+
+
+# --- topic ----------------------------------------------------------------------------------
+
+
+def _print_topic(description: api_pb2.TopicDescription, args: argparse.Namespace) -> None:
+    if args.json:
+        emit_json(to_dict(description), sys.stdout)
+        return
+    config = description.config
+    print(
+        f"topic {description.name}: {len(description.partitions)} partitions, "
+        f"replication factor {description.replication_factor}"
+    )
+    settings = to_dict(config)
+    print("config: " + ", ".join(f"{k}={v}" for k, v in sorted(settings.items())))
+    table(
+        ("PARTITION", "LEADER", "LEADER_ADDR", "REPLICAS", "IN_SYNC", "LOG_START", "END"),
+        (
+            (
+                p.partition,
+                p.leader or "-",
+                p.leader_addr or "-",
+                _ranges(p.replicas),
+                _ranges(p.in_sync),
+                p.log_start,
+                p.end,
+            )
+            for p in description.partitions
+        ),
+        sys.stdout,
+    )
+
+
+def topic_create(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        description = admin.create_topic(
+            args.name, args.partitions, args.replication_factor, **_config_from(args)
+        )
+    _print_topic(description, args)
+    return 0
+
+
+def topic_list(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        topics = admin.list_topics()
+    if args.json:
+        emit_json([to_dict(t) for t in topics], sys.stdout)
+    else:
+        rows = ((t.name, t.partitions, t.replication_factor) for t in topics)
+        table(("TOPIC", "PARTITIONS", "REPLICATION"), rows, sys.stdout)
+    return 0
+
+
+def topic_describe(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        _print_topic(admin.describe_topic(args.name), args)
+    return 0
+
+
+def topic_alter(args: argparse.Namespace) -> int:
+    config = _config_from(args)
+    if not config:
+        raise errors.InvalidArgument("name a setting to change, e.g. --lease-ms 60000")
+    with _admin(args) as admin:
+        _print_topic(admin.alter_topic_config(args.name, **config), args)
+    return 0
+
+
+def topic_delete(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        admin.delete_topic(args.name)
+    if args.json:
+        emit_json({"deleted": args.name}, sys.stdout)
+    else:
+        print(f"deleted topic {args.name}")
+    return 0
+
+
+# --- produce / consume ----------------------------------------------------------------------
+
+
+class _Progress:
+    """A progress line on stderr, rewritten at most every PROGRESS_INTERVAL_S."""
+
+    def __init__(self, total: int | None, enabled: bool) -> None:
+        self.total, self.enabled = total, enabled
+        self.started = self.shown = time.monotonic()
+
+    def rate(self, done: int) -> float:
+        return done / max(time.monotonic() - self.started, 1e-9)
+
+    def update(self, done: int, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self.shown < PROGRESS_INTERVAL_S):
+            return
+        self.shown = now
+        of = f"/{self.total}" if self.total is not None else ""
+        sys.stderr.write(f"\r{done}{of} records, {self.rate(done):,.0f} records/s")
+        sys.stderr.flush()
+
+
+def _values(args: argparse.Namespace) -> Iterable[bytes]:
+    if args.count is not None:
+        pad = max(args.size, 0)
+        for i in range(args.count):
+            yield f"record-{i}".encode().ljust(pad, b".")
+    else:
+        for line in sys.stdin:
+            yield line.rstrip("\r\n").encode()
+
+
+def produce(args: argparse.Namespace) -> int:
+    key = args.key.encode() if args.key is not None else None
+    progress = _Progress(args.count, enabled=args.count is not None and not args.json)
+    failures: list[BaseException] = []
+    sent = 0
+
+    def note_failure(future: Future[Any]) -> None:
+        error = future.exception()
+        if error is not None:
+            failures.append(error)
+
+    with Producer(
+        args.bootstrap, linger_ms=args.linger_ms, request_timeout_ms=args.request_timeout_ms
+    ) as producer:
+        for value in _values(args):
+            future = producer.send(args.topic, value, key=key, partition=args.partition)
+            future.add_done_callback(note_failure)
+            sent += 1
+            progress.update(sent)
+            if failures:  # stop at the first failure; it is reported below
+                break
+        producer.flush()
+    progress.update(sent, force=True)
+    if progress.enabled:
+        sys.stderr.write("\n")
+    if failures:
+        raise failures[0]
+    seconds = time.monotonic() - progress.started
+    if args.json:
+        emit_json({"topic": args.topic, "records": sent, "seconds": round(seconds, 3)}, sys.stdout)
+    else:
+        print(
+            f"produced {sent} records to {args.topic} in {seconds:.2f} s "
+            f"({progress.rate(sent):,.0f} records/s)"
+        )
+    return 0
+
+
+def _print_message(message: Message, as_json: bool) -> None:
+    if as_json:
+        emit_json(
+            {
+                "topic": message.topic,
+                "partition": message.partition,
+                "offset": message.offset,
+                "key": _text(message.key),
+                "value": _text(message.value),
+                "headers": {k: _text(v) for k, v in message.headers.items()},
+                "priority": message.priority,
+                "delivery_count": message.delivery_count,
+                "timestamp_ms": message.timestamp_ms,
+            },
+            sys.stdout,
+        )
+    else:
+        key = f" key={_text(message.key)}" if message.key is not None else ""
+        print(
+            f"{message.topic}/{message.partition}@{message.offset} "
+            f"[delivery {message.delivery_count}]{key} {_text(message.value)}"
+        )
+    sys.stdout.flush()
+
+
+def consume(args: argparse.Namespace) -> int:
+    received = 0
+    idle_since = time.monotonic()
+    with Consumer(
+        args.bootstrap,
+        args.group,
+        [args.topic],
+        request_timeout_ms=args.request_timeout_ms,
+        lease_ms=args.lease_ms,
+    ) as consumer:
+        while args.count is None or received < args.count:
+            wanted = 500 if args.count is None else min(500, args.count - received)
+            messages = consumer.poll(wanted, timeout_ms=1000)
+            if not messages:
+                idle_ms = (time.monotonic() - idle_since) * 1000
+                if args.idle_exit_ms and idle_ms >= args.idle_exit_ms:
+                    break
+                continue
+            idle_since = time.monotonic()
+            for message in messages:
+                _print_message(message, args.json)
+            if not args.no_ack:
+                for result in consumer.ack(messages):
+                    if result is not None:  # redelivered elsewhere: at-least-once says so
+                        sys.stderr.write(f"warning: ack failed: {result}\n")
+            received += len(messages)
+    return 0
+
+
+# --- group / cluster ------------------------------------------------------------------------
+
+
+def group_list(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        groups = admin.list_groups()
+    if args.json:
+        emit_json([to_dict(g) for g in groups], sys.stdout)
+    else:
+        rows = ((g.group, g.generation, g.members, ",".join(g.topics)) for g in groups)
+        table(("GROUP", "GENERATION", "MEMBERS", "TOPICS"), rows, sys.stdout)
+    return 0
+
+
+def group_describe(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        group = admin.describe_group(args.group)
+    if args.json:
+        emit_json(to_dict(group), sys.stdout)
+        return 0
+    print(f"group {group.group}: generation {group.generation}, {len(group.members)} members")
+    table(
+        ("MEMBER", "TOPICS", "ASSIGNMENT"),
+        (
+            (
+                m.member_id,
+                ",".join(m.topics),
+                " ".join(f"{a.topic}:{_ranges(a.partitions)}" for a in m.assignment) or "-",
+            )
+            for m in group.members
+        ),
+        sys.stdout,
+    )
+    print()
+    table(
+        ("TOPIC", "PARTITION", "MEMBER", "COMMITTED", "END", "LAG", "PENDING", "LEASED"),
+        (
+            (
+                p.topic,
+                p.partition,
+                p.member_id or "-",
+                p.committed,
+                p.end,
+                p.lag,
+                p.pending,
+                p.leased,
+            )
+            for p in group.partitions
+        ),
+        sys.stdout,
+    )
+    return 0
+
+
+def cluster_status(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        cluster = admin.describe_cluster()
+    if args.json:
+        emit_json(to_dict(cluster), sys.stdout)
+        return 0
+    health = api_pb2.ClusterHealth.Name(cluster.health)
+    print(
+        f"cluster {health}: metadata leader {cluster.metadata_leader or 'none'}, "
+        f"{cluster.topics} topics, {cluster.partitions} partitions "
+        f"({cluster.partitions_without_leader} without leader, "
+        f"{cluster.under_replicated_partitions} under-replicated)"
+    )
+    for problem in cluster.problems:
+        print(f"  problem: {problem}")
+    table(
+        ("BROKER", "CLIENT_ADDR", "RAFT_ADDR", "RACK", "ALIVE"),
+        (
+            (b.id, b.client_addr, b.raft_addr or "-", b.rack or "-", "yes" if b.alive else "NO")
+            for b in cluster.brokers
+        ),
+        sys.stdout,
+    )
+    return 0
+
+
+# --- wiring ---------------------------------------------------------------------------------
+
+
+def _add(
+    subparsers: Subparsers, name: str, handler: Handler, help_: str, parents: list[Any]
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=help_, description=help_, parents=parents
+    )
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def register(subparsers: Subparsers) -> None:
+    """The client commands: topic, produce, consume, group, cluster."""
+    common = [client_options()]
+
+    topic = subparsers.add_parser("topic", help="create, list, describe, alter, delete topics")
+    topics = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
+    create = _add(topics, "create", topic_create, "create a topic", common)
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int)
+    create.add_argument("--replication-factor", type=int)
+    _config_options(create)
+    _add(topics, "list", topic_list, "list topics", common)
+    _add(topics, "describe", topic_describe, "partitions, leaders, offsets", common).add_argument(
+        "name"
+    )
+    alter = _add(topics, "alter", topic_alter, "change topic settings", common)
+    alter.add_argument("name")
+    _config_options(alter)
+    _add(topics, "delete", topic_delete, "delete a topic", common).add_argument("name")
+
+    prod = _add(subparsers, "produce", produce, "send stdin lines (or --count N records)", common)
+    prod.add_argument("topic")
+    prod.add_argument("--key", help="the key of every record (default: none, spread)")
+    prod.add_argument("--partition", type=int)
+    prod.add_argument("--count", type=int, help="send N generated records instead of stdin")
+    prod.add_argument("--size", type=int, default=0, help="pad generated records to BYTES")
+    prod.add_argument("--linger-ms", type=int, default=5)
+
+    cons = _add(subparsers, "consume", consume, "print, ack and count records of a group", common)
+    cons.add_argument("topic")
+    cons.add_argument("--group", required=True)
+    cons.add_argument("--count", type=int, help="exit after N records (default: run on)")
+    cons.add_argument("--idle-exit-ms", type=int, default=0, help="exit after this long idle")
+    cons.add_argument("--lease-ms", type=int)
+    cons.add_argument("--no-ack", action="store_true", help="leave records to be redelivered")
+
+    group = subparsers.add_parser("group", help="list and describe consumer groups")
+    groups = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
+    _add(groups, "list", group_list, "list consumer groups", common)
+    _add(groups, "describe", group_describe, "members, assignment, lag", common).add_argument(
+        "group"
+    )
+
+    cluster = subparsers.add_parser("cluster", help="cluster health")
+    clusters = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    _add(clusters, "status", cluster_status, "brokers, leader, health", common)
+
+
+REGISTRARS: list[Callable[[Subparsers], None]] = [register]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raftq", description="raftq: a replicated log and work queue."
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for registrar in REGISTRARS:
+        registrar(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status (0 ok, 1 failed, 2 usage, 130 interrupted)."""
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except errors.RaftqError as error:
+        sys.stderr.write(f"error: {error.kind.name}: {error.message}\n")
+        if error.kind.hint != error.message:
+            sys.stderr.write(f"hint: {error.kind.hint}\n")
+        if error.leader_hint:
+            sys.stderr.write(f"leader: {error.leader_hint}\n")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+__all__ = ["REGISTRARS", "build_parser", "main", "register"]
+
+if __name__ == "__main__":
+    sys.exit(main())

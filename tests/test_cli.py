@@ -1,0 +1,166 @@
+"""The ``raftq`` client commands against a real gRPC server over the test facade."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from broker import cli
+from tests.api_facade import ApiFacade, api_server
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def bootstrap(tmp_path: pathlib.Path) -> Iterator[str]:
+    with api_server(tmp_path) as (address, _facade):
+        yield address
+
+
+def run(capsys: pytest.CaptureFixture[str], bootstrap: str, *argv: str) -> tuple[int, str, str]:
+    code = cli.main([*argv, "--bootstrap", bootstrap])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], bootstrap: str, *argv: str) -> object:
+    code, out, err = run(capsys, bootstrap, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_topic_commands(capsys: pytest.CaptureFixture[str], bootstrap: str) -> None:
+    code, out, _ = run(
+        capsys, bootstrap, "topic", "create", "orders", "--partitions", "2", "--lease-ms", "5000"
+    )
+    assert code == 0 and "topic orders: 2 partitions" in out and "lease_ms=5000" in out
+    code, out, _ = run(capsys, bootstrap, "topic", "list")
+    assert out.splitlines() == ["TOPIC   PARTITIONS  REPLICATION", "orders  2           1"]
+    described = run_json(capsys, bootstrap, "topic", "describe", "orders")
+    assert isinstance(described, dict) and len(described["partitions"]) == 2
+    altered = run_json(capsys, bootstrap, "topic", "alter", "orders", "--ordering", "priority")
+    assert isinstance(altered, dict) and altered["config"]["ordering"] == "PRIORITY"
+    code, out, _ = run(capsys, bootstrap, "topic", "delete", "orders")
+    assert code == 0 and out == "deleted topic orders\n"
+    assert run_json(capsys, bootstrap, "topic", "list") == []
+
+
+def test_errors_print_the_catalogue_hint_and_exit_1(
+    capsys: pytest.CaptureFixture[str], bootstrap: str
+) -> None:
+    code, out, err = run(capsys, bootstrap, "topic", "describe", "nope")
+    assert code == 1 and out == ""
+    assert "error: UNKNOWN_TOPIC" in err and "hint: no such topic: create it first" in err
+    code, _, err = run(capsys, bootstrap, "topic", "create", "bad name")
+    assert code == 1 and "error: INVALID_ARGUMENT" in err and "A-Z, a-z, 0-9" in err
+    code, _, err = run(capsys, bootstrap, "topic", "alter", "orders")
+    assert code == 1 and "--lease-ms" in err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["consume", "orders"])  # --group is required
+    assert info.value.code == 2
+    assert "--group" in capsys.readouterr().err
+
+
+def test_produce_stdin_then_consume_count(
+    capsys: pytest.CaptureFixture[str], bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run(capsys, bootstrap, "topic", "create", "orders", "--partitions", "1")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("alpha\nbeta\ngamma\n"))
+    code, out, _ = run(capsys, bootstrap, "produce", "orders", "--key", "k")
+    assert code == 0 and out.startswith("produced 3 records to orders")
+    code, out, _ = run(capsys, bootstrap, "consume", "orders", "--group", "g", "--count", "2")
+    assert code == 0
+    assert out.splitlines() == [
+        "orders/0@0 [delivery 1] key=k alpha",
+        "orders/0@1 [delivery 1] key=k beta",
+    ]
+    code, out, _ = run(
+        capsys,
+        bootstrap,
+        "consume",
+        "orders",
+        "--group",
+        "g",
+        "--count",
+        "5",
+        "--idle-exit-ms",
+        "300",
+        "--json",
+    )
+    (line,) = out.splitlines()  # the first two were acked; only gamma is left
+    assert json.loads(line)["value"] == "gamma" and json.loads(line)["offset"] == 2
+
+
+def test_produce_count_reports_progress_and_rate(
+    capsys: pytest.CaptureFixture[str], bootstrap: str
+) -> None:
+    run(capsys, bootstrap, "topic", "create", "orders", "--partitions", "3")
+    code, out, err = run(capsys, bootstrap, "produce", "orders", "--count", "300", "--size", "50")
+    assert code == 0 and "produced 300 records" in out and "records/s" in out
+    assert "300/300 records" in err  # the final progress line
+    offsets = run_json(capsys, bootstrap, "topic", "describe", "orders")
+    assert isinstance(offsets, dict)
+    assert sum(int(p["end"]) for p in offsets["partitions"]) == 300
+
+
+def test_produce_to_an_unknown_topic_fails_with_the_hint(
+    capsys: pytest.CaptureFixture[str], bootstrap: str
+) -> None:
+    code, _, err = run(capsys, bootstrap, "produce", "nope", "--count", "3")
+    assert code == 1 and "UNKNOWN_TOPIC" in err
+
+
+def test_group_and_cluster_commands(capsys: pytest.CaptureFixture[str], bootstrap: str) -> None:
+    run(capsys, bootstrap, "topic", "create", "orders", "--partitions", "2")
+    run(capsys, bootstrap, "produce", "orders", "--count", "4")
+    run(capsys, bootstrap, "consume", "orders", "--group", "g", "--count", "1", "--no-ack")
+    code, out, _ = run(capsys, bootstrap, "group", "list")
+    assert code == 0 and out.splitlines()[0].split() == ["GROUP", "GENERATION", "MEMBERS", "TOPICS"]
+    assert out.splitlines()[1].split()[0] == "g"
+    described = run_json(capsys, bootstrap, "group", "describe", "g")
+    assert isinstance(described, dict) and described["members"] == []  # the consumer left
+    assert sum(int(p["lag"]) for p in described["partitions"]) == 4  # nothing acked
+    code, out, _ = run(capsys, bootstrap, "group", "describe", "g")
+    assert code == 0 and "LAG" in out
+    code, out, _ = run(capsys, bootstrap, "cluster", "status")
+    assert code == 0 and out.startswith("cluster HEALTHY: metadata leader 1")
+    cluster = run_json(capsys, bootstrap, "cluster", "status")
+    assert isinstance(cluster, dict) and cluster["health"] == "HEALTHY"
+
+
+def test_python_m_broker_cli_in_a_subprocess_reads_raftq_bootstrap(
+    tmp_path: pathlib.Path,
+) -> None:
+    with api_server(tmp_path, ApiFacade(tmp_path)) as (address, _):
+        env = {**os.environ, "RAFTQ_BOOTSTRAP": address}
+        created = subprocess.run(
+            [sys.executable, "-m", "broker.cli", "topic", "create", "jobs", "--json"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert created.returncode == 0, created.stderr
+        assert json.loads(created.stdout)["name"] == "jobs"
+        missing = subprocess.run(
+            [sys.executable, "-m", "broker.cli", "group", "describe", "nobody"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert missing.returncode == 1 and "UNKNOWN_GROUP" in missing.stderr
