@@ -81,12 +81,47 @@ def record_size(record: common_pb2.Record) -> int:
     return size
 
 
-def _plain_size(record: common_pb2.Record, max_record_bytes: int) -> int | None:
-    """``record_size`` of a record ``check_record`` surely accepts (no headers, small enough,
-    no negative deliver_at, a short idempotency key), without walking the headers map (the
-    costly part for a batch); None means "ask check_record"."""
-    if record.headers:
-        return None
+# One incoming record as the append plan uses it, read from the protobuf once:
+# (key or None, value, headers blob or None, priority, deliver_at_ms, idempotency_key, size).
+Incoming = tuple[bytes | None, bytes, bytes | None, int, int, str, int]
+
+
+def read_records(
+    records: Sequence[common_pb2.Record], config: common_pb2.TopicConfig
+) -> list[Incoming]:
+    """Check a batch (``check_record``) and read each record's fields once: protobuf field
+    access is the cost of a big batch. Raises Rejected naming the first bad record."""
+    max_record_bytes = config.max_record_bytes
+    out: list[Incoming] = []
+    for i, record in enumerate(records):
+        if record.headers:  # rare: the general path
+            problem = check_record(record, config)
+            if problem is not None:
+                raise Rejected(problem.code, f"record {i}: {problem.message}")
+            key = record.key if record.HasField("key") else None
+            out.append(
+                (
+                    key,
+                    record.value,
+                    _headers_blob(record),
+                    record.priority,
+                    record.deliver_at_ms,
+                    record.idempotency_key,
+                    record_size(record),
+                )
+            )
+            continue
+        key = record.key if record.HasField("key") else None
+        value = record.value
+        deliver_at_ms = record.deliver_at_ms
+        idempotency_key = record.idempotency_key
+        size = len(value) if key is None else len(key) + len(value)
+        if size > max_record_bytes or deliver_at_ms < 0 or len(idempotency_key) > MAX_NAME_CHARS:
+            problem = check_record(record, config)  # the exact verdict and message
+            if problem is not None:
+                raise Rejected(problem.code, f"record {i}: {problem.message}")
+        out.append((key, value, None, record.priority, deliver_at_ms, idempotency_key, size))
+    return out
     size = len(record.key) + len(record.value)
     if (
         size <= max_record_bytes
@@ -180,8 +215,10 @@ def fill_stored_record(stored: common_pb2.StoredRecord, row: RecordRow) -> None:
     record = stored.record
     record.SetInParent()
     record.value = row.value
-    record.priority = row.priority
-    record.deliver_at_ms = row.deliver_at_ms
+    if row.priority:  # proto3 scalars: leaving a zero unset is the same message, and cheaper
+        record.priority = row.priority
+    if row.deliver_at_ms:
+        record.deliver_at_ms = row.deliver_at_ms
     if row.idempotency_key:
         record.idempotency_key = row.idempotency_key
     if row.key is not None:
@@ -269,16 +306,7 @@ class PartitionMachine:
             raise Rejected(ErrorCode.INVALID_ARGUMENT, "append carries no records")
         if len(cmd.records) > MAX_APPEND_RECORDS:
             raise Rejected(ErrorCode.INVALID_ARGUMENT, f"over {MAX_APPEND_RECORDS} records")
-        max_record_bytes = self.config.max_record_bytes
-        sizes = []
-        for i, record in enumerate(cmd.records):
-            size = _plain_size(record, max_record_bytes)
-            if size is None:
-                problem = check_record(record, self.config)
-                if problem is not None:
-                    raise Rejected(problem.code, f"record {i}: {problem.message}")
-                size = record_size(record)
-            sizes.append(size)
+        incoming = read_records(cmd.records, self.config)
         result = partition_pb2.CommandResult()
         if cmd.producer_id:
             earlier = self._producer_duplicate(cmd.producer_id, cmd.sequence)
@@ -286,7 +314,7 @@ class PartitionMachine:
                 for o in earlier:
                     result.records.add(offset=o, duplicate=True)
                 return result
-        offsets, rows, idem = self._plan_append(cmd.records, sizes, now_ms)
+        offsets, rows, idem = self._plan_append(incoming, now_ms)
         if cmd.producer_id:
             for row in rows:
                 row.producer_id, row.sequence = cmd.producer_id, cmd.sequence
@@ -354,12 +382,11 @@ class PartitionMachine:
         )
 
     def _plan_append(
-        self, records: Sequence[common_pb2.Record], sizes: Sequence[int], now_ms: int
+        self, incoming: Sequence[Incoming], now_ms: int
     ) -> tuple[list[tuple[int, bool]], list[RecordRow], list[tuple[str, int, int]]]:
-        """Decide offsets and dedup for a batch (``sizes``: each record's ``record_size``):
-        per record (offset, duplicate), the rows to insert and the idempotency keys to
-        remember. Reads the store; writes nothing."""
-        keys = [r.idempotency_key for r in records if r.idempotency_key]
+        """Decide offsets and dedup for a batch: per record (offset, duplicate), the rows to
+        insert and the idempotency keys to remember. Reads the store; writes nothing."""
+        keys = [r[5] for r in incoming if r[5]]
         window_start = now_ms - self.config.dedup_window_ms
         known: dict[str, int] = {}
         if keys:
@@ -370,8 +397,7 @@ class PartitionMachine:
         rows: list[RecordRow] = []
         idem: list[tuple[str, int, int]] = []
         offset = self.meta.next_offset
-        for record, size in zip(records, sizes, strict=True):
-            key = record.idempotency_key
+        for rkey, value, headers, priority, deliver_at_ms, key, size in incoming:
             if key and key in known:
                 offsets.append((known[key], True))
                 continue
@@ -379,11 +405,11 @@ class PartitionMachine:
                 RecordRow(
                     offset,
                     now_ms,
-                    record.key if record.HasField("key") else None,
-                    record.value,
-                    _headers_blob(record),
-                    record.priority,
-                    record.deliver_at_ms,
+                    rkey,
+                    value,
+                    headers,
+                    priority,
+                    deliver_at_ms,
                     key or None,
                     None,
                     None,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import operator
 import os
 import random
 import time
@@ -65,6 +66,20 @@ _RECORD_COLUMNS = (
     "producer_id, sequence, size"
 )
 _PENDING_COLUMNS = "ofs, k1, k2, visible_at_ms, ready, owner, delivery_count"
+# A RecordRow as the values of _RECORD_COLUMNS, in C (a batch of appends is thousands of rows).
+_record_values = operator.attrgetter(
+    "offset",
+    "timestamp_ms",
+    "key",
+    "value",
+    "headers",
+    "priority",
+    "deliver_at_ms",
+    "idempotency_key",
+    "producer_id",
+    "sequence",
+    "size",
+)
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
@@ -83,7 +98,8 @@ def _int64s(values: Sequence[int]) -> Any:  # an apsw carray binding
 
 
 def _pending(row: tuple[Any, ...]) -> PendingRow:
-    return PendingRow(row[0], row[1], row[2], row[3], bool(row[4]), row[5], row[6])
+    ofs, k1, k2, visible_at_ms, ready, owner, delivery_count = row
+    return PendingRow(ofs, k1, k2, visible_at_ms, ready != 0, owner, delivery_count)
 
 
 class SqliteStore:
@@ -149,22 +165,7 @@ class SqliteStore:
     def insert_records(self, rows: Sequence[RecordRow]) -> None:
         self._cur.executemany(
             f"INSERT INTO records({_RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            [
-                (
-                    r.offset,
-                    r.timestamp_ms,
-                    r.key,
-                    r.value,
-                    r.headers,
-                    r.priority,
-                    r.deliver_at_ms,
-                    r.idempotency_key,
-                    r.producer_id,
-                    r.sequence,
-                    r.size,
-                )
-                for r in rows
-            ],
+            list(map(_record_values, rows)),
         )
 
     def get_record(self, offset: int) -> RecordRow | None:
@@ -571,6 +572,7 @@ def raw_insert_benchmark(
     """BENCHMARK BASELINE: seconds spent inserting ``batches`` x ``batch_size`` rows of
     ``value_size``-byte values into a table shaped like ``records``, one transaction per batch,
     with the same pragmas as SqliteStore (WAL, ``synchronous``). Building the rows is not timed.
+    Called again on the same file, it appends after the rows already there.
     """
     if synchronous not in SYNCHRONOUS_MODES:
         raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
@@ -589,7 +591,7 @@ def raw_insert_benchmark(
             "sequence INTEGER, size INTEGER NOT NULL)"
         )
         sql = f"INSERT INTO records({_RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-        offset = 0
+        ((offset,),) = cur.execute("SELECT coalesce(max(ofs) + 1, 0) FROM records")
         elapsed = 0.0
         for b in range(batches):
             rows = [
