@@ -1,0 +1,316 @@
+"""Partition state machine throughput: PartitionMachine.apply over a SqliteStore.
+
+Three benchmarks (only ``apply`` is timed; the leader's work of building command bytes is not):
+
+1. append — batches of 1000 x 100-byte records through apply, beside a raw APSW insert of the
+   same rows into a table of the same shape (``raw_insert_benchmark``) in the same run, on the
+   same disk with the same pragmas (WAL, synchronous=FULL unless ``--synchronous``); the two
+   alternate every 10 batches so that both see the same load.
+   Goal: the machine reaches >= 0.5 of raw.
+2. lease+ack — pre-fill records, then Lease(max_records) -> Ack of every delivery, each a
+   separate command, until the partition is drained; fifo and priority ordering separately.
+   The first Lease materializes the whole pre-fill into the group's timeline: that one-time
+   cost is part of the figure (every record pays it once per group). Goal: >= 100,000 rec/s.
+3. growth — append throughput in windows taken at 100k, 1M and 10M stored records (the fill
+   in between runs with synchronous=OFF to save time; the windows use the configured mode).
+   Goal: every point within 20% of the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import random
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.common import Result, at_least, format_number, median
+from partitions.machine import PartitionMachine
+from partitions.sqlite_store import SqliteStore, raw_insert_benchmark
+from proto import common_pb2, partition_pb2
+
+NAME = "partition_apply"
+
+BATCH_RECORDS = 1000
+APPEND_CHUNK = 10  # batches; the append benchmark alternates machine and raw chunks
+VALUE_BYTES = 100
+APPEND_GOAL_RATIO = 0.5
+LEASE_ACK_GOAL = 100_000
+GROWTH_TOLERANCE = 0.20
+FILL_BATCH_RECORDS = 10_000
+NOW_MS = 1_700_000_000_000
+
+
+def add_arguments(group: Any) -> None:
+    group.add_argument(
+        "--growth-max",
+        type=int,
+        default=None,
+        help="largest stored-record count of the growth benchmark (default 10,000,000; "
+        "20,000 with --quick); points are it, a tenth and a hundredth of it (>= 1000)",
+    )
+    group.add_argument(
+        "--synchronous",
+        default="FULL",
+        choices=("OFF", "NORMAL", "FULL", "EXTRA"),
+        help="SQLite synchronous mode of the measured stores (default FULL, as configured)",
+    )
+    group.add_argument(
+        "--append-batches", type=int, default=None, help="batches per append run (default 200)"
+    )
+    group.add_argument(
+        "--lease-prefill", type=int, default=None, help="records per lease+ack run (200,000)"
+    )
+    group.add_argument(
+        "--lease-max-records", type=int, default=1000, help="Lease.max_records (500..1000)"
+    )
+    group.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"which of {','.join(PARTS)} to run (default: all)",
+    )
+    group.add_argument(
+        "--keep-data", action="store_true", help="leave the temp directory behind (debugging)"
+    )
+
+
+class Partition:
+    """One partition replica on disk with a raft index and a leader clock to stamp commands."""
+
+    def __init__(self, path: Path, synchronous: str) -> None:
+        self.path = path
+        self.index = 0
+        self.now_ms = NOW_MS
+        self.store = SqliteStore(str(path), synchronous=synchronous)
+        self.machine = PartitionMachine(self.store)
+
+    def reopen(self, synchronous: str) -> None:
+        self.store.close()
+        self.store = SqliteStore(str(self.path), synchronous=synchronous)
+        self.machine = PartitionMachine(self.store)
+
+    def command(self, **op: Any) -> bytes:
+        """Stamp the next now_ms (1 ms later) into a command, as the leader does."""
+        self.now_ms += 1
+        return partition_pb2.PartitionCommand(now_ms=self.now_ms, **op).SerializeToString()
+
+    def apply(self, data: bytes) -> tuple[partition_pb2.CommandResult, float]:
+        """Apply the next entry; returns the result and the seconds apply took."""
+        self.index += 1
+        start = time.perf_counter()
+        result = self.machine.apply(data, self.index)
+        elapsed = time.perf_counter() - start
+        if result.error:
+            raise RuntimeError(f"apply of entry {self.index} failed: {result.message}")
+        return result, elapsed
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def append_command(
+    partition: Partition, rng: random.Random, records: int, priorities: bool = False
+) -> bytes:
+    batch = [
+        common_pb2.Record(
+            value=rng.randbytes(VALUE_BYTES), priority=rng.randrange(10) if priorities else 0
+        )
+        for _ in range(records)
+    ]
+    return partition.command(append=partition_pb2.Append(records=batch))
+
+
+@contextlib.contextmanager
+def workdir(options: argparse.Namespace) -> Iterator[Path]:
+    if options.keep_data:
+        path = Path(tempfile.mkdtemp(prefix="raftq-bench-"))
+        print(f"   data kept in {path}")
+        yield path
+    else:
+        with tempfile.TemporaryDirectory(prefix="raftq-bench-") as name:
+            yield Path(name)
+
+
+# -- 1. append ----------------------------------------------------------------------------------
+
+
+def append_once(options: argparse.Namespace, batches: int, seed: int) -> tuple[float, float]:
+    """(machine records/s, raw records/s), measured in one directory in alternating chunks of
+    APPEND_CHUNK batches, so that both see the same load on a shared machine."""
+    machine_s = raw_s = 0.0
+    with workdir(options) as tmp:
+        partition = Partition(tmp / "partition.sqlite", options.synchronous)
+        try:
+            rng = random.Random(seed)
+            for start in range(0, batches, APPEND_CHUNK):
+                chunk = min(APPEND_CHUNK, batches - start)
+                commands = [append_command(partition, rng, BATCH_RECORDS) for _ in range(chunk)]
+                machine_s += sum(partition.apply(c)[1] for c in commands)
+                raw_s += raw_insert_benchmark(
+                    str(tmp / "raw.sqlite"),
+                    chunk,
+                    BATCH_RECORDS,
+                    VALUE_BYTES,
+                    synchronous=options.synchronous,
+                    seed=seed * 1_000_003 + start,
+                )
+        finally:
+            partition.close()
+    records = batches * BATCH_RECORDS
+    return records / machine_s, records / raw_s
+
+
+def bench_append(options: argparse.Namespace) -> list[Result]:
+    batches = options.append_batches or (10 if options.quick else 200)
+    runs = [append_once(options, batches, seed) for seed in range(options.repeat)]
+    ratios = [m / r for m, r in runs]
+    machine_rate = median([m for m, _ in runs])
+    raw_rate = median([r for _, r in runs])
+    ratio = median(ratios)
+    print(f"   append: machine {[round(m) for m, _ in runs]}, raw {[round(r) for _, r in runs]}")
+    where = f"{batches} x {BATCH_RECORDS} x {VALUE_BYTES} B, sync={options.synchronous}"
+    return [
+        Result("append: apply", machine_rate, "rec/s", note=where),
+        Result("append: raw APSW insert", raw_rate, "rec/s", note=where),
+        at_least("append: apply / raw", ratio, "", APPEND_GOAL_RATIO, "median of paired runs"),
+    ]
+
+
+# -- 2. lease + ack -----------------------------------------------------------------------------
+
+
+def lease_ack_once(
+    options: argparse.Namespace, ordering: int, prefill: int, seed: int
+) -> tuple[float, float, float]:
+    """(lease+ack records/s, lease records/s, ack records/s) draining ``prefill`` records."""
+    with workdir(options) as tmp:
+        partition = Partition(tmp / "partition.sqlite", options.synchronous)
+        try:
+            config = common_pb2.TopicConfig()
+            config.CopyFrom(partition.machine.config)
+            config.ordering = ordering  # type: ignore[assignment]
+            partition.apply(partition.command(configure=partition_pb2.Configure(config=config)))
+            rng = random.Random(seed)
+            priorities = ordering == common_pb2.PRIORITY
+            for start in range(0, prefill, FILL_BATCH_RECORDS):
+                count = min(FILL_BATCH_RECORDS, prefill - start)
+                partition.apply(append_command(partition, rng, count, priorities))
+            lease_s = ack_s = 0.0
+            acked = 0
+            while acked < prefill:
+                lease = partition_pb2.Lease(
+                    group="bench", member="m1", max_records=options.lease_max_records
+                )
+                result, spent = partition.apply(partition.command(lease=lease))
+                lease_s += spent
+                if not result.deliveries:
+                    raise RuntimeError(f"drained after {acked} of {prefill} records")
+                refs = [
+                    partition_pb2.DeliveryRef(offset=d.record.offset, delivery_count=1)
+                    for d in result.deliveries
+                ]
+                ack = partition_pb2.Settle(group="bench", member="m1", refs=refs)
+                result, spent = partition.apply(partition.command(ack=ack))
+                ack_s += spent
+                if result.count != len(refs):
+                    raise RuntimeError(f"acked {result.count} of {len(refs)}")
+                acked += len(refs)
+        finally:
+            partition.close()
+    return acked / (lease_s + ack_s), acked / lease_s, acked / ack_s
+
+
+def bench_lease_ack(options: argparse.Namespace) -> list[Result]:
+    prefill = options.lease_prefill or (5_000 if options.quick else 200_000)
+    results = []
+    for label, ordering in (("fifo", common_pb2.FIFO), ("priority", common_pb2.PRIORITY)):
+        runs = [lease_ack_once(options, ordering, prefill, seed) for seed in range(options.repeat)]
+        print(f"   lease+ack {label}: {[round(r[0]) for r in runs]}")
+        note = (
+            f"{format_number(prefill)} records, max_records={options.lease_max_records}; "
+            f"lease {format_number(median([r[1] for r in runs]))}/s, "
+            f"ack {format_number(median([r[2] for r in runs]))}/s"
+        )
+        results.append(
+            at_least(
+                f"lease+ack {label}", median([r[0] for r in runs]), "rec/s", LEASE_ACK_GOAL, note
+            )
+        )
+    return results
+
+
+# -- 3. growth ----------------------------------------------------------------------------------
+
+
+def growth_points(largest: int) -> list[int]:
+    return [p for p in (largest // 100, largest // 10, largest) if p >= 1000]
+
+
+def bench_growth(options: argparse.Namespace) -> list[Result]:
+    largest = options.growth_max or (20_000 if options.quick else 10_000_000)
+    window_batches = 6 if options.quick else 99
+    windows = max(1, options.repeat)
+    per_window = max(1, window_batches // windows)
+    rng = random.Random(7)
+    rates: list[tuple[int, float]] = []
+    with workdir(options) as tmp:
+        partition = Partition(tmp / "growth.sqlite", options.synchronous)
+        try:
+            for point in growth_points(largest):
+                stored = partition.machine.offsets().end
+                if stored < point:
+                    partition.reopen("OFF")
+                    fill_start = time.perf_counter()
+                    while stored < point:
+                        count = min(FILL_BATCH_RECORDS, point - stored)
+                        partition.apply(append_command(partition, rng, count))
+                        stored += count
+                    fill_s = time.perf_counter() - fill_start
+                    print(f"   growth: filled to {format_number(stored)} in {fill_s:.1f} s")
+                    partition.reopen(options.synchronous)
+                samples = []
+                for _ in range(windows):
+                    commands = [
+                        append_command(partition, rng, BATCH_RECORDS) for _ in range(per_window)
+                    ]
+                    spent = sum(partition.apply(c)[1] for c in commands)
+                    samples.append(per_window * BATCH_RECORDS / spent)
+                print(f"   growth at {format_number(point)}: {[round(s) for s in samples]}")
+                rates.append((point, median(samples)))
+        finally:
+            partition.close()
+        size_mb = (tmp / "growth.sqlite").stat().st_size / 1e6
+    first = rates[0][1]
+    results = []
+    for point, rate in rates:
+        note = f"{windows} windows of {per_window} x {BATCH_RECORDS}"
+        if point == rates[-1][0]:
+            note += f"; file {size_mb:,.0f} MB"
+        results.append(
+            Result(
+                f"append at {format_number(point)} stored",
+                rate,
+                "rec/s",
+                f">= {1 - GROWTH_TOLERANCE:.0%} of first",
+                rate >= (1 - GROWTH_TOLERANCE) * first,
+                f"{rate / first:.0%} of first; {note}",
+            )
+        )
+    return results
+
+
+PARTS = {"append": bench_append, "lease_ack": bench_lease_ack, "growth": bench_growth}
+
+
+def run(options: argparse.Namespace) -> list[Result]:
+    parts = [p.strip() for p in options.parts.split(",") if p.strip()]
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise SystemExit(f"--parts: unknown {unknown}; known: {','.join(PARTS)}")
+    results: list[Result] = []
+    for part in parts:
+        results += PARTS[part](options)
+    return results

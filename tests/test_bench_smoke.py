@@ -1,0 +1,26 @@
+"""`python -m bench partition_apply --quick` runs to the end and prints its table (no timing
+assertions: figures on a shared machine are not a test)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_partition_apply_quick_run_prints_the_table() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "partition_apply", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "| metric" in out and "goal" in out and "result" in out, out
+    for metric in ("append: apply / raw", "lease+ack fifo", "lease+ack priority", "append at"):
+        assert metric in out, out
+    assert "- cpu:" in out and "- sqlite:" in out, out
