@@ -394,7 +394,8 @@ class Producer:
     ) -> Future[RecordMetadata]:
         """Queue one record; the future resolves to its RecordMetadata or a typed error
         (UnknownTopic, UnknownPartition, RecordTooLarge, InvalidArgument, or a retriable
-        error once retries are spent). Raises RuntimeError after close()."""
+        error once retries are spent). The first send to a topic fetches its metadata
+        (blocking, up to request_timeout_ms). Raises RuntimeError after close()."""
         future: Future[RecordMetadata] = Future()
         record = common_pb2.Record(
             value=value,
