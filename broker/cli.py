@@ -35,6 +35,7 @@ from typing import Any, TextIO
 from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 
+from broker import cli_server
 from broker.client import Admin, Consumer, Message, Producer
 from proto import api_pb2, errors
 
@@ -468,7 +469,7 @@ def register(subparsers: Subparsers) -> None:
     _add(clusters, "status", cluster_status, "brokers, leader, health", common)
 
 
-REGISTRARS: list[Callable[[Subparsers], None]] = [register]
+REGISTRARS: list[Callable[[Subparsers], None]] = [register, cli_server.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -509,6 +509,7 @@ def serve(
     max_workers: int = 64,
     interceptors: Iterable[grpc.ServerInterceptor] = (),
     options: Sequence[tuple[str, Any]] = (),
+    extra_services: Iterable[Callable[[grpc.Server], None]] = (),
 ) -> grpc.Server:
     """Start serving the raftq API for ``facade`` on ``address`` (``host:port``).
 
@@ -525,6 +526,8 @@ def serve(
     api_pb2_grpc.add_ConsumerServicer_to_server(ConsumerServicer(facade), server)
     api_pb2_grpc.add_LogServicer_to_server(LogServicer(facade), server)
     api_pb2_grpc.add_AdminServicer_to_server(AdminServicer(facade), server)
+    for add_service in extra_services:  # e.g. the broker-to-broker Internal service
+        add_service(server)
     health_servicer = health.HealthServicer()
     for name in ("", *SERVICE_NAMES):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

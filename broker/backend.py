@@ -1,0 +1,275 @@
+"""The backend: reconciles this broker toward the metadata table, with retries.
+
+One thread, a step every ``interval_s`` (sooner when the table changes). Each step:
+
+1. registers this broker in the table if it is missing or its addresses changed;
+2. opens a PartitionReplica for every partition the table places here and closes (and deletes)
+   the replicas of topics that no longer exist;
+3. reports its replicas to the metadata leader (liveness, leadership, offsets);
+4. for every partition it leads: replicates the topic's config into the partition
+   (``Configure``) when it differs, applies retention (``Retain``) every ``retain_interval_s``,
+   forwards dead letters from the outbox to the dead-letter topic (creating that topic on
+   first use) and then proposes ``DeadLetterDone``, and hands leadership to the partition's
+   preferred leader when that broker is alive (leader balance, like Kafka's preferred-leader
+   election: placement spreads preferred leaders evenly);
+5. on the metadata leader: expires consumer sessions (LeaveGroup + lease release).
+
+Every step is idempotent; a failure is logged and retried on the next step.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from broker.replica import PartitionReplica
+from broker.service import dead_letter_record
+from metadata.table import Table
+from proto import api_pb2, errors, internal_pb2, partition_pb2
+
+if TYPE_CHECKING:
+    from broker.server import Broker
+
+logger = logging.getLogger("raftq.broker.backend")
+
+REPORT_INTERVAL_S = 0.5
+RETAIN_INTERVAL_S = 5.0
+DLQ_INTERVAL_S = 0.5
+BALANCE_INTERVAL_S = 5.0
+DLQ_BATCH = 200
+
+
+class Backend:
+    def __init__(self, broker: Broker, *, interval_s: float = 0.1) -> None:
+        self.broker = broker
+        self.interval_s = interval_s
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="raftq-backend", daemon=True)
+        self._due: dict[str, float] = {}
+        self._was_meta_leader = False
+        self._registered: tuple[str, str, str] | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def wake(self, _table: Table | None = None) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception:
+                logger.exception("[broker=%d] backend step failed; retrying", self.broker.id)
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+
+    def _every(self, key: str, interval_s: float) -> bool:
+        now = time.monotonic()
+        if now < self._due.get(key, 0.0):
+            return False
+        self._due[key] = now + interval_s
+        return True
+
+    # ------------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        table = self.broker.meta.table
+        self._guarded("register", lambda: self._register(table))
+        self._reconcile(table)
+        if self._every("report", REPORT_INTERVAL_S):
+            self._guarded("report", self._report)
+        for replica in list(self.broker.replicas.values()):
+            if replica.is_leader():
+                self._guarded(replica.where, lambda r=replica: self._lead(r, table))  # type: ignore[misc]
+        self._guarded("sessions", lambda: self._coordinate(table))
+
+    def _guarded(self, what: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except errors.RaftqError as exc:
+            logger.info("[broker=%d] %s: %s (will retry)", self.broker.id, what, exc)
+
+    def _register(self, table: Table) -> None:
+        b = self.broker
+        me = (b.config.broker.client_addr, b.config.broker.raft_addr, b.config.broker.rack)
+        known = table.broker(b.id)
+        if known is not None and (known.client_addr, known.raft_addr, known.rack) == me:
+            return
+        if not self._every("register", 1.0) or b.meta.leader() is None:
+            return
+        data = b.frontend.register_broker(table, b.id, *me, now_ms=b.service.now_ms())
+        b.service.meta_propose(data, 5.0)
+        logger.info("[broker=%d] registered %s", b.id, me)
+
+    def _reconcile(self, table: Table) -> None:
+        b = self.broker
+        wanted: dict[tuple[str, int], tuple[int, list[str]]] = {}
+        for topic, partition in table.partitions_of(b.id):
+            info = table.topics[topic]
+            replicas = info.partitions[partition].replicas
+            addrs = [table.brokers[r].raft_addr for r in replicas if r in table.brokers]
+            if len(addrs) == len(replicas):  # every replica broker registered
+                wanted[(topic, partition)] = (info.topic_id, addrs)
+        for key, replica in list(b.replicas.items()):
+            topic_id = wanted.get(key, (None, []))[0]
+            if topic_id != replica.topic_id:
+                self._remove(key, replica)
+        for key, (topic_id, addrs) in wanted.items():
+            if key not in b.replicas:
+                self._guarded(f"open {key}", lambda k=key, t=topic_id, a=addrs: self._open(k, t, a))  # type: ignore[misc]
+
+    def _partition_dir(self, topic: str, topic_id: int) -> Path:
+        return Path(self.broker.data_dir) / "partitions" / f"{topic}-{topic_id}"
+
+    def _open(self, key: tuple[str, int], topic_id: int, peers: list[str]) -> None:
+        b = self.broker
+        topic, partition = key
+        replica = PartitionReplica(
+            topic,
+            partition,
+            topic_id,
+            data_dir=self._partition_dir(topic, topic_id),
+            self_addr=b.config.broker.raft_addr,
+            peers=peers,
+            driver=b.driver,
+            fsync=b.config.raft.fsync,
+            synchronous=b.config.storage.synchronous,
+            timings=b.timings,
+        )
+        replica.on_applied = b.service.notify_records
+        b.replicas[key] = replica
+
+    def _remove(self, key: tuple[str, int], replica: PartitionReplica) -> None:
+        b = self.broker
+        del b.replicas[key]
+        replica.close()
+        topic_id = replica.topic_id
+        if b.meta.table.topic_by_id(topic_id) is None:  # deleted: its files go too
+            shutil.rmtree(self._partition_dir(replica.topic, topic_id), ignore_errors=True)
+        logger.info("%s replica removed", replica.where)
+
+    def _report(self) -> None:
+        b = self.broker
+        report = internal_pb2.BrokerReport(broker_id=b.id, sent_ms=b.service.now_ms())
+        for (topic, partition), replica in list(b.replicas.items()):
+            try:
+                offsets = replica.offsets()
+                status = replica.node.status()
+            except Exception:  # a replica closing under us
+                continue
+            report.replicas.add(
+                topic=topic,
+                partition=partition,
+                topic_id=replica.topic_id,
+                leader=replica.is_leader(),
+                leader_raft_addr=replica.leader() or "",
+                log_start=offsets.log_start,
+                end=offsets.end,
+                applied_index=int(status["applied_index"]),
+                healthy=replica.healthy,
+                term=int(status["term"]),
+            )
+        if b.meta.is_leader():
+            b.reports.record(report)
+            return
+        target = b.service.meta_leader_addr()
+        if target:
+            b.internal.report(target, report, 2.0)
+
+    # -- leader duties -----------------------------------------------------------------------
+
+    def _lead(self, replica: PartitionReplica, table: Table) -> None:
+        info = table.topic(replica.topic)
+        if info is None or info.topic_id != replica.topic_id:
+            return
+        if replica.config_bytes() != info.config_bytes:
+            configure = partition_pb2.Configure(
+                config=info.config, topic=replica.topic, partition=replica.partition
+            )
+            replica.propose(partition_pb2.PartitionCommand(configure=configure), 5.0)
+            logger.info("%s config replicated", replica.where)
+        if self._every(f"retain {replica.name}", RETAIN_INTERVAL_S):
+            replica.propose(partition_pb2.PartitionCommand(retain=partition_pb2.Retain()), 5.0)
+        if self._every(f"dlq {replica.name}", DLQ_INTERVAL_S):
+            self._forward_dead_letters(replica, table)
+        if self._every(f"balance {replica.name}", BALANCE_INTERVAL_S):
+            self._prefer_leader(replica, table)
+
+    def _forward_dead_letters(self, replica: PartitionReplica, table: Table) -> None:
+        rows = replica.outbox(DLQ_BATCH)
+        if not rows:
+            return
+        b = self.broker
+        info = table.topics[replica.topic]
+        target = info.config.dead_letter_topic
+        if target:
+            if table.topic(target) is None:
+                plan = b.frontend.dead_letter_topic(
+                    table,
+                    replica.topic,
+                    live_ids=b.service.live_brokers(),
+                    now_ms=b.service.now_ms(),
+                )
+                if plan is not None:
+                    b.service.meta_propose(plan, 5.0)
+                    return  # next round, once the topic has leaders
+            request = api_pb2.SendRequest(
+                topic=target,
+                records=[dead_letter_record(replica.topic, replica.partition, r) for r in rows],
+            )
+            response = b.service.send(request, timeout_s=5.0)
+            failed = [r for r in response.results if r.error]
+            if failed:
+                raise errors.Unavailable(
+                    f"{replica.where} dead letters not forwarded to {target}: {failed[0].message}"
+                )
+        else:
+            logger.warning(
+                "%s dropping %d dead letters: the topic has no dead_letter_topic",
+                replica.where,
+                len(rows),
+            )
+        done = partition_pb2.DeadLetterDone(up_to_seq=rows[-1].seq)
+        replica.propose(partition_pb2.PartitionCommand(dead_letter_done=done), 5.0)
+        logger.info("%s forwarded %d dead letters to %r", replica.where, len(rows), target)
+
+    def _prefer_leader(self, replica: PartitionReplica, table: Table) -> None:
+        b = self.broker
+        replicas = table.replicas(replica.topic, replica.partition) or ()
+        if not replicas or replicas[0] == b.id:
+            return
+        preferred = table.broker(replicas[0])
+        if preferred is None or preferred.raft_addr not in b.endpoint.connected_peers():
+            return
+        logger.info(
+            "%s handing leadership to preferred leader broker %d", replica.where, replicas[0]
+        )
+        replica.node.transfer_leadership(preferred.raft_addr)
+
+    # -- metadata leader ---------------------------------------------------------------------
+
+    def _coordinate(self, table: Table) -> None:
+        b = self.broker
+        leader = b.meta.is_leader()
+        if leader != self._was_meta_leader:
+            b.sessions.reset()  # a new leader gives every member a fresh session
+            b.reports.reset()
+            self._was_meta_leader = leader
+        if not leader:
+            return
+        for group, members in b.sessions.expired(table).items():
+            logger.info("[group=%s] sessions expired: %s", group, members)
+            b.service.remove_members(group, members, "session expired", 5.0)

@@ -1,0 +1,144 @@
+"""This broker's replica of the metadata Raft group (group ``meta``).
+
+The MetadataMachine (metadata/machine.py) applies MetaCommand bytes on the Raft driver thread;
+its Table is immutable and swapped in whole, so any thread reads ``table`` without a lock.
+Snapshots are the machine's deterministic ``snapshot_bytes()`` written to the path the Raft
+node gives; on restart the node restores the snapshot and replays the journal after it.
+
+Only the leader proposes, and it stamps ``now_ms`` (frontends plan with the leader's clock too).
+Waiters can block until the table reaches an applied index (``wait_for``), which is how a
+broker that just forwarded a change reads its own write.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from metadata.machine import MetadataMachine
+from metadata.table import Table
+from proto import errors, metadata_pb2
+from transport.raft import ApplyError, RaftNode, RaftTimings
+from transport.raft.driver import RaftDriver
+
+logger = logging.getLogger("raftq.broker.metadata")
+
+GROUP = "meta"
+
+
+class MetadataReplica:
+    """Raises (constructor): ``errors.Unavailable`` when the raft transport cannot bind."""
+
+    def __init__(
+        self,
+        *,
+        data_dir: str | Path,
+        self_addr: str,
+        voters: Sequence[str],
+        driver: RaftDriver,
+        timings: RaftTimings,
+        fsync: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.machine = MetadataMachine()
+        self._clock = clock
+        self._changed = threading.Condition()
+        self._listeners: list[Callable[[Table], None]] = []
+        self.self_addr = self_addr
+        self.node = RaftNode(
+            self_addr,
+            list(voters),
+            apply=self._apply,
+            snapshot=self._snapshot,
+            restore=self._restore,
+            data_dir=Path(data_dir),
+            name=GROUP,
+            fsync=fsync,
+            auto_tick=False,
+            transport_class=driver.endpoint.transport_class(GROUP),  # type: ignore[attr-defined]
+            timings=timings,
+            group_commit=True,
+        )
+        self._driver = driver
+        driver.register(GROUP, self.node)
+
+    # -- reads (any thread) --------------------------------------------------------------------
+
+    @property
+    def table(self) -> Table:
+        return self.machine.table
+
+    def is_leader(self) -> bool:
+        return self.node.is_leader()
+
+    def leader(self) -> str | None:
+        """The metadata leader's raft address, or None while no leader is known."""
+        return self.node.leader()
+
+    def on_change(self, listener: Callable[[Table], None]) -> None:
+        """Call ``listener(table)`` after every applied change, on the Raft driver thread: it
+        must not block."""
+        self._listeners.append(listener)
+
+    def wait_for(self, index: int, timeout_s: float) -> bool:
+        """Block until the table has applied ``index``; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while self.machine.table.applied_index < index:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+        return True
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def propose(
+        self, command: metadata_pb2.MetaCommand, timeout_s: float
+    ) -> metadata_pb2.MetaResult:
+        """Replicate one planned command on this (leader) replica and return the applied result.
+
+        Normal errors: ``NotLeader`` (the hint is the leader's raft address), ``Timeout``
+        (outcome unknown: plan again and retry), ``Unavailable``, and the command's own
+        rejection as its typed error (``TopicExists``, ``UnknownTopic``, ...).
+        """
+        stamped = metadata_pb2.MetaCommand()
+        stamped.CopyFrom(command)
+        stamped.now_ms = int(self._clock() * 1000)
+        result = self.node.propose_sync(stamped.SerializeToString(), timeout_s)
+        if isinstance(result, ApplyError):
+            raise errors.Internal(f"[group={GROUP}] apply failed: {result.message}")
+        assert isinstance(result, metadata_pb2.MetaResult), type(result)
+        if result.error:
+            raise errors.error_for(result.error, result.message)
+        return result
+
+    def close(self) -> None:
+        self._driver.unregister(GROUP)
+        self.node.destroy()
+
+    # -- on the driver thread --------------------------------------------------------------------
+
+    def _apply(self, data: bytes, index: int) -> metadata_pb2.MetaResult:
+        result = self.machine.apply(data, index)
+        table = self.machine.table
+        with self._changed:
+            self._changed.notify_all()
+        if not result.skipped:
+            for listener in self._listeners:
+                try:
+                    listener(table)
+                except Exception:  # a listener bug must not stop the metadata group
+                    logger.exception("[group=%s] table listener failed", GROUP)
+        return result
+
+    def _snapshot(self, path: str) -> None:
+        Path(path).write_bytes(self.machine.snapshot_bytes())
+
+    def _restore(self, path: str) -> None:
+        self.machine.restore_bytes(Path(path).read_bytes())
+        with self._changed:
+            self._changed.notify_all()

@@ -1,0 +1,228 @@
+"""Where a call runs: on this broker's replica when it leads, else on the leader it forwards to.
+
+Partition commands and reads go to the partition's leader: the local replica when it leads,
+else over the Internal service to the broker the best hint names — the local replica's view of
+its leader, else the partition's preferred leader — following NOT_LEADER hints and waiting out
+elections until the caller's deadline. Leader hints in errors a client sees are *client*
+addresses (host:port of the broker's gRPC API), never raft addresses.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from metadata.table import Table
+from proto import errors, internal_pb2, partition_pb2
+from transport.internal import InternalClient
+
+if TYPE_CHECKING:
+    from broker.replica import PartitionReplica
+
+logger = logging.getLogger("raftq.broker.router")
+
+T = TypeVar("T")
+RETRY_PAUSE_S = (0.02, 0.05, 0.1, 0.2, 0.3)
+
+
+def client_addr_of_raft(table: Table, raft_addr: str | None) -> str:
+    """The client address of the broker whose raft address is ``raft_addr`` ("" if unknown)."""
+    if not raft_addr:
+        return ""
+    for broker in table.brokers.values():
+        if broker.raft_addr == raft_addr:
+            return broker.client_addr
+    return ""
+
+
+class Router:
+    """Routes partition work to leaders. Thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        client_addr: str,
+        table: Callable[[], Table],
+        replicas: Callable[[tuple[str, int]], PartitionReplica | None],
+        internal: InternalClient,
+    ) -> None:
+        self.broker_id = broker_id
+        self.client_addr = client_addr
+        self._table = table
+        self._replica = replicas
+        self._internal = internal
+        self._hints: dict[tuple[str, int], str] = {}
+        self._lock = threading.Lock()
+
+    # -- where is the leader ------------------------------------------------------------------
+
+    def local_leader(self, topic: str, partition: int) -> PartitionReplica | None:
+        replica = self._replica((topic, partition))
+        if replica is not None and replica.is_leader():
+            return replica
+        return None
+
+    def leader_hint(self, topic: str, partition: int) -> str:
+        """The client address of the broker most likely leading the partition ("" = none)."""
+        table = self._table()
+        replica = self._replica((topic, partition))
+        if replica is not None:
+            addr = client_addr_of_raft(table, replica.leader())
+            if addr:
+                return addr
+        with self._lock:
+            hint = self._hints.get((topic, partition), "")
+        if hint:
+            return hint
+        replicas = table.replicas(topic, partition)
+        if replicas:
+            broker = table.broker(replicas[0])
+            if broker is not None:
+                return broker.client_addr
+        return ""
+
+    def not_leader(self, topic: str, partition: int) -> errors.NotLeader:
+        hint = self.leader_hint(topic, partition)
+        if hint == self.client_addr:
+            hint = ""
+        return errors.NotLeader(
+            f"broker {self.broker_id} does not lead {topic}/{partition}", leader_hint=hint
+        )
+
+    def check_partition(self, topic: str, partition: int) -> None:
+        """Raises UnknownTopic / UnknownPartition (normal)."""
+        info = self._table().topic(topic)
+        if info is None:
+            raise errors.UnknownTopic(f"topic {topic!r} does not exist: create it first")
+        if not 0 <= partition < info.partition_count:
+            raise errors.UnknownPartition(
+                f"topic {topic!r} has partitions 0..{info.partition_count - 1}, not {partition}"
+            )
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def _with_leader(
+        self,
+        topic: str,
+        partition: int,
+        timeout_s: float,
+        local: Callable[[PartitionReplica, float], T],
+        remote: Callable[[str, float], T],
+    ) -> T:
+        """Run ``local`` on the leading local replica or ``remote`` at the leader's address,
+        retrying NOT_LEADER / UNAVAILABLE until the deadline."""
+        deadline = time.monotonic() + timeout_s
+        attempt = 0
+        last: errors.RaftqError = errors.Unavailable(f"no leader known for {topic}/{partition}")
+        while True:
+            self.check_partition(topic, partition)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise last
+            replica = self.local_leader(topic, partition)
+            try:
+                if replica is not None:
+                    return local(replica, left)
+                target = self.leader_hint(topic, partition)
+                if target and target != self.client_addr:
+                    return remote(target, left)
+            except errors.NotLeader as exc:
+                last = exc
+                if exc.leader_hint:
+                    with self._lock:
+                        self._hints[(topic, partition)] = exc.leader_hint
+            except errors.Unavailable as exc:
+                last = exc
+            pause = RETRY_PAUSE_S[min(attempt, len(RETRY_PAUSE_S) - 1)]
+            attempt += 1
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+
+    def propose(
+        self,
+        topic: str,
+        partition: int,
+        command: partition_pb2.PartitionCommand,
+        timeout_s: float,
+        *,
+        skip_if_idle: bool = False,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> internal_pb2.ProposeResponse:
+        """Propose ``command`` on the partition's leader; command-level errors stay in the
+        result. Raises NotLeader/Unavailable/Timeout when no leader answers in time."""
+
+        def local(replica: PartitionReplica, left: float) -> internal_pb2.ProposeResponse:
+            return propose_on(replica, command, left, skip_if_idle=skip_if_idle, now_ms=now_ms())
+
+        def remote(address: str, left: float) -> internal_pb2.ProposeResponse:
+            request = internal_pb2.ProposeRequest(
+                topic=topic, partition=partition, command=command, skip_if_idle=skip_if_idle
+            )
+            return self._internal.propose(address, request, left)
+
+        return self._with_leader(topic, partition, timeout_s, local, remote)
+
+    def read(
+        self, request: internal_pb2.ReadRequest, timeout_s: float
+    ) -> internal_pb2.ReadResponse:
+        """A read of committed state on the partition's leader."""
+
+        def local(replica: PartitionReplica, left: float) -> internal_pb2.ReadResponse:
+            return read_on(replica, request)
+
+        def remote(address: str, left: float) -> internal_pb2.ReadResponse:
+            return self._internal.read(address, request, left)
+
+        return self._with_leader(request.topic, request.partition, timeout_s, local, remote)
+
+
+def propose_on(
+    replica: PartitionReplica,
+    command: partition_pb2.PartitionCommand,
+    timeout_s: float,
+    *,
+    skip_if_idle: bool,
+    now_ms: int,
+) -> internal_pb2.ProposeResponse:
+    """Run a partition command on a local (leader) replica. Appends take the group-commit path;
+    an idle lease is answered without a Raft round trip."""
+    op = command.WhichOneof("op")
+    if op == "append":
+        append = command.append
+        records = replica.send(
+            list(append.records), append.producer_id, append.sequence, timeout_s=timeout_s
+        )
+        return internal_pb2.ProposeResponse(result=partition_pb2.CommandResult(records=records))
+    if op == "lease" and skip_if_idle and not replica.might_have_ready(command.lease.group, now_ms):
+        return internal_pb2.ProposeResponse(skipped_idle=True)
+    return internal_pb2.ProposeResponse(result=replica.propose(command, timeout_s))
+
+
+def read_on(
+    replica: PartitionReplica, request: internal_pb2.ReadRequest
+) -> internal_pb2.ReadResponse:
+    """Answer a read from a local replica's committed state."""
+    kind = request.WhichOneof("read")
+    response = internal_pb2.ReadResponse()
+    if kind == "fetch":
+        fetched = replica.read_fetch(
+            request.fetch.offset, request.fetch.max_records, request.fetch.max_bytes
+        )
+        response.records.extend(fetched.records)
+        response.log_start, response.end = fetched.log_start, fetched.end
+        return response
+    offsets = replica.offsets()
+    response.log_start, response.end = offsets.log_start, offsets.end
+    if kind == "lag":
+        for group in request.lag.groups:
+            lag = replica.lag(group)
+            entry: Any = response.lags.add(group=group, known=lag is not None)
+            if lag is not None:
+                entry.committed, entry.end, entry.lag = lag.committed, lag.end, lag.lag
+                entry.pending, entry.leased = lag.pending, lag.leased
+            else:
+                entry.committed = entry.end = offsets.end
+    return response

@@ -1,0 +1,148 @@
+"""A raftq broker process: one raft endpoint and driver, the metadata replica, the partition
+replicas the table places here, the backend that reconciles them, and the gRPC API.
+
+    config ──► MuxEndpoint (raft port) ◄──► RaftDriver thread ──► RaftNodes (meta, p.*)
+           └─► gRPC server (client port): API services + Internal service ──► BrokerService
+           └─► Backend thread: register, open/close replicas, report, leader duties, sessions
+
+Cluster bring-up: the brokers named in ``broker.seeds`` are the metadata group's voters; they
+elect a leader among themselves on first start (no separate bootstrap step) and every broker
+registers itself through the metadata leader. A restart with the same data directory replays
+the journals and rejoins without loss.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+
+from broker.backend import Backend
+from broker.config import BrokerConfig
+from broker.coordinator import BrokerReports, SessionTable
+from broker.metadata_replica import MetadataReplica
+from broker.replica import PartitionReplica
+from broker.service import BrokerService
+from metadata.frontend import GroupLimits, MetadataFrontend, TopicDefaults
+from transport.grpc_server import serve
+from transport.internal import InternalClient, InternalServicer, add_internal_service
+from transport.raft import RaftTimings
+from transport.raft.driver import RaftDriver
+from transport.raft.mux import MuxEndpoint
+
+logger = logging.getLogger("raftq.broker")
+
+
+def raft_timings(config: BrokerConfig) -> RaftTimings:
+    raft = config.raft
+    election_max_s = raft.election_timeout_max_ms / 1000
+    return RaftTimings(
+        election_timeout_min_s=raft.election_timeout_min_ms / 1000,
+        election_timeout_max_s=election_max_s,
+        heartbeat_s=raft.heartbeat_ms / 1000,
+        connection_timeout_s=max(3.5, election_max_s),
+        max_entry_bytes=raft.max_entry_bytes,
+        append_batch_bytes=raft.max_entry_bytes + 4096,
+        compaction_min_time_s=float(raft.snapshot_interval_s),
+    )
+
+
+class Broker:
+    """Raises (constructor): ``errors.Unavailable`` when a port cannot be bound."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.id = config.broker.id
+        self.data_dir = Path(config.broker.data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.timings = raft_timings(config)
+        secret = config.broker.cluster_secret
+        self.endpoint = MuxEndpoint(config.broker.raft_addr, secret.encode())
+        self.driver = RaftDriver(self.endpoint, tick_interval_s=0.02)
+        self.meta = MetadataReplica(
+            data_dir=self.data_dir / "meta",
+            self_addr=config.broker.raft_addr,
+            voters=list(config.broker.seeds),
+            driver=self.driver,
+            timings=self.timings,
+            fsync=config.raft.fsync,
+        )
+        self.frontend = MetadataFrontend(
+            topic_defaults=TopicDefaults.from_settings(config.topic_defaults),
+            group_limits=GroupLimits.from_settings(config.groups),
+            command_bytes_max=config.raft.max_entry_bytes,
+        )
+        self.replicas: dict[tuple[str, int], PartitionReplica] = {}
+        self.internal = InternalClient(secret)
+        self.sessions = SessionTable()
+        self.reports = BrokerReports()
+        self.service = BrokerService(
+            broker_id=self.id,
+            client_addr=config.broker.client_addr,
+            meta=self.meta,
+            frontend=self.frontend,
+            replicas=self.replicas.get,
+            internal=self.internal,
+            sessions=self.sessions,
+            reports=self.reports,
+            heartbeat_interval_ms=config.groups.heartbeat_interval_ms,
+        )
+        self.backend = Backend(self)
+        self.meta.on_change(self.backend.wake)
+        internal = InternalServicer(self.service, secret, default_timeout_s=10.0)
+        self.driver.start()
+        self.grpc = serve(
+            self.service,
+            config.broker.client_addr,
+            extra_services=[lambda server: add_internal_service(server, internal)],
+        )
+        self.backend.start()
+        self._stopped = threading.Event()
+        logger.info(
+            "[broker=%d] serving clients on %s, raft on %s, data in %s",
+            self.id,
+            config.broker.client_addr,
+            config.broker.raft_addr,
+            self.data_dir,
+        )
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        """Stop serving, close every replica and the raft endpoint. Idempotent."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self.grpc.stop(grace_s).wait(grace_s + 1)
+        self.backend.stop()
+        self.service.close()
+        for replica in list(self.replicas.values()):
+            replica.close()
+        self.replicas.clear()
+        self.meta.close()
+        self.driver.stop()
+        self.endpoint.close()
+        self.internal.close()
+        logger.info("[broker=%d] stopped", self.id)
+
+    def wait(self) -> None:
+        self._stopped.wait()
+
+
+def run_until_signalled(config: BrokerConfig) -> int:
+    """``raftq serve``: run one broker until SIGINT/SIGTERM."""
+    broker = Broker(config)
+    done = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        logger.info("[broker=%d] signal %d: stopping", broker.id, signum)
+        done.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    while not done.wait(0.5):
+        pass
+    started = time.monotonic()
+    broker.stop()
+    logger.info("[broker=%d] stopped in %.1f s", broker.id, time.monotonic() - started)
+    return 0

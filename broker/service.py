@@ -1,0 +1,934 @@
+"""BrokerService: the real implementation of every client RPC (transport/grpc_server.py's
+BrokerFacade).
+
+Where each call runs:
+- partition work (Send, Poll's leases, Ack/Nack/ExtendLease, Fetch, ListOffsets, Update/Cancel)
+  runs on the partition's leader: the local replica, or forwarded over the Internal service
+  (broker/router.py);
+- metadata work (topics, group membership, heartbeats, and descriptions that need the
+  leader's in-memory view) runs on the metadata leader: other brokers forward the call once
+  over ``Internal.Forward``, which never forwards again;
+- ListTopics and ListGroups answer from this broker's copy of the table.
+
+Fencing: Poll, Ack, Nack and ExtendLease name (group, member, generation). A member unknown to
+the group is UNKNOWN_MEMBER (join again); a generation other than the group's is FENCED; an
+ack for a partition not assigned to the member in this generation is FENCED per ref. A broker
+whose copy of the table is behind waits briefly for it to catch up before deciding.
+
+Revocation: when a rebalance moves a partition away from a member, or a member leaves or its
+session expires, its leases on those partitions are released at once (Release command) so the
+new owner gets the records without waiting for lease expiry; the member's late acks then get
+LEASE_EXPIRED. (Kept-until-expiry would let a slow old owner finish, but would stall the new
+owner for up to lease_ms; Kafka's share groups release on revocation too.)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from assignors.partitioner import partition_for
+from broker.coordinator import BrokerReports, SessionTable
+from broker.router import Router, client_addr_of_raft, propose_on, read_on
+from metadata.frontend import MetadataFrontend, TopicSpec
+from metadata.table import GroupInfo, MemberInfo, Table, TopicInfo
+from partitions.machine import check_record
+from proto import api_pb2, common_pb2, errors, internal_pb2, metadata_pb2, partition_pb2
+from proto.common_pb2 import ErrorCode
+from transport.internal import InternalClient
+
+if TYPE_CHECKING:
+    from broker.metadata_replica import MetadataReplica
+    from broker.replica import PartitionReplica
+
+logger = logging.getLogger("raftq.broker.service")
+
+DEFAULT_TIMEOUT_S = 10.0
+TABLE_CATCH_UP_S = 2.0
+LEADER_WAIT_S = 10.0
+POLL_SLICE_S = 0.1
+
+# Facade methods that must run on the metadata leader, with their request types.
+LEADER_ONLY: dict[str, type[Any]] = {
+    "create_topic": api_pb2.CreateTopicRequest,
+    "delete_topic": api_pb2.DeleteTopicRequest,
+    "alter_topic_config": api_pb2.AlterTopicConfigRequest,
+    "describe_topic": api_pb2.DescribeTopicRequest,
+    "describe_cluster": api_pb2.DescribeClusterRequest,
+    "describe_group": api_pb2.DescribeGroupRequest,
+    "join_group": api_pb2.JoinGroupRequest,
+    "heartbeat": api_pb2.HeartbeatRequest,
+    "leave_group": api_pb2.LeaveGroupRequest,
+}
+RESPONSES: dict[str, type[Any]] = {
+    "create_topic": api_pb2.TopicDescription,
+    "delete_topic": api_pb2.DeleteTopicResponse,
+    "alter_topic_config": api_pb2.TopicDescription,
+    "describe_topic": api_pb2.TopicDescription,
+    "describe_cluster": api_pb2.ClusterDescription,
+    "describe_group": api_pb2.GroupDescription,
+    "join_group": api_pb2.JoinGroupResponse,
+    "heartbeat": api_pb2.HeartbeatResponse,
+    "leave_group": api_pb2.LeaveGroupResponse,
+}
+
+
+def _timeout(timeout_s: float | None) -> float:
+    return DEFAULT_TIMEOUT_S if timeout_s is None else max(0.0, timeout_s)
+
+
+def _assignment(member: MemberInfo) -> list[api_pb2.TopicPartitions]:
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for topic, partition in member.assignment:
+        by_topic[topic].append(partition)
+    return [
+        api_pb2.TopicPartitions(topic=t, partitions=sorted(ps))
+        for t, ps in sorted(by_topic.items())
+    ]
+
+
+def _config_changes(update: api_pb2.TopicConfigUpdate) -> dict[str, int | str]:
+    return {field.name: value for field, value in update.ListFields()}
+
+
+class BrokerService:
+    """See the module docstring. Thread-safe: gRPC calls it from many threads."""
+
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        client_addr: str,
+        meta: MetadataReplica,
+        frontend: MetadataFrontend,
+        replicas: Callable[[tuple[str, int]], PartitionReplica | None],
+        internal: InternalClient,
+        sessions: SessionTable,
+        reports: BrokerReports,
+        heartbeat_interval_ms: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.broker_id = broker_id
+        self.client_addr = client_addr
+        self.meta = meta
+        self.frontend = frontend
+        self.replicas = replicas
+        self.internal = internal
+        self.sessions = sessions
+        self.reports = reports
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self._clock = clock
+        self._counter = 0
+        self._counter_lock = threading.Lock()
+        self.data_arrived = threading.Condition()
+        self.router = Router(
+            broker_id=broker_id,
+            client_addr=client_addr,
+            table=lambda: self.meta.table,
+            replicas=replicas,
+            internal=internal,
+        )
+        self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="raftq-release")
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def notify_records(self) -> None:
+        """A local replica applied new records: wake long polls. Never blocks for long."""
+        with self.data_arrived:
+            self.data_arrived.notify_all()
+
+    def close(self) -> None:
+        self._background.shutdown(wait=False, cancel_futures=True)
+
+    # ============================================================================ routing
+
+    def meta_leader_addr(self) -> str:
+        return client_addr_of_raft(self.meta.table, self.meta.leader())
+
+    def _leader_only(self, method: str, request: Any, timeout_s: float | None) -> Any:
+        """Run ``method`` here if this broker leads the metadata group, else forward it once."""
+        timeout = _timeout(timeout_s)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.meta.is_leader():
+                return getattr(self, "_" + method)(request, deadline - time.monotonic())
+            target = self.meta_leader_addr()
+            left = deadline - time.monotonic()
+            if target and target != self.client_addr:
+                try:
+                    raw = self.internal.forward(
+                        target, method, request.SerializeToString(), max(left, 0.001)
+                    )
+                    return RESPONSES[method].FromString(raw)
+                except errors.NotLeader:
+                    pass  # leadership moved while forwarding: look again
+            if left <= 0:
+                raise errors.Unavailable("no metadata leader: the cluster has no quorum")
+            time.sleep(min(0.05, max(left, 0.0)))
+
+    def forward_local(self, method: str, request: bytes, *, timeout_s: float) -> bytes:
+        """Internal.Forward: run a leader-only call here or refuse (never forward again)."""
+        if method not in LEADER_ONLY:
+            raise errors.InvalidArgument(f"{method!r} cannot be forwarded")
+        if not self.meta.is_leader():
+            raise errors.NotLeader("not the metadata leader", leader_hint=self.meta_leader_addr())
+        parsed = LEADER_ONLY[method].FromString(request)
+        response = getattr(self, "_" + method)(parsed, timeout_s)
+        return bytes(response.SerializeToString())
+
+    def meta_propose(self, command_bytes: bytes, timeout_s: float) -> metadata_pb2.MetaResult:
+        """Propose planned MetaCommand bytes on the metadata leader (here or forwarded)."""
+        command = metadata_pb2.MetaCommand.FromString(command_bytes)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if self.meta.is_leader():
+                return self.meta.propose(command, max(left, 0.001))
+            target = self.meta_leader_addr()
+            if target and target != self.client_addr:
+                try:
+                    return self._checked(self.internal.meta_propose(target, command, left))
+                except errors.NotLeader:
+                    pass
+            if left <= 0:
+                raise errors.Unavailable("no metadata leader: the cluster has no quorum")
+            time.sleep(min(0.05, max(left, 0.0)))
+
+    @staticmethod
+    def _checked(result: metadata_pb2.MetaResult) -> metadata_pb2.MetaResult:
+        if result.error:
+            raise errors.error_for(result.error, result.message)
+        return result
+
+    def meta_propose_local(
+        self, command: metadata_pb2.MetaCommand, *, timeout_s: float
+    ) -> metadata_pb2.MetaResult:
+        """Internal.MetaPropose: the result travels back with its error code in-band."""
+        if not self.meta.is_leader():
+            raise errors.NotLeader("not the metadata leader", leader_hint=self.meta_leader_addr())
+        try:
+            return self.meta.propose(command, timeout_s)
+        except errors.RaftqError as exc:
+            if isinstance(exc, (errors.NotLeader, errors.Timeout, errors.Unavailable)):
+                raise
+            return metadata_pb2.MetaResult(error=exc.code, message=exc.message)  # type: ignore[arg-type]
+
+    def propose_local(
+        self,
+        topic: str,
+        partition: int,
+        command: partition_pb2.PartitionCommand,
+        *,
+        skip_if_idle: bool,
+        timeout_s: float,
+    ) -> internal_pb2.ProposeResponse:
+        """Internal.Propose: only the partition's leader answers; never forwarded again."""
+        self.router.check_partition(topic, partition)
+        replica = self.router.local_leader(topic, partition)
+        if replica is None:
+            raise self.router.not_leader(topic, partition)
+        return propose_on(
+            replica, command, timeout_s, skip_if_idle=skip_if_idle, now_ms=self.now_ms()
+        )
+
+    def read_local(self, request: internal_pb2.ReadRequest) -> internal_pb2.ReadResponse:
+        self.router.check_partition(request.topic, request.partition)
+        replica = self.router.local_leader(request.topic, request.partition)
+        if replica is None:
+            raise self.router.not_leader(request.topic, request.partition)
+        return read_on(replica, request)
+
+    def report_local(self, report: internal_pb2.BrokerReport) -> internal_pb2.ReportAck:
+        if not self.meta.is_leader():
+            raise errors.NotLeader("not the metadata leader", leader_hint=self.meta_leader_addr())
+        self.reports.record(report)
+        return internal_pb2.ReportAck(metadata_leader=self.broker_id)
+
+    def _topic(self, name: str) -> TopicInfo:
+        info = self.meta.table.topic(name)
+        if info is None:
+            raise errors.UnknownTopic(f"topic {name!r} does not exist: create it first")
+        return info
+
+    # ============================================================================ Producer
+
+    def send(
+        self, request: api_pb2.SendRequest, *, timeout_s: float | None
+    ) -> api_pb2.SendResponse:
+        timeout = _timeout(timeout_s)
+        topic = self._topic(request.topic)
+        config = topic.config
+        if request.HasField("producer_id") and not request.HasField("partition"):
+            raise errors.InvalidArgument(
+                "producer_id needs partition: idempotent sequences are per partition"
+            )
+        if request.HasField("partition"):
+            self.router.check_partition(request.topic, request.partition)
+        results = [api_pb2.SendResult() for _ in request.records]
+        by_partition: dict[int, list[int]] = defaultdict(list)
+        spread = self._next_counter()
+        for i, record in enumerate(request.records):
+            problem = check_record(record, config)
+            if problem is not None:
+                results[i].error, results[i].message = problem.code, problem.message  # type: ignore[assignment]
+                continue
+            if request.HasField("partition"):
+                partition = request.partition
+            elif record.HasField("key"):
+                partition = partition_for(record.key, topic.partition_count, 0)
+            else:  # a batch without keys goes to one partition, the next one each time
+                partition = spread % topic.partition_count
+            results[i].partition = partition
+            by_partition[partition].append(i)
+        for partition, indexes in sorted(by_partition.items()):
+            append = partition_pb2.Append(
+                records=[request.records[i] for i in indexes],
+                producer_id=request.producer_id,
+                sequence=request.sequence,
+            )
+            try:
+                response = self.router.propose(
+                    request.topic, partition, partition_pb2.PartitionCommand(append=append), timeout
+                )
+                outcome = response.result
+                if outcome.error:
+                    raise errors.error_for(outcome.error, outcome.message)
+                for i, record_result in zip(indexes, outcome.records, strict=True):
+                    results[i].offset = record_result.offset
+                    results[i].duplicate = record_result.duplicate
+                    results[i].error = record_result.error
+                    results[i].message = record_result.message
+            except errors.RaftqError as exc:
+                for i in indexes:
+                    results[i].error, results[i].message = exc.code, exc.message  # type: ignore[assignment]
+                    results[i].leader_hint = exc.leader_hint
+        return api_pb2.SendResponse(results=results, request_id=request.request_id)
+
+    def _next_counter(self) -> int:
+        with self._counter_lock:
+            self._counter += 1
+            return self._counter
+
+    # ============================================================================ groups
+
+    def join_group(
+        self, request: api_pb2.JoinGroupRequest, *, timeout_s: float | None
+    ) -> api_pb2.JoinGroupResponse:
+        response: api_pb2.JoinGroupResponse = self._leader_only("join_group", request, timeout_s)
+        return response
+
+    def _join_group(
+        self, request: api_pb2.JoinGroupRequest, timeout_s: float
+    ) -> api_pb2.JoinGroupResponse:
+        member_id = request.member_id if request.HasField("member_id") else f"m-{uuid.uuid4().hex}"
+        before = self.meta.table.group(request.group)
+        data = self.frontend.join_group(
+            self.meta.table,
+            request.group,
+            member_id,
+            list(request.topics),
+            request.session_timeout_ms,
+            now_ms=self.now_ms(),
+        )
+        result = self.meta_propose(data, timeout_s)
+        group = self.meta.table.group(request.group)
+        assert group is not None and member_id in group.members
+        member = group.members[member_id]
+        self.sessions.touch(request.group, member_id, member.session_timeout_ms)
+        self._release_revoked(before, group)
+        return api_pb2.JoinGroupResponse(
+            member_id=member_id,
+            generation=result.generation or group.generation,
+            assignment=_assignment(member),
+            session_timeout_ms=member.session_timeout_ms,
+            heartbeat_interval_ms=min(
+                self.heartbeat_interval_ms, max(1, member.session_timeout_ms // 3)
+            ),
+        )
+
+    def heartbeat(
+        self, request: api_pb2.HeartbeatRequest, *, timeout_s: float | None
+    ) -> api_pb2.HeartbeatResponse:
+        response: api_pb2.HeartbeatResponse = self._leader_only("heartbeat", request, timeout_s)
+        return response
+
+    def _heartbeat(
+        self, request: api_pb2.HeartbeatRequest, timeout_s: float
+    ) -> api_pb2.HeartbeatResponse:
+        group = self.meta.table.group(request.group)
+        if group is None or request.member_id not in group.members:
+            raise errors.UnknownMember(
+                f"{request.member_id!r} is not in group {request.group!r} (session expired or "
+                "left): join again"
+            )
+        member = group.members[request.member_id]
+        self.sessions.touch(request.group, request.member_id, member.session_timeout_ms)
+        if request.generation != group.generation:
+            raise errors.Fenced(
+                f"generation {request.generation} is not the group's {group.generation}: "
+                "rejoin with your member_id to get the current assignment"
+            )
+        return api_pb2.HeartbeatResponse(
+            generation=group.generation, assignment=_assignment(member)
+        )
+
+    def leave_group(
+        self, request: api_pb2.LeaveGroupRequest, *, timeout_s: float | None
+    ) -> api_pb2.LeaveGroupResponse:
+        response: api_pb2.LeaveGroupResponse = self._leader_only("leave_group", request, timeout_s)
+        return response
+
+    def _leave_group(
+        self, request: api_pb2.LeaveGroupRequest, timeout_s: float
+    ) -> api_pb2.LeaveGroupResponse:
+        group = self.meta.table.group(request.group)
+        if group is None or request.member_id not in group.members:
+            raise errors.UnknownMember(f"{request.member_id!r} is not in group {request.group!r}")
+        self.remove_members(request.group, [request.member_id], "leave", timeout_s)
+        return api_pb2.LeaveGroupResponse()
+
+    def remove_members(self, group: str, members: list[str], reason: str, timeout_s: float) -> None:
+        """Leave or session expiry (metadata leader): replicate, then release their leases."""
+        before = self.meta.table.group(group)
+        data = self.frontend.leave_group(
+            self.meta.table, group, members, reason=reason, now_ms=self.now_ms()
+        )
+        self.meta_propose(data, timeout_s)
+        self.sessions.forget(group, members)
+        logger.info("[group=%s] members %s removed (%s)", group, members, reason)
+        self._release_revoked(before, self.meta.table.group(group))
+
+    def _release_revoked(self, before: GroupInfo | None, after: GroupInfo | None) -> None:
+        """Release the leases of members that lost partitions (asynchronously, best effort:
+        leases also expire on their own)."""
+        if before is None:
+            return
+        revoked: list[tuple[str, int, str]] = []
+        for member_id, member in before.members.items():
+            kept = after.members.get(member_id) if after is not None else None
+            still = set(kept.assignment) if kept is not None else set()
+            revoked += [(t, p, member_id) for t, p in member.assignment if (t, p) not in still]
+        group = before.name
+        for topic, partition, member_id in revoked:
+            command = partition_pb2.PartitionCommand(
+                release=partition_pb2.Release(group=group, member=member_id)
+            )
+            self._background.submit(self._release, topic, partition, command)
+
+    def _release(self, topic: str, partition: int, command: partition_pb2.PartitionCommand) -> None:
+        try:
+            self.router.propose(topic, partition, command, DEFAULT_TIMEOUT_S)
+        except errors.RaftqError as exc:
+            logger.warning(
+                "[topic/partition=%s/%d] release for %s failed (%s): leases will expire",
+                topic,
+                partition,
+                command.release.member,
+                exc,
+            )
+
+    def _member(
+        self, group_name: str, member_id: str, generation: int
+    ) -> tuple[GroupInfo, MemberInfo]:
+        """The member, fenced by generation; waits briefly when this broker's table is behind."""
+        deadline = time.monotonic() + TABLE_CATCH_UP_S
+        while True:
+            group = self.meta.table.group(group_name)
+            member = group.members.get(member_id) if group is not None else None
+            if group is not None and member is not None and generation == group.generation:
+                return group, member
+            behind = group is None or member is None or generation > group.generation
+            if not behind or time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        if group is None or member is None:
+            raise errors.UnknownMember(
+                f"{member_id!r} is not in group {group_name!r}: join the group again"
+            )
+        raise errors.Fenced(
+            f"generation {generation} is not group {group_name!r}'s current {group.generation}: "
+            "rejoin to get the current assignment"
+        )
+
+    # ============================================================================ consuming
+
+    def poll(
+        self, request: api_pb2.PollRequest, *, timeout_s: float | None
+    ) -> api_pb2.PollResponse:
+        _, member = self._member(request.group, request.member_id, request.generation)
+        partitions = list(member.assignment)
+        deadline = time.monotonic() + min(request.max_wait_ms / 1000, _timeout(timeout_s))
+        start = self._next_counter()
+        while True:
+            out = self._lease_round(request, partitions, start, deadline)
+            if out or time.monotonic() >= deadline:
+                return api_pb2.PollResponse(records=out)
+            with self.data_arrived:
+                self.data_arrived.wait(min(POLL_SLICE_S, max(0.0, deadline - time.monotonic())))
+            _, member = self._member(request.group, request.member_id, request.generation)
+            partitions = list(member.assignment)
+
+    def _lease_round(
+        self,
+        request: api_pb2.PollRequest,
+        partitions: Sequence[tuple[str, int]],
+        start: int,
+        deadline: float,
+    ) -> list[api_pb2.LeasedRecord]:
+        out: list[api_pb2.LeasedRecord] = []
+        want = request.max_records
+        for i in range(len(partitions)):
+            if want <= 0:
+                break
+            topic, partition = partitions[(start + i) % len(partitions)]
+            lease = partition_pb2.Lease(
+                group=request.group,
+                member=request.member_id,
+                max_records=want,
+                lease_ms=request.lease_ms if request.HasField("lease_ms") else 0,
+                max_bytes=request.max_bytes,
+            )
+            try:
+                response = self.router.propose(
+                    topic,
+                    partition,
+                    partition_pb2.PartitionCommand(lease=lease),
+                    max(0.5, deadline - time.monotonic()),
+                    skip_if_idle=True,
+                )
+            except errors.RaftqError as exc:
+                logger.info("[topic/partition=%s/%d] lease skipped: %s", topic, partition, exc)
+                continue
+            if response.skipped_idle or response.result.error:
+                continue
+            for delivery in response.result.deliveries:
+                stored = delivery.record
+                out.append(
+                    api_pb2.LeasedRecord(
+                        topic=topic,
+                        partition=partition,
+                        offset=stored.offset,
+                        delivery_count=delivery.delivery_count,
+                        lease_deadline_ms=delivery.lease_deadline_ms,
+                        timestamp_ms=stored.timestamp_ms,
+                        record=stored.record,
+                    )
+                )
+            want = request.max_records - len(out)
+        return out
+
+    def ack(
+        self, request: api_pb2.AckRequest, *, timeout_s: float | None
+    ) -> api_pb2.SettleResponse:
+        def command(refs: list[partition_pb2.DeliveryRef]) -> partition_pb2.PartitionCommand:
+            return partition_pb2.PartitionCommand(
+                ack=partition_pb2.Settle(group=request.group, member=request.member_id, refs=refs)
+            )
+
+        return self._settle(request, command, timeout_s)
+
+    def nack(
+        self, request: api_pb2.NackRequest, *, timeout_s: float | None
+    ) -> api_pb2.SettleResponse:
+        def command(refs: list[partition_pb2.DeliveryRef]) -> partition_pb2.PartitionCommand:
+            nack = partition_pb2.Nack(group=request.group, member=request.member_id, refs=refs)
+            if request.HasField("delay_ms"):
+                nack.delay_ms = request.delay_ms
+            return partition_pb2.PartitionCommand(nack=nack)
+
+        return self._settle(request, command, timeout_s)
+
+    def extend_lease(
+        self, request: api_pb2.ExtendLeaseRequest, *, timeout_s: float | None
+    ) -> api_pb2.SettleResponse:
+        def command(refs: list[partition_pb2.DeliveryRef]) -> partition_pb2.PartitionCommand:
+            extend = partition_pb2.ExtendLease(
+                group=request.group, member=request.member_id, refs=refs, lease_ms=request.lease_ms
+            )
+            return partition_pb2.PartitionCommand(extend_lease=extend)
+
+        response = self._settle(request, command, timeout_s)
+        deadline = self.now_ms() + request.lease_ms
+        for outcome in response.results:
+            if outcome.error == ErrorCode.OK:
+                outcome.lease_deadline_ms = deadline
+        return response
+
+    def _settle(
+        self,
+        request: Any,
+        command: Callable[[list[partition_pb2.DeliveryRef]], partition_pb2.PartitionCommand],
+        timeout_s: float | None,
+    ) -> api_pb2.SettleResponse:
+        timeout = _timeout(timeout_s)
+        _, member = self._member(request.group, request.member_id, request.generation)
+        owned = set(member.assignment)
+        results = [api_pb2.RefOutcome(ref=ref) for ref in request.refs]
+        by_partition: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for i, ref in enumerate(request.refs):
+            if (ref.topic, ref.partition) not in owned:
+                results[i].error = ErrorCode.FENCED
+                results[i].message = (
+                    f"{ref.topic}/{ref.partition} is not assigned to this member in generation "
+                    f"{request.generation}: the record was released to its new owner"
+                )
+                continue
+            by_partition[(ref.topic, ref.partition)].append(i)
+        for (topic, partition), indexes in sorted(by_partition.items()):
+            refs = [
+                partition_pb2.DeliveryRef(
+                    offset=request.refs[i].offset, delivery_count=request.refs[i].delivery_count
+                )
+                for i in indexes
+            ]
+            try:
+                response = self.router.propose(topic, partition, command(refs), timeout)
+                outcome = response.result
+                if outcome.error:
+                    raise errors.error_for(outcome.error, outcome.message)
+                for i, ref_result in zip(indexes, outcome.refs, strict=True):
+                    results[i].error = ref_result.error
+                    results[i].message = ref_result.message
+                    results[i].dead_lettered = ref_result.dead_lettered
+            except errors.RaftqError as exc:
+                for i in indexes:
+                    results[i].error, results[i].message = exc.code, exc.message  # type: ignore[assignment]
+                    results[i].leader_hint = exc.leader_hint
+        return api_pb2.SettleResponse(results=results)
+
+    # ============================================================================ Log
+
+    def fetch(
+        self, request: api_pb2.FetchRequest, *, timeout_s: float | None
+    ) -> api_pb2.FetchResponse:
+        read = internal_pb2.ReadRequest(
+            topic=request.topic,
+            partition=request.partition,
+            fetch=internal_pb2.FetchRead(
+                offset=request.offset, max_records=request.max_records, max_bytes=request.max_bytes
+            ),
+        )
+        response = self.router.read(read, _timeout(timeout_s))
+        return api_pb2.FetchResponse(
+            records=response.records, log_start=response.log_start, end=response.end
+        )
+
+    def list_offsets(
+        self, request: api_pb2.ListOffsetsRequest, *, timeout_s: float | None
+    ) -> api_pb2.ListOffsetsResponse:
+        topic = self._topic(request.topic)
+        out = api_pb2.ListOffsetsResponse()
+        for partition in range(topic.partition_count):
+            read = internal_pb2.ReadRequest(
+                topic=request.topic, partition=partition, offsets=internal_pb2.OffsetsRead()
+            )
+            response = self.router.read(read, _timeout(timeout_s))
+            out.partitions.add(partition=partition, log_start=response.log_start, end=response.end)
+        return out
+
+    # ============================================================================ Admin
+
+    def create_topic(
+        self, request: api_pb2.CreateTopicRequest, *, timeout_s: float | None
+    ) -> api_pb2.TopicDescription:
+        response: api_pb2.TopicDescription = self._leader_only("create_topic", request, timeout_s)
+        return response
+
+    def live_brokers(self) -> set[int]:
+        return self.reports.alive() | {self.broker_id}
+
+    def _create_topic(
+        self, request: api_pb2.CreateTopicRequest, timeout_s: float
+    ) -> api_pb2.TopicDescription:
+        spec = TopicSpec(
+            name=request.name,
+            partitions=request.partitions if request.HasField("partitions") else None,
+            replication_factor=(
+                request.replication_factor if request.HasField("replication_factor") else None
+            ),
+            config=_config_changes(request.config),
+        )
+        data = self.frontend.create_topic(
+            self.meta.table, spec, live_ids=self.live_brokers(), now_ms=self.now_ms()
+        )
+        self.meta_propose(data, timeout_s)
+        self.wait_for_leaders(request.name, min(timeout_s, LEADER_WAIT_S))
+        return self._describe_topic(api_pb2.DescribeTopicRequest(name=request.name), timeout_s)
+
+    def wait_for_leaders(self, topic: str, timeout_s: float) -> bool:
+        """Wait (on the metadata leader) until every partition of ``topic`` reports a leader."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            info = self.meta.table.topic(topic)
+            if info is None:
+                return False
+            views = self.reports.partitions(self.meta.table)
+            if all(
+                views.get((topic, p)) is not None and views[(topic, p)].leader
+                for p in range(info.partition_count)
+            ):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def delete_topic(
+        self, request: api_pb2.DeleteTopicRequest, *, timeout_s: float | None
+    ) -> api_pb2.DeleteTopicResponse:
+        response: api_pb2.DeleteTopicResponse = self._leader_only(
+            "delete_topic", request, timeout_s
+        )
+        return response
+
+    def _delete_topic(
+        self, request: api_pb2.DeleteTopicRequest, timeout_s: float
+    ) -> api_pb2.DeleteTopicResponse:
+        data = self.frontend.delete_topic(self.meta.table, request.name, now_ms=self.now_ms())
+        self.meta_propose(data, timeout_s)
+        return api_pb2.DeleteTopicResponse()
+
+    def alter_topic_config(
+        self, request: api_pb2.AlterTopicConfigRequest, *, timeout_s: float | None
+    ) -> api_pb2.TopicDescription:
+        response: api_pb2.TopicDescription = self._leader_only(
+            "alter_topic_config", request, timeout_s
+        )
+        return response
+
+    def _alter_topic_config(
+        self, request: api_pb2.AlterTopicConfigRequest, timeout_s: float
+    ) -> api_pb2.TopicDescription:
+        data = self.frontend.alter_topic_config(
+            self.meta.table, request.name, _config_changes(request.config), now_ms=self.now_ms()
+        )
+        self.meta_propose(data, timeout_s)
+        return self._describe_topic(api_pb2.DescribeTopicRequest(name=request.name), timeout_s)
+
+    def list_topics(
+        self, request: api_pb2.ListTopicsRequest, *, timeout_s: float | None
+    ) -> api_pb2.ListTopicsResponse:
+        table = self.meta.table
+        return api_pb2.ListTopicsResponse(
+            topics=[
+                api_pb2.TopicSummary(
+                    name=name,
+                    partitions=table.topics[name].partition_count,
+                    replication_factor=table.topics[name].replication_factor,
+                )
+                for name in sorted(table.topics)
+            ]
+        )
+
+    def describe_topic(
+        self, request: api_pb2.DescribeTopicRequest, *, timeout_s: float | None
+    ) -> api_pb2.TopicDescription:
+        response: api_pb2.TopicDescription = self._leader_only("describe_topic", request, timeout_s)
+        return response
+
+    def _describe_topic(
+        self, request: api_pb2.DescribeTopicRequest, timeout_s: float
+    ) -> api_pb2.TopicDescription:
+        table = self.meta.table
+        info = self._topic(request.name)
+        views = self.reports.partitions(table)
+        out = api_pb2.TopicDescription(
+            name=info.name, replication_factor=info.replication_factor, config=info.config
+        )
+        for index, partition in enumerate(info.partitions):
+            view = views.get((info.name, index))
+            described = out.partitions.add(partition=index, replicas=list(partition.replicas))
+            if view is None:
+                continue
+            described.log_start, described.end = view.log_start, view.end
+            if view.leader:
+                described.leader = view.leader
+                leader = table.broker(view.leader)
+                described.leader_addr = leader.client_addr if leader else ""
+                top = view.applied.get(view.leader, 0)
+                described.in_sync.extend(
+                    b for b in partition.replicas if top - view.applied.get(b, -(10**9)) <= 1000
+                )
+        return out
+
+    def list_groups(
+        self, request: api_pb2.ListGroupsRequest, *, timeout_s: float | None
+    ) -> api_pb2.ListGroupsResponse:
+        table = self.meta.table
+        return api_pb2.ListGroupsResponse(
+            groups=[
+                api_pb2.GroupSummary(
+                    group=name,
+                    generation=group.generation,
+                    members=len(group.members),
+                    topics=sorted(group.subscribed_topics()),
+                )
+                for name, group in sorted(table.groups.items())
+            ]
+        )
+
+    def describe_group(
+        self, request: api_pb2.DescribeGroupRequest, *, timeout_s: float | None
+    ) -> api_pb2.GroupDescription:
+        response: api_pb2.GroupDescription = self._leader_only("describe_group", request, timeout_s)
+        return response
+
+    def _describe_group(
+        self, request: api_pb2.DescribeGroupRequest, timeout_s: float
+    ) -> api_pb2.GroupDescription:
+        table = self.meta.table
+        group = table.group(request.group)
+        if group is None:
+            raise errors.UnknownGroup(f"group {request.group!r} does not exist")
+        out = api_pb2.GroupDescription(group=group.name, generation=group.generation)
+        for member_id, member in sorted(group.members.items()):
+            out.members.add(
+                member_id=member_id,
+                topics=list(member.topics),
+                assignment=_assignment(member),
+                session_timeout_ms=member.session_timeout_ms,
+                last_heartbeat_ms=self.sessions.last_heartbeat_ms(group.name, member_id),
+            )
+        deadline = time.monotonic() + timeout_s
+        for topic_name in sorted(group.subscribed_topics()):
+            info = table.topic(topic_name)
+            if info is None:
+                continue
+            for partition in range(info.partition_count):
+                lag = self._partition_lag(group.name, topic_name, partition, deadline)
+                lag.member_id = group.owner(topic_name, partition) or ""
+                out.partitions.append(lag)
+        return out
+
+    def _partition_lag(
+        self, group: str, topic: str, partition: int, deadline: float
+    ) -> api_pb2.PartitionLag:
+        read = internal_pb2.ReadRequest(
+            topic=topic, partition=partition, lag=internal_pb2.LagRead(groups=[group])
+        )
+        out = api_pb2.PartitionLag(topic=topic, partition=partition)
+        try:
+            response = self.router.read(read, max(0.2, deadline - time.monotonic()))
+        except errors.RaftqError as exc:
+            logger.info("[topic/partition=%s/%d] lag unavailable: %s", topic, partition, exc)
+            return out
+        entry = response.lags[0]
+        if entry.known:
+            out.committed, out.end, out.lag = entry.committed, entry.end, entry.lag
+            out.pending, out.leased = entry.pending, entry.leased
+        else:  # the group has not leased here yet: everything is pending
+            out.committed, out.end = response.log_start, response.end
+            out.lag = out.pending = response.end - response.log_start
+        return out
+
+    def describe_cluster(
+        self, request: api_pb2.DescribeClusterRequest, *, timeout_s: float | None
+    ) -> api_pb2.ClusterDescription:
+        response: api_pb2.ClusterDescription = self._leader_only(
+            "describe_cluster", request, timeout_s
+        )
+        return response
+
+    def _describe_cluster(
+        self, request: api_pb2.DescribeClusterRequest, timeout_s: float
+    ) -> api_pb2.ClusterDescription:
+        table = self.meta.table
+        alive = self.live_brokers()
+        out = api_pb2.ClusterDescription(metadata_leader=self.broker_id, topics=len(table.topics))
+        for broker_id, broker in sorted(table.brokers.items()):
+            out.brokers.add(
+                id=broker_id,
+                client_addr=broker.client_addr,
+                raft_addr=broker.raft_addr,
+                rack=broker.rack,
+                alive=broker_id in alive,
+            )
+            if broker_id not in alive:
+                out.problems.append(f"broker {broker_id} ({broker.client_addr}) is not reporting")
+        views = self.reports.partitions(table)
+        for name, info in sorted(table.topics.items()):
+            for index, partition in enumerate(info.partitions):
+                out.partitions += 1
+                view = views.get((name, index))
+                if view is None or not view.leader:
+                    out.partitions_without_leader += 1
+                    out.problems.append(f"{name}/{index} has no leader")
+                elif any(b not in alive or b not in view.applied for b in partition.replicas):
+                    out.under_replicated_partitions += 1
+        if out.partitions_without_leader:
+            out.health = api_pb2.UNHEALTHY
+        elif out.under_replicated_partitions or len(alive) < len(table.brokers):
+            out.health = api_pb2.DEGRADED
+        else:
+            out.health = api_pb2.HEALTHY
+        return out
+
+    def update_record(
+        self, request: api_pb2.UpdateRecordRequest, *, timeout_s: float | None
+    ) -> api_pb2.UpdateRecordResponse:
+        update = partition_pb2.UpdateRecord(offset=request.offset)
+        if request.HasField("priority"):
+            update.priority = request.priority
+        if request.HasField("deliver_at_ms"):
+            update.deliver_at_ms = request.deliver_at_ms
+        self._record_command(
+            request.topic,
+            request.partition,
+            partition_pb2.PartitionCommand(update_record=update),
+            timeout_s,
+        )
+        return api_pb2.UpdateRecordResponse()
+
+    def cancel_record(
+        self, request: api_pb2.CancelRecordRequest, *, timeout_s: float | None
+    ) -> api_pb2.CancelRecordResponse:
+        command = partition_pb2.PartitionCommand(
+            cancel_record=partition_pb2.CancelRecord(offset=request.offset)
+        )
+        self._record_command(request.topic, request.partition, command, timeout_s)
+        return api_pb2.CancelRecordResponse()
+
+    def _record_command(
+        self,
+        topic: str,
+        partition: int,
+        command: partition_pb2.PartitionCommand,
+        timeout_s: float | None,
+    ) -> None:
+        response = self.router.propose(topic, partition, command, _timeout(timeout_s))
+        if response.result.error:
+            raise errors.error_for(response.result.error, response.result.message)
+
+
+def assigned_partitions(table: Table, group: str, member_id: str) -> list[tuple[str, int]]:
+    info = table.group(group)
+    if info is None or member_id not in info.members:
+        return []
+    return list(info.members[member_id].assignment)
+
+
+def dead_letter_headers(topic: str, partition: int, row: Any) -> dict[str, bytes]:
+    """Headers naming a dead letter's origin and reason (DESIGN § Consuming)."""
+    return {
+        "raftq.dlq.topic": topic.encode(),
+        "raftq.dlq.partition": str(partition).encode(),
+        "raftq.dlq.offset": str(row.offset).encode(),
+        "raftq.dlq.group": row.group.encode(),
+        "raftq.dlq.reason": row.reason.encode(),
+        "raftq.dlq.delivery_count": str(row.delivery_count).encode(),
+    }
+
+
+def dead_letter_record(topic: str, partition: int, row: Any) -> common_pb2.Record:
+    stored = common_pb2.StoredRecord.FromString(row.record)
+    record = common_pb2.Record()
+    record.CopyFrom(stored.record)
+    record.deliver_at_ms = 0
+    record.idempotency_key = f"dlq/{topic}/{partition}/{row.group}/{row.offset}"
+    record.headers.update(dead_letter_headers(topic, partition, row))
+    return record
