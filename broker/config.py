@@ -279,9 +279,9 @@ class RaftSettings(_Section):
     SECTION: ClassVar[str] = "raft"
 
     fsync: bool = True
-    election_timeout_min_ms: int = _setting(1000, min=10)
-    election_timeout_max_ms: int = _setting(2000, min=10)
-    heartbeat_ms: int = _setting(100, min=1)
+    election_timeout_min_ms: int = _setting(750, min=10)
+    election_timeout_max_ms: int = _setting(1250, min=10)
+    heartbeat_ms: int = _setting(250, min=1)
     max_entry_bytes: int = _setting(
         2 * 1024 * 1024,
         min=4096,

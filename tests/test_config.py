@@ -120,7 +120,7 @@ def test_env_overrides_nested_settings() -> None:
         }
     )
     assert config.raft.fsync is False
-    assert config.raft.heartbeat_ms == 100  # a sibling of the overridden setting is kept
+    assert config.raft.heartbeat_ms == 250  # a sibling of the overridden setting is kept
     assert config.broker.id == 2
     assert config.broker.seeds == ("10.0.0.1:9070", "10.0.0.2:9070")
     assert config.storage.synchronous == "NORMAL"
@@ -175,7 +175,7 @@ VIOLATIONS = [
     ({"RAFTQ_GROUPS__SESSION_TIMEOUT_MS": "1800001"}, "groups.session_timeout_ms"),
     ({"RAFTQ_GROUPS__HEARTBEAT_INTERVAL_MS": "6000"}, "groups.heartbeat_interval_ms"),
     ({"RAFTQ_CLIENT__LINGER_MS": "30000"}, "client.linger_ms"),
-    ({"RAFTQ_CLIENT__REQUEST_TIMEOUT_MS": "2000"}, "raft.election_timeout_max_ms"),
+    ({"RAFTQ_CLIENT__REQUEST_TIMEOUT_MS": "1000"}, "raft.election_timeout_max_ms"),
     ({"RAFTQ_CLIENT__BATCH_BYTES_MAX": "4194305"}, "client.batch_bytes_max"),
     ({"RAFTQ_BROKER__ID": "0"}, "broker.id"),
     ({"RAFTQ_BROKER__SEEDS": "a:1,b:1,c:1,d:1"}, "broker.seeds"),
