@@ -469,7 +469,7 @@ class PartitionMachine:
                     reason,
                     p.delivery_count,
                     now_ms,
-                    stored_record(record).SerializeToString(),
+                    stored_record(record).SerializeToString(deterministic=True),
                 )
             )
         self.store.outbox_put(outbox)
