@@ -1,12 +1,14 @@
 """The simulation tier: three brokers in one process over the in-memory hub, manual clock.
 
-Each schedule is seeded: crashes (half of them with a power cut that loses the journal's
-unsynced tail), restarts, partitions, isolations, heals, drops and delays, under a live
-idempotent-producer workload. After every step: at most one leader per term; every 25 steps:
-replicas' stores identical at equal applied index; at the end (healed, settled): no
-acknowledged append lost, offsets dense, no batch written twice. See tests/sim/cluster.py.
+Each schedule is seeded: crashes (half of them power cuts in the middle of a driver round, which
+lose the journal's unsynced tail; sometimes every broker at once), restarts, partitions,
+isolations, heals, drops and delays, under a live idempotent-producer workload. After every
+step: at most one leader per term; every 25 steps: replicas' stores identical at equal applied
+index; at the end (healed, settled): no acknowledged append lost, offsets dense, no batch
+written twice. See tests/sim/cluster.py.
 
-A failing schedule names its seed; replay it with
+The normal suite runs fixed seeds (deterministic CI); the slow run explores 200 from a random
+base. A failing schedule names its seed; replay it with
 ``RAFTQ_SEED=<seed> pytest tests/test_simulation.py -k replay``.
 """
 
@@ -18,33 +20,28 @@ from pathlib import Path
 
 import pytest
 
-from tests.sim.cluster import run_schedule
+from tests.sim.cluster import memory_cap, run_schedule
 
 QUICK_SCHEDULES = 30
+QUICK_BASE_SEED = 1000
 SLOW_SCHEDULES = 200
 
 
-def base_seed() -> int:
-    seed = int(os.environ.get("RAFTQ_SEED", random.SystemRandom().randrange(2**32)))
-    print(f"base seed={seed} (replay one schedule: RAFTQ_SEED=<seed>)")
-    return seed
-
-
-def run_many(count: int, tmp_path: Path) -> None:
-    base = base_seed()
-    for i in range(count):
-        seed = base + i
-        print(f"schedule seed={seed}")
-        run_schedule(seed, tmp_path / str(seed))
+def run_many(base: int, count: int, tmp_path: Path) -> None:
+    print(f"seeds {base}..{base + count - 1} (replay one: RAFTQ_SEED=<seed> ... -k replay)")
+    with memory_cap():
+        for seed in range(base, base + count):
+            run_schedule(seed, tmp_path / str(seed))  # an AssertionError names the seed
 
 
 def test_simulated_schedules(tmp_path: Path) -> None:
-    run_many(QUICK_SCHEDULES, tmp_path)
+    run_many(QUICK_BASE_SEED, QUICK_SCHEDULES, tmp_path)
 
 
 @pytest.mark.slow
 def test_simulated_schedules_200(tmp_path: Path) -> None:
-    run_many(SLOW_SCHEDULES, tmp_path)
+    base = int(os.environ.get("RAFTQ_SEED", random.SystemRandom().randrange(2**32)))
+    run_many(base, SLOW_SCHEDULES, tmp_path)
 
 
 def test_replay(tmp_path: Path) -> None:
@@ -53,3 +50,14 @@ def test_replay(tmp_path: Path) -> None:
     print(f"seed={seed}")
     first = run_schedule(seed, tmp_path / "a")
     assert run_schedule(seed, tmp_path / "b") == first
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="transport/raft: a restart between a snapshot and the journal compaction that "
+    "follows it clears the journal (pysyncobj __loadDumpFile: journal[0:2] != snapshot's "
+    "(prev, last)), dropping committed entries after the snapshot; a power cut then loses "
+    "an acknowledged append",
+)
+def test_regression_snapshot_then_crash_before_journal_compaction(tmp_path: Path) -> None:
+    run_schedule(4116286151, tmp_path)

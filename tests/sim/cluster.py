@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import resource
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -64,6 +65,23 @@ def no_fsync() -> Iterator[None]:
         yield
     finally:
         os.fsync = saved
+
+
+@contextlib.contextmanager
+def memory_cap(extra_bytes: int = 2 << 30) -> Iterator[None]:
+    """Cap the address space at its current size plus ``extra_bytes`` (a runaway schedule
+    raises MemoryError instead of eating a shared machine's memory)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as f:
+        current = int(f.read().split()[0]) * resource.getpagesize()
+    cap = current + extra_bytes
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def cut_journal(path: Path, durable_index: int) -> int:
@@ -394,7 +412,7 @@ def run_schedule(seed: int, root: Path, *, chaos_steps: int = 400) -> list[str]:
                     cluster.chaos_step()
                 cluster.settle()
                 cluster.check_final()
-            except AssertionError as exc:
+            except (AssertionError, MemoryError) as exc:
                 trace = "\n  ".join(cluster.trace[-15:])
                 raise AssertionError(
                     f"simulation seed={seed} failed at step {cluster.steps}: {exc}\n"
