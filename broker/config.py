@@ -288,7 +288,7 @@ class RaftSettings(_Section):
         max=RAFT_ENTRY_BYTES_LIMIT,
         why="an entry travels whole in one raft message; larger entries stall replication",
     )
-    max_inflight_entries_per_partition: int = _setting(1024, min=1, max=1_000_000)
+    max_inflight_entries_per_partition: int = _setting(4, min=1, max=1024)
     snapshot_interval_s: int = _setting(300, min=1)
     metadata_voters: int = _setting(3, min=1, max=7)
 

@@ -105,7 +105,14 @@ def _pending(row: tuple[Any, ...]) -> PendingRow:
 class SqliteStore:
     """A partition replica's SQLite file. Raises apsw errors on I/O failure (disk full etc.)."""
 
-    def __init__(self, path: str, *, synchronous: str = "FULL", cache_kib: int = 65536) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: str = "FULL",
+        cache_kib: int = 65536,
+        wal_autocheckpoint_pages: int = 1000,
+    ) -> None:
         if synchronous not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
         self.path = path
@@ -116,6 +123,7 @@ class SqliteStore:
         cur.execute(f"PRAGMA synchronous={synchronous}")
         cur.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
         cur.execute("PRAGMA temp_store=MEMORY")
+        cur.execute(f"PRAGMA wal_autocheckpoint={int(wal_autocheckpoint_pages)}")
         with self._conn:
             cur.execute(SCHEMA)
         self._cur = cur
