@@ -279,8 +279,8 @@ class RaftSettings(_Section):
     SECTION: ClassVar[str] = "raft"
 
     fsync: bool = True
-    election_timeout_min_ms: int = _setting(750, min=10)
-    election_timeout_max_ms: int = _setting(1250, min=10)
+    election_timeout_min_ms: int = _setting(800, min=10)
+    election_timeout_max_ms: int = _setting(1300, min=10)
     heartbeat_ms: int = _setting(250, min=1)
     max_entry_bytes: int = _setting(
         2 * 1024 * 1024,
@@ -293,12 +293,18 @@ class RaftSettings(_Section):
     metadata_voters: int = _setting(3, min=1, max=7)
 
     def _relations(self) -> list[Problem]:
-        problems = _less(
-            "raft.heartbeat_ms",
-            self.heartbeat_ms,
-            "raft.election_timeout_min_ms",
-            self.election_timeout_min_ms,
-        )
+        problems: list[Problem] = []
+        if 3 * self.heartbeat_ms >= self.election_timeout_min_ms:
+            # a follower must miss at least three heartbeats before it stands for election
+            # (transport/raft/node.py RaftTimings.validate checks the same)
+            problems.append(
+                Problem(
+                    "raft.heartbeat_ms",
+                    f"raft.heartbeat_ms ({self.heartbeat_ms}) must be < "
+                    f"raft.election_timeout_min_ms ({self.election_timeout_min_ms}) / 3: a "
+                    "follower misses three heartbeats before it stands for election",
+                )
+            )
         problems += _less(
             "raft.election_timeout_min_ms",
             self.election_timeout_min_ms,

@@ -207,8 +207,10 @@ def test_relationship_message_names_both_settings_and_values() -> None:
     with pytest.raises(ConfigError) as caught:
         load({"RAFTQ_RAFT__HEARTBEAT_MS": "500", "RAFTQ_RAFT__ELECTION_TIMEOUT_MIN_MS": "300"})
     assert str(caught.value).startswith(
-        "raft.heartbeat_ms (500) must be < raft.election_timeout_min_ms (300)"
+        "raft.heartbeat_ms (500) must be < raft.election_timeout_min_ms (300) / 3"
     )
+    with pytest.raises(ConfigError, match=r"raft\.heartbeat_ms \(250\) must be <"):
+        load({"RAFTQ_RAFT__HEARTBEAT_MS": "250", "RAFTQ_RAFT__ELECTION_TIMEOUT_MIN_MS": "750"})
 
 
 def test_unknown_setting_suggests_the_known_one() -> None:
