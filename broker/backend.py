@@ -150,6 +150,8 @@ class Backend:
             timings=b.timings,
         )
         replica.on_applied = b.service.notify_records
+        if b.metrics is not None:
+            b.metrics.attach(replica)  # apply latency histogram
         b.replicas[key] = replica
 
     def _remove(self, key: tuple[str, int], replica: PartitionReplica) -> None:

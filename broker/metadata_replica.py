@@ -78,6 +78,25 @@ class MetadataReplica:
         """The metadata leader's raft address, or None while no leader is known."""
         return self.node.leader()
 
+    def statistics(self) -> dict[str, int | str | bool]:
+        """Raft state of the metadata group and the size of the table, for metrics."""
+        status = self.node.status()
+        table = self.machine.table
+        return {
+            "group": GROUP,
+            "is_leader": self.node.is_leader(),
+            "raft_state": status["state"],
+            "raft_leader": status["leader"] or "",
+            "raft_term": status["term"],
+            "raft_commit_index": status["commit_index"],
+            "raft_applied_index": status["applied_index"],
+            "fsync_count": status["fsync_count"],
+            "table_applied_index": table.applied_index,
+            "brokers": len(table.brokers),
+            "topics": len(table.topics),
+            "groups": len(table.groups),
+        }
+
     def on_change(self, listener: Callable[[Table], None]) -> None:
         """Call ``listener(table)`` after every applied change, on the Raft driver thread: it
         must not block."""

@@ -40,6 +40,13 @@ class PartitionReader:
             meta = self._store.load_meta()
             return {g: lag_of(self._store, meta, g) for g in groups}
 
+    def all_lags(self) -> list[GroupLag]:
+        """The lag of every group the partition knows, in one read transaction."""
+        with self._lock, self._store.transaction():
+            meta = self._store.load_meta()
+            found = [lag_of(self._store, meta, row.name) for row in self._store.groups()]
+            return [lag for lag in found if lag is not None]
+
     def might_have_ready(self, group: str, now_ms: int) -> bool:
         with self._lock, self._store.transaction():
             meta = self._store.load_meta()

@@ -88,6 +88,9 @@ class PartitionReplica:
     """
 
     on_applied: Callable[[], None] | None = None  # called on the tick thread after new records
+    # Called on the tick thread with each apply's duration in seconds (broker/metrics.py sets
+    # it to a histogram's observe). It must not block.
+    on_apply_s: Callable[[float], None] | None = None
 
     def __init__(
         self,
@@ -263,6 +266,9 @@ class PartitionReplica:
             self._leave()
         if result.deliveries:
             self._counters["records_leased"] += len(result.deliveries)
+            self._counters["bytes_leased"] += sum(
+                len(d.record.record.key) + len(d.record.record.value) for d in result.deliveries
+            )
         return result
 
     # -- reads -------------------------------------------------------------------------------
@@ -272,9 +278,12 @@ class PartitionReplica:
     ) -> list[common_pb2.StoredRecord]:
         """Local read of the log (see ``PartitionMachine.fetch``); not linearizable."""
         if self._reader is not None:
-            return self._reader.fetch(offset, max_records, max_bytes).records
-        with self._state_lock:
-            return self.machine.fetch(offset, max_records, max_bytes)
+            records = self._reader.fetch(offset, max_records, max_bytes).records
+        else:
+            with self._state_lock:
+                records = self.machine.fetch(offset, max_records, max_bytes)
+        self._count_fetched(records)
+        return records
 
     def offsets(self) -> Offsets:
         if self._reader is not None:
@@ -287,6 +296,14 @@ class PartitionReplica:
             return self._reader.lags([group])[group]
         with self._state_lock:
             return self.machine.lag(group)
+
+    def lags(self) -> list[GroupLag]:
+        """The lag of every consumer group that has leased from this partition (one read)."""
+        if self._reader is not None:
+            return self._reader.all_lags()
+        with self._state_lock:
+            found = [self.machine.lag(row.name) for row in self.store.groups()]
+        return [lag for lag in found if lag is not None]
 
     @property
     def applied_index(self) -> int:
@@ -312,11 +329,21 @@ class PartitionReplica:
     def read_fetch(self, offset: int, max_records: int, max_bytes: int = 0) -> FetchResult:
         """``fetch`` with the log start and end it was read at (one consistent read)."""
         if self._reader is not None:
-            return self._reader.fetch(offset, max_records, max_bytes)
-        with self._state_lock:
-            offsets = self.machine.offsets()
-            records = self.machine.fetch(offset, max_records, max_bytes)
-            return FetchResult(records, offsets.log_start, offsets.end)
+            fetched = self._reader.fetch(offset, max_records, max_bytes)
+        else:
+            with self._state_lock:
+                offsets = self.machine.offsets()
+                records = self.machine.fetch(offset, max_records, max_bytes)
+                fetched = FetchResult(records, offsets.log_start, offsets.end)
+        self._count_fetched(fetched.records)
+        return fetched
+
+    def _count_fetched(self, records: Sequence[common_pb2.StoredRecord]) -> None:
+        if records:
+            self._counters["records_fetched"] += len(records)
+            self._counters["bytes_fetched"] += sum(
+                len(r.record.key) + len(r.record.value) for r in records
+            )
 
     def might_have_ready(self, group: str, now_ms: int) -> bool:
         """False only when a Lease for ``group`` now surely returns nothing (long polls use it
@@ -338,12 +365,14 @@ class PartitionReplica:
         return self.machine.meta.config
 
     def statistics(self) -> dict[str, Any]:
-        """Counters and state for metrics: records/bytes in, leases, outbox, raft, apply."""
+        """Counters and state for metrics: records/bytes in (appended here as leader) and out
+        (leased, fetched), dead letters (ever, and waiting in the outbox), raft, apply."""
         with self._state_lock:
             offsets = self.machine.offsets()
             outbox = len(self.machine.outbox(MAX_INFLIGHT_CALLS))
             applied = self.machine.applied_index
             failed = self.machine.failed
+            dead_lettered = self.machine.meta.outbox_seq  # every record ever dead-lettered here
         latencies = sorted(self._apply_s)
 
         def pct(p: float) -> float:
@@ -361,6 +390,10 @@ class PartitionReplica:
             "records_in": self._counters["records_in"],
             "bytes_in": self._counters["bytes_in"],
             "records_leased": self._counters["records_leased"],
+            "bytes_leased": self._counters["bytes_leased"],
+            "records_fetched": self._counters["records_fetched"],
+            "bytes_fetched": self._counters["bytes_fetched"],
+            "dead_lettered": dead_lettered,
             "entries_applied": self._counters["entries_applied"],
             "dead_letter_outbox": outbox,
             "log_start": offsets.log_start,
@@ -404,7 +437,10 @@ class PartitionReplica:
         with self._state_lock:
             result = self.machine.apply(data, index)
             failed = self.machine.failed
-        self._apply_s.append(time.perf_counter() - started)
+        elapsed_s = time.perf_counter() - started
+        self._apply_s.append(elapsed_s)
+        if self.on_apply_s is not None:
+            self.on_apply_s(elapsed_s)
         self._counters["entries_applied"] += 1
         if self.on_applied is not None and (result.records or result.batch_results):
             self.on_applied()  # new records: wake long polls (must not block)

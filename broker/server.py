@@ -23,6 +23,7 @@ from broker.backend import Backend
 from broker.config import BrokerConfig
 from broker.coordinator import BrokerReports, SessionTable
 from broker.metadata_replica import MetadataReplica
+from broker.metrics import BrokerMetrics
 from broker.replica import PartitionReplica
 from broker.service import BrokerService
 from metadata.frontend import GroupLimits, MetadataFrontend, TopicDefaults
@@ -92,19 +93,27 @@ class Broker:
         self.backend = Backend(self)
         self.meta.on_change(self.backend.wake)
         internal = InternalServicer(self.service, secret, default_timeout_s=10.0)
+        # Prometheus /metrics on broker.metrics_addr ("" = off); the bound address, port 0 kept.
+        self.metrics: BrokerMetrics | None = None
+        self.metrics_addr = ""
+        if config.broker.metrics_addr:
+            self.metrics = BrokerMetrics(self)
+            self.metrics_addr = self.metrics.start(config.broker.metrics_addr)
         self.driver.start()
         self.grpc = serve(
             self.service,
             config.broker.client_addr,
+            interceptors=[self.metrics.interceptor] if self.metrics is not None else [],
             extra_services=[lambda server: add_internal_service(server, internal)],
         )
         self.backend.start()
         self._stopped = threading.Event()
         logger.info(
-            "[broker=%d] serving clients on %s, raft on %s, data in %s",
+            "[broker=%d] serving clients on %s, raft on %s, metrics on %s, data in %s",
             self.id,
             config.broker.client_addr,
             config.broker.raft_addr,
+            self.metrics_addr or "(off)",
             self.data_dir,
         )
 
@@ -114,6 +123,8 @@ class Broker:
             return
         self._stopped.set()
         self.grpc.stop(grace_s).wait(grace_s + 1)
+        if self.metrics is not None:
+            self.metrics.stop()
         self.backend.stop()
         self.service.close()
         for replica in list(self.replicas.values()):

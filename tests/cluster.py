@@ -7,6 +7,8 @@
         cluster.start(2)           # same data directory: it rejoins
         cluster.leader_of("t", 0)  # broker id leading t/0 (from DescribeTopic)
 
+``metrics=True`` gives each broker a Prometheus endpoint (``metrics_url(i)``); off by default.
+
 Each broker runs ``python -m broker.cli serve`` with its settings in RAFTQ_* variables, its log
 in ``<root>/broker-N.log`` (printed on failure by ``logs()``), data in ``<root>/broker-N``.
 """
@@ -42,12 +44,14 @@ class ProcessCluster:
         *,
         env: dict[str, str] | None = None,
         fast: bool = True,
+        metrics: bool = False,
     ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.n = brokers
         self.client_ports = {i: free_port() for i in range(1, brokers + 1)}
         self.raft_ports = {i: free_port() for i in range(1, brokers + 1)}
+        self.metrics_ports = {i: free_port() for i in range(1, brokers + 1)} if metrics else {}
         self.extra_env = {**(FAST_RAFT if fast else {}), **(env or {})}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._admins: list[Admin] = []
@@ -60,6 +64,9 @@ class ProcessCluster:
     def raft_addr(self, broker: int) -> str:
         return f"127.0.0.1:{self.raft_ports[broker]}"
 
+    def metrics_url(self, broker: int) -> str:
+        return f"http://127.0.0.1:{self.metrics_ports[broker]}/metrics"
+
     @property
     def bootstrap(self) -> str:
         return ",".join(self.client_addr(i) for i in sorted(self.client_ports))
@@ -71,7 +78,9 @@ class ProcessCluster:
             "RAFTQ_BROKER__ID": str(broker),
             "RAFTQ_BROKER__CLIENT_ADDR": self.client_addr(broker),
             "RAFTQ_BROKER__RAFT_ADDR": self.raft_addr(broker),
-            "RAFTQ_BROKER__METRICS_ADDR": "",
+            "RAFTQ_BROKER__METRICS_ADDR": (
+                f"127.0.0.1:{self.metrics_ports[broker]}" if self.metrics_ports else ""
+            ),
             "RAFTQ_BROKER__DATA_DIR": str(self.root / f"broker-{broker}"),
             "RAFTQ_BROKER__SEEDS": json.dumps(seeds),
             "RAFTQ_TOPIC_DEFAULTS__REPLICATION_FACTOR": str(min(3, self.n)),
