@@ -78,6 +78,9 @@ _DEFAULTS = ClientSettings()
 DEFAULT_BOOTSTRAP = "127.0.0.1:7070"
 RETRY_BACKOFF_MS = 100
 RETRY_BACKOFF_MAX_MS = 2_000
+# Seconds a broker that did not answer (UNAVAILABLE) is avoided as a partition leader: sends
+# go to another broker, which forwards them to the partition's (new) leader.
+DOWN_S = 2.0
 POLL_WAIT_MS_MAX = 300_000  # the broker's longest long poll; poll() loops for longer waits
 
 
@@ -112,6 +115,8 @@ class _Channels:
         self._lock = threading.Lock()
         self._channels: dict[str, tuple[grpc.Channel, _Stubs]] = {}
         self._preferred = 0  # index into bootstrap of the last broker that answered
+        self._down: dict[str, float] = {}  # address -> monotonic time it is avoided until
+        self._rotation = itertools.count()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"bootstrap": self.bootstrap, "request_timeout_ms": self.request_timeout_s * 1000}
@@ -134,6 +139,26 @@ class _Channels:
             return fn(self.stubs(address), self.request_timeout_s)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
+
+    def mark_down(self, address: str) -> bool:
+        """Avoid ``address`` as a send target for DOWN_S; False if it already was."""
+        now = time.monotonic()
+        with self._lock:
+            fresh = self._down.get(address, 0.0) <= now
+            self._down[address] = now + DOWN_S
+        return fresh
+
+    def is_down(self, address: str) -> bool:
+        with self._lock:
+            return self._down.get(address, 0.0) > time.monotonic()
+
+    def other_than(self, address: str) -> str:
+        """A bootstrap broker that is neither ``address`` nor marked down (rotating), else
+        ``address``."""
+        with self._lock:
+            now = time.monotonic()
+            up = [a for a in self.bootstrap if a != address and self._down.get(a, 0.0) <= now]
+        return up[next(self._rotation) % len(up)] if up else address
 
     def call_any(self, fn: Callable[[_Stubs, float], T]) -> T:
         """``fn`` against each bootstrap broker in turn until one is reachable: only
@@ -331,6 +356,7 @@ class _Batch:
     sequence: int | None = None
     attempts: int = 0
     retry_at_s: float = 0.0
+    address: str = ""  # where the last attempt went
 
 
 class Producer:
@@ -501,6 +527,14 @@ class Producer:
         return fresh
 
     def _leader(self, topic: str, partition: int) -> str:
+        with self._meta_lock:
+            cached = self._meta.get(topic)
+            leader = cached.leaders[partition] if cached and partition < cached.partitions else ""
+        if leader and self._channels.is_down(leader):
+            # The leader's broker did not answer (killed?): any other broker forwards the send
+            # to the partition's new leader and waits out the election on the broker side, so
+            # neither a metadata refresh nor a backoff stands between the election and the ack.
+            return self._channels.other_than(leader)
         meta = self._metadata(topic)
         if partition < len(meta.leaders) and meta.leaders[partition]:
             return meta.leaders[partition]
@@ -574,7 +608,8 @@ class Producer:
         if batch.producer_id is not None and batch.sequence is not None:
             request.producer_id, request.sequence = batch.producer_id, batch.sequence
         try:
-            stubs = self._channels.stubs(self._leader(batch.topic, batch.partition))
+            batch.address = self._leader(batch.topic, batch.partition)
+            stubs = self._channels.stubs(batch.address)
             call = stubs.producer.Send.future(request, timeout=self._channels.request_timeout_s)
         except errors.RaftqError as exc:
             self._settle(batch, None, exc)
@@ -607,13 +642,18 @@ class Producer:
                         error = errors.error_for(
                             first.error, first.message, leader_hint=first.leader_hint
                         )
+        rerouted = False
         if error is not None and error.retriable:
             self._stale(batch.topic, batch.partition, error.leader_hint)  # before any retry
+            if isinstance(error, errors.Unavailable) and batch.address:
+                rerouted = self._channels.mark_down(batch.address)  # retry elsewhere at once
         with self._cond:
             self._in_flight.discard(tp)
             if error is not None and error.retriable and batch.attempts < self.retries:
                 batch.attempts += 1
                 backoff_ms = min(RETRY_BACKOFF_MS * 2 ** (batch.attempts - 1), RETRY_BACKOFF_MAX_MS)
+                if rerouted:
+                    backoff_ms = 0
                 batch.retry_at_s = time.monotonic() + backoff_ms / 1000
                 self._queues.setdefault(tp, deque()).appendleft(batch)
                 self._cond.notify_all()
