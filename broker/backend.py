@@ -147,6 +147,9 @@ class Backend:
             driver=b.driver,
             fsync=b.config.raft.fsync,
             synchronous=b.config.storage.synchronous,
+            cache_kib=b.config.storage.cache_kib,
+            wal_autocheckpoint_pages=b.config.storage.wal_autocheckpoint_pages,
+            max_inflight_entries=b.config.raft.max_inflight_entries_per_partition,
             timings=b.timings,
         )
         replica.on_applied = b.service.notify_records

@@ -113,6 +113,8 @@ class PartitionReplica:
         max_inflight_entries: int = MAX_INFLIGHT_ENTRIES,
         max_inflight_calls: int = MAX_INFLIGHT_CALLS,
         store: PartitionStore | None = None,
+        cache_kib: int = 2048,
+        wal_autocheckpoint_pages: int = 1000,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -126,7 +128,12 @@ class PartitionReplica:
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         path = str(data_dir / f"{self.name}.sqlite")
-        self.store: PartitionStore = store or SqliteStore(path, synchronous=synchronous)
+        self.store: PartitionStore = store or SqliteStore(
+            path,
+            synchronous=synchronous,
+            cache_kib=cache_kib,
+            wal_autocheckpoint_pages=wal_autocheckpoint_pages,
+        )
         self.machine = PartitionMachine(self.store)
         # Reads go through a second connection (WAL: committed state, never blocking apply);
         # an injected store (tests) is read under the state lock instead.
