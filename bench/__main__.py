@@ -17,6 +17,7 @@ from bench.common import Result, append_results, load_average, machine_descripti
 BENCHMARKS = [
     "bench.partition_apply",
     "bench.replicated_append",
+    "bench.failover",
 ]
 
 

@@ -1,0 +1,183 @@
+"""Write failover: kill -9 a partition's leader process, time until a send is acknowledged again.
+
+Three real broker processes (tests/cluster.py ``ProcessCluster``) on 127.0.0.1 with the
+broker's DEFAULT raft timings (``fast=False``: heartbeat 250 ms, elections 750-1250 ms), one
+topic of 3 partitions at RF 3, fsync on. Per trial one thread sends single records to one
+partition through ``broker.client.Producer`` (``linger_ms=0``, one send in flight, each waited
+for); the bench waits until the partition is led by its preferred leader, SIGKILLs that broker
+process, and measures from the signal to the first acknowledgement that arrives after the
+process is gone. Then it restarts the broker (same data directory) and lets leadership return.
+Trial ``i`` uses partition ``i % 3``, so the killed broker rotates (and is sometimes the
+metadata leader too).
+
+    python -m bench failover [--failover-trials 10]
+    python -m bench failover --quick        (2 trials)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.common import Result
+from broker.client import Producer
+from proto import errors
+from tests.cluster import ProcessCluster
+from tests.helpers import wait_until
+
+NAME = "failover"
+GOAL_S = 1.5
+log = logging.getLogger("raftq.bench.failover")
+
+
+def add_arguments(parser: argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--failover-trials", type=int, default=10, help="leader kills (median reported)"
+    )
+    parser.add_argument(
+        "--failover-fast",
+        action="store_true",
+        help="the test cluster's fast raft timings instead of the broker defaults",
+    )
+
+
+@dataclass
+class ContinuousSender:
+    """Sends single records to one partition, one at a time, and remembers every ack.
+
+    ``acked`` maps value -> offset for acknowledged records; ``ack_times`` are monotonic
+    times of the acknowledgements in order; ``failures`` counts sends that failed for good.
+    """
+
+    producer: Producer
+    topic: str
+    partition: int
+    acked: dict[bytes, int] = field(default_factory=dict)
+    ack_times: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _serial: int = 0
+
+    def start(self) -> ContinuousSender:
+        self._thread = threading.Thread(target=self._run, name="failover-sender", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._serial += 1
+            value = b"%s-%d-%d" % (self.topic.encode(), self.partition, self._serial)
+            try:
+                sent = self.producer.send(self.topic, value, partition=self.partition)
+                meta = sent.result(timeout=60)
+            except errors.RaftqError as exc:
+                self.failures.append(f"{type(exc).__name__}: {exc}")
+                continue
+            self.acked[value] = meta.offset
+            self.ack_times.append(time.monotonic())
+
+    def acks_after(self, moment: float) -> list[float]:
+        return [t for t in self.ack_times[-1000:] if t > moment]
+
+
+def wait_preferred_leader(cluster: ProcessCluster, topic: str, partition: int) -> int:
+    """Until the partition is led by its preferred leader (the backend hands leadership
+    back to it once it is alive); returns that broker id."""
+    admin = cluster.admin(cluster.live_bootstrap())
+
+    def preferred() -> int:
+        try:
+            described = admin.describe_topic(topic).partitions[partition]
+        except errors.RaftqError:
+            return 0
+        leader = int(described.leader)
+        return leader if leader == described.replicas[0] and cluster.alive(leader) else 0
+
+    return wait_until(preferred, 60, f"{topic}/{partition} led by its preferred leader")
+
+
+def kill_leader(
+    cluster: ProcessCluster, sender: ContinuousSender, timeout_s: float = 60.0
+) -> tuple[int, float]:
+    """SIGKILL the partition's (preferred) leader while ``sender`` runs; returns the victim
+    and the seconds from the signal to the first acknowledgement after the process died."""
+    victim = wait_preferred_leader(cluster, sender.topic, sender.partition)
+    before = len(sender.ack_times)
+    wait_until(lambda: len(sender.ack_times) >= before + 20, 30, "sends flowing before the kill")
+    killed_at = time.monotonic()
+    cluster.kill(victim, signal.SIGKILL)  # waits until the process is gone
+    dead_at = time.monotonic()
+    first: float = wait_until(
+        lambda: min(sender.acks_after(dead_at), default=0.0),
+        timeout_s,
+        f"a send acknowledged after broker {victim} was killed",
+    )
+    return victim, first - killed_at
+
+
+def run_trials(
+    root: Path, trials: int, *, fast: bool, progress: bool = True
+) -> tuple[list[float], ContinuousSender]:
+    topic = "failover"
+    with ProcessCluster(root, brokers=3, fast=fast) as cluster:
+        cluster.wait_ready()
+        cluster.admin().create_topic(topic, partitions=3, replication_factor=3)
+        cluster.wait_leaders(topic)
+        gaps: list[float] = []
+        with Producer(cluster.bootstrap, linger_ms=0, request_timeout_ms=30_000) as producer:
+            for trial in range(trials):
+                sender = ContinuousSender(producer, topic, trial % 3).start()
+                try:
+                    victim, gap = kill_leader(cluster, sender)
+                finally:
+                    sender.stop()
+                gaps.append(gap)
+                if progress:
+                    print(
+                        f"trial {trial + 1}/{trials}: killed broker {victim} (leader of "
+                        f"{topic}/{sender.partition}); writes resumed after {gap:.3f} s",
+                        flush=True,
+                    )
+                cluster.start(victim)
+                cluster.wait_ready()
+        return gaps, sender
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def run(options: argparse.Namespace) -> list[Result]:
+    trials = 2 if options.quick else options.failover_trials
+    fast = bool(getattr(options, "failover_fast", False))
+    with tempfile.TemporaryDirectory(prefix="raftq-failover-") as tmp:
+        gaps, _ = run_trials(Path(tmp), trials, fast=fast)
+    median = statistics.median(gaps)
+    timing = "fast test timings" if fast else "defaults: heartbeat 250 ms, elections 800-1300 ms"
+    note = f"{len(gaps)} kill -9 of a partition leader; {timing}"
+    return [
+        Result(
+            "failover: kill -9 -> first ack (median)",
+            median,
+            "s",
+            f"<= {GOAL_S}",
+            median <= GOAL_S,
+            note,
+        ),
+        Result("failover: p90", percentile(gaps, 0.9), "s"),
+        Result("failover: max", max(gaps), "s", note=" ".join(f"{g:.2f}" for g in gaps)),
+    ]
