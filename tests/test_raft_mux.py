@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import free_port
 from transport.raft import mux
 from transport.raft.driver import ListGroup, RaftDriver
 from transport.raft.mux import FrameDecoder, FrameError, MuxConfig, MuxEndpoint, loads_data
@@ -269,18 +270,45 @@ def _closed_by_peer(s: socket.socket, timeout_s: float = 5.0) -> bool:
         return False
 
 
-def _handshake(addr: str, secret: bytes, claimed: str) -> socket.socket:
-    """Dial `addr` like a peer broker claiming to be `claimed`. Returns the socket after AUTH."""
+@dataclass
+class _Dialed:
+    sock: socket.socket
+    tx: mux.FrameCipher  # dialer -> listener, as the listener derives it if `secret` is right
+    rx: mux.FrameCipher
+
+
+def _handshake(addr: str, secret: bytes, claimed: str) -> _Dialed:
+    """Dial `addr` like a peer broker claiming to be `claimed`: HELLO, CHALLENGE, AUTH.
+    Returns the socket after AUTH with the session ciphers derived under `secret`."""
     s = _connect(addr)
     nonce_c = os.urandom(mux.NONCE_BYTES)
-    s.sendall(mux.encode_frame(mux.KIND_HELLO, mux.hello_body(nonce_c)))
+    private, epk_c = mux.new_key_pair()
+    s.sendall(mux.encode_frame(mux.KIND_HELLO, mux.hello_body(nonce_c, epk_c)))
     kind, body = _read_frame(s)
     assert kind == mux.KIND_CHALLENGE
     head = len(mux.MAGIC) + 1
     nonce_s = body[head : head + mux.NONCE_BYTES]
-    proof = mux.client_proof(secret, nonce_s, nonce_c, claimed)
+    epk_s = body[head + mux.NONCE_BYTES : head + mux.NONCE_BYTES + mux.PUBLIC_KEY_BYTES]
+    listener = body[head + mux.NONCE_BYTES + mux.PUBLIC_KEY_BYTES + mux.MAC_BYTES :].decode()
+    proof = mux.client_proof(secret, nonce_s, nonce_c, epk_s, epk_c, claimed)
     s.sendall(mux.encode_frame(mux.KIND_AUTH, proof + claimed.encode()))
-    return s
+    to_listener, to_dialer = mux.session_keys(
+        secret,
+        private,
+        epk_s,
+        nonce_c=nonce_c,
+        nonce_s=nonce_s,
+        epk_c=epk_c,
+        epk_s=epk_s,
+        dialer_addr=claimed,
+        listener_addr=listener,
+    )
+    return _Dialed(s, mux.FrameCipher(to_listener), mux.FrameCipher(to_dialer))
+
+
+def _welcomed(d: _Dialed) -> bool:
+    kind, body = _read_frame(d.sock)
+    return kind == mux.KIND_SEALED and d.rx.open(body) == (mux.KIND_WELCOME, b"")
 
 
 def test_wrong_secret_is_refused_both_ways() -> None:
@@ -295,9 +323,9 @@ def test_wrong_secret_is_refused_both_ways() -> None:
         wait_for(lambda: bad.stats["auth_failures"] >= 2, what="two failed handshakes")
         assert not good.connected_peers() and not bad.connected_peers()
         # a raw dialer that sends AUTH anyway: good checks it, refuses, never welcomes
-        s = _handshake(good.address, b"wrong-secret-wrong-secret", "127.0.0.200:1")
-        assert _closed_by_peer(s)
-        s.close()
+        dialed = _handshake(good.address, b"wrong-secret-wrong-secret", "127.0.0.200:1")
+        assert _closed_by_peer(dialed.sock)
+        dialed.sock.close()
         assert good.stats["auth_failures"] == 1
         # and the listener side must prove the secret too: a dialer checks the CHALLENGE
         impostor = MuxEndpoint("127.0.0.0:0", b"impostor-secret-impostor", config=FAST_MUX)
@@ -347,12 +375,33 @@ def test_garbage_and_pickle_bombs_change_nothing(cluster: Cluster, tmp_path: Pat
     s.close()
     # an authenticated peer (it knows the secret) still cannot make us resolve a global
     before = target.endpoint.stats["protocol_errors"]
-    s = _handshake(addr, SECRET, "127.0.0.250:1")
-    assert _read_frame(s)[0] == mux.KIND_WELCOME
-    s.sendall(mux.encode_frame(mux.KIND_BATCH, bomb))
-    assert _closed_by_peer(s)
-    s.close()
+    d = _handshake(addr, SECRET, "127.0.0.250:1")
+    assert _welcomed(d)
+    d.sock.sendall(mux.encode_frame(mux.KIND_SEALED, d.tx.seal(mux.KIND_BATCH, bomb)))
+    assert _closed_by_peer(d.sock)
+    d.sock.close()
     assert target.endpoint.stats["protocol_errors"] > before
+    # after the key exchange, plaintext, forged, replayed and tampered frames never reach the
+    # unpickler: each closes the connection before decoding
+    for what in ("plaintext batch", "forged", "replayed", "tampered"):
+        d = _handshake(addr, SECRET, "127.0.0.250:1")
+        assert _welcomed(d)
+        if what == "plaintext batch":
+            d.sock.sendall(mux.encode_frame(mux.KIND_BATCH, bomb))
+        elif what == "forged":  # sealed under a key of its own choosing
+            d.sock.sendall(
+                mux.encode_frame(mux.KIND_SEALED, mux.FrameCipher(b"k" * 32).seal(5, bomb))
+            )
+        elif what == "replayed":
+            ping = mux.encode_frame(mux.KIND_SEALED, d.tx.seal(mux.KIND_PING, b""))
+            d.sock.sendall(ping + ping)
+        else:
+            sealed = bytearray(d.tx.seal(mux.KIND_BATCH, bomb))
+            sealed[3] ^= 1
+            d.sock.sendall(mux.encode_frame(mux.KIND_SEALED, bytes(sealed)))
+        assert _closed_by_peer(d.sock), what
+        d.sock.close()
+    assert target.endpoint.stats["decrypt_failures"] >= 3
     assert not marker.exists(), "the payload was unpickled"
     # and the cluster did not notice
     wait_for(lambda: target.endpoint.connected_peers() == frozenset(cluster.addrs[1:]))
@@ -444,3 +493,88 @@ def test_kill9_broker_process_groups_reelect() -> None:
     finally:
         for b in brokers:
             b.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# Encryption on the wire
+# ------------------------------------------------------------------------------------------------
+
+
+class _Tap:
+    """A TCP relay that records every byte in both directions (single-threaded: pumped from
+    the test's own poll loop)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.setblocking(False)
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.pairs: list[tuple[socket.socket, socket.socket]] = []
+        self.seen = bytearray()
+
+    def pump(self) -> None:
+        try:
+            a, _ = self.listener.accept()
+            b = socket.create_connection(self.target)
+            for x in (a, b):
+                x.setblocking(False)
+            self.pairs.append((a, b))
+        except BlockingIOError:
+            pass
+        for a, b in self.pairs:
+            for src, dst in ((a, b), (b, a)):
+                try:
+                    data = src.recv(65536)
+                except (BlockingIOError, OSError):
+                    continue
+                if data:
+                    self.seen += data
+                    dst.sendall(data)
+
+    def close(self) -> None:
+        for a, b in self.pairs:
+            a.close()
+            b.close()
+        self.listener.close()
+
+
+def test_raft_frames_are_encrypted_on_the_wire() -> None:
+    """Two endpoints through a recording relay: a message arrives, and neither it nor any
+    pickle of it appears in the bytes on the wire."""
+    port = free_port()
+    tap = _Tap(("127.0.0.1", port))
+    # the listener advertises the relay's address; the dialer (higher address) dials it
+    listener = MuxEndpoint(tap.address, SECRET, bind_address=f"127.0.0.1:{port}", config=FAST_MUX)
+    dialer = MuxEndpoint("127.0.0.2:0", SECRET, config=FAST_MUX)
+    marker = "plaintext-marker-" + os.urandom(8).hex()
+    try:
+        dialer.add_peer(listener.address)
+
+        def step() -> None:
+            for ep in (listener, dialer):
+                ep.poll(0.01)
+            tap.pump()
+
+        def linked() -> bool:
+            step()
+            return listener.address in dialer.connected_peers()
+
+        wait_for(linked, what="the link through the relay")
+        assert dialer.enqueue(listener.address, "g-secret", {"type": "x", "payload": marker})
+        dialer.flush()
+
+        def received() -> bool:
+            step()
+            return listener.stats["messages_received"] >= 1
+
+        wait_for(received, what="the message through the relay")
+        assert listener.stats["messages_dropped_unknown_group"] == 1  # decoded, then dropped
+        assert listener.stats["decrypt_failures"] == listener.stats["protocol_errors"] == 0
+        wire = bytes(tap.seen)
+        assert len(wire) > 200
+        assert marker.encode() not in wire and b"g-secret" not in wire
+        assert b"append_entries" not in wire and mux.dumps_data("x")[2:] not in wire
+    finally:
+        dialer.close()
+        listener.close()
+        tap.close()

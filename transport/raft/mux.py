@@ -15,22 +15,39 @@ may be at most `HANDSHAKE_FRAME_BYTES_MAX` bytes and only handshake kinds are ac
 `frame_bytes_max`. A bad length, an unexpected kind, or a body that does not decode closes the
 connection; nothing else happens.
 
-Handshake (mutual HMAC-SHA256 challenge-response over a shared cluster secret; the higher address
-dials the lower one, so each pair of brokers has exactly one connection)::
+Handshake (mutual HMAC-SHA256 challenge-response over a shared cluster secret plus an ephemeral
+X25519 exchange; the higher address dials the lower one, so each pair of brokers has exactly one
+connection)::
 
-    dialer   -> HELLO      magic, version, nonce_c
-    listener -> CHALLENGE  magic, version, nonce_s, mac("server", nonce_c, nonce_s, listener_addr),
+    dialer   -> HELLO      magic, version, nonce_c, epk_c
+    listener -> CHALLENGE  magic, version, nonce_s, epk_s,
+                           mac("server", nonce_c, nonce_s, epk_c, epk_s, listener_addr),
                            listener_addr
-    dialer   -> AUTH       mac("client", nonce_s, nonce_c, dialer_addr), dialer_addr
-    listener -> WELCOME    (only after the dialer's mac verified)
+    dialer   -> AUTH       mac("client", nonce_s, nonce_c, epk_s, epk_c, dialer_addr), dialer_addr
+    listener -> SEALED(WELCOME)   (only after the dialer's mac verified; proves the keys match)
 
-MACs are compared with `hmac.compare_digest`. Nothing is unpickled before both sides are
-authenticated, and even then only through `loads_data`, an Unpickler that refuses every global:
-only builtin scalars and containers can come out of it (pysyncobj messages are plain dicts).
+MACs are compared with `hmac.compare_digest`. Both MACs cover both ephemeral public keys, so a
+man in the middle without the secret can neither substitute its own key nor finish either side.
 
-TLS is not implemented. The hook is `MuxEndpoint._wrap_socket` (called for every accepted and
-dialed socket before any byte moves) plus the `ssl.SSLWant*Error` branches in the read/write
-paths, which already treat them as "would block".
+Encryption. After AUTH every frame in both directions is ``SEALED``: its body is
+AES-256-GCM(key, nonce = 64-bit frame counter, inner kind byte + inner body). Each connection has
+two fresh keys (one per direction) from HKDF-SHA256 over the cluster secret and the X25519 shared
+secret, salted with both nonces and bound to both addresses and public keys (`session_keys`).
+The counter is implicit (each side counts the frames it sealed and opened), so a replayed,
+reordered, dropped, truncated or forged frame fails authentication and closes the connection.
+Keys die with the connection: a leaked cluster secret does not decrypt recorded traffic.
+
+Nothing is unpickled before both sides are authenticated and a frame's tag verified under the
+connection key, and even then only through `loads_data`, an Unpickler that refuses every
+global: only builtin scalars and containers can come out of it (pysyncobj messages are plain
+dicts). A plaintext BATCH or PING frame is a protocol error in every state.
+
+Why not TLS: the secret already authenticates both ends, so frame encryption needs no
+certificates (the raft port is encrypted in every deployment, dev clusters included), keeps
+the non-blocking selector loop free of TLS's hidden buffering (`SSLSocket.pending()`,
+SSLWant* on either side of a read or write), and checks every byte before it is decoded.
+`MuxEndpoint._wrap_socket` remains the hook for wrapping sockets (the read/write paths treat
+`ssl.SSLWant*Error` as would-block).
 
 Threading: a MuxEndpoint is driven by exactly one thread (its RaftDriver). `wake()` and the
 enqueue path are safe from any thread; everything else runs on the driver thread.
@@ -56,14 +73,24 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pysyncobj.transport import Transport
 
 logger = logging.getLogger("raftq.transport.raft.mux")
 
 MAGIC = b"RQMX"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: X25519 in the handshake, AES-GCM sealed frames
 NONCE_BYTES = 32
 MAC_BYTES = 32
+PUBLIC_KEY_BYTES = 32  # X25519
+KEY_BYTES = 32  # AES-256
+TAG_BYTES = 16  # GCM tag
+SEAL_OVERHEAD_BYTES = 1 + TAG_BYTES  # inner kind byte + tag
 HANDSHAKE_FRAME_BYTES_MAX = 512
 FRAME_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
 OUT_BUFFER_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
@@ -79,6 +106,7 @@ KIND_AUTH = 3
 KIND_WELCOME = 4
 KIND_BATCH = 5
 KIND_PING = 6
+KIND_SEALED = 7  # AES-GCM: (inner kind byte + inner body) under the connection key
 
 _HANDSHAKE_KINDS = frozenset({KIND_HELLO, KIND_CHALLENGE, KIND_AUTH, KIND_WELCOME})
 
@@ -158,16 +186,85 @@ def _mac(secret: bytes, role: bytes, *parts: bytes) -> bytes:
     return h.digest()
 
 
-def server_proof(secret: bytes, nonce_c: bytes, nonce_s: bytes, server_addr: str) -> bytes:
-    return _mac(secret, b"server", nonce_c, nonce_s, server_addr.encode())
+def server_proof(
+    secret: bytes, nonce_c: bytes, nonce_s: bytes, epk_c: bytes, epk_s: bytes, server_addr: str
+) -> bytes:
+    return _mac(secret, b"server", nonce_c, nonce_s, epk_c, epk_s, server_addr.encode())
 
 
-def client_proof(secret: bytes, nonce_s: bytes, nonce_c: bytes, client_addr: str) -> bytes:
-    return _mac(secret, b"client", nonce_s, nonce_c, client_addr.encode())
+def client_proof(
+    secret: bytes, nonce_s: bytes, nonce_c: bytes, epk_s: bytes, epk_c: bytes, client_addr: str
+) -> bytes:
+    return _mac(secret, b"client", nonce_s, nonce_c, epk_s, epk_c, client_addr.encode())
 
 
-def hello_body(nonce_c: bytes) -> bytes:
-    return MAGIC + bytes((PROTOCOL_VERSION,)) + nonce_c
+def hello_body(nonce: bytes, public_key: bytes) -> bytes:
+    """HELLO's body; CHALLENGE starts with the same fields (the listener's)."""
+    return MAGIC + bytes((PROTOCOL_VERSION,)) + nonce + public_key
+
+
+def new_key_pair() -> tuple[X25519PrivateKey, bytes]:
+    """An ephemeral X25519 key and its 32-byte public key."""
+    private = X25519PrivateKey.generate()
+    return private, private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def session_keys(
+    secret: bytes,
+    private: X25519PrivateKey,
+    peer_public: bytes,
+    *,
+    nonce_c: bytes,
+    nonce_s: bytes,
+    epk_c: bytes,
+    epk_s: bytes,
+    dialer_addr: str,
+    listener_addr: str,
+) -> tuple[bytes, bytes]:
+    """(dialer→listener key, listener→dialer key) of one connection.
+
+    HKDF-SHA256 over secret ‖ X25519(private, peer_public): without the cluster secret no one
+    derives them (even a party to the exchange), and without the ephemeral private keys not
+    even the secret's holder can, once the connection is gone. Raises FrameError for a public
+    key that is malformed or of low order (an all-zero shared secret).
+    """
+    try:
+        shared = private.exchange(X25519PublicKey.from_public_bytes(peer_public))
+    except ValueError as exc:
+        raise FrameError(f"bad ephemeral public key: {exc}") from None
+    info = b"raftq-mux-v2 keys"
+    for part in (epk_c, epk_s, dialer_addr.encode(), listener_addr.encode()):
+        info += _LEN.pack(len(part)) + part
+    okm = HKDF(algorithm=hashes.SHA256(), length=2 * KEY_BYTES, salt=nonce_c + nonce_s, info=info)
+    keys = okm.derive(secret + shared)
+    return keys[:KEY_BYTES], keys[KEY_BYTES:]
+
+
+class FrameCipher:
+    """One direction of a connection: AES-256-GCM with an implicit 64-bit frame counter as
+    the nonce. `seal` and `open` must see frames in stream order; `open` raises FrameError
+    on any frame that was not sealed by the peer as the next one."""
+
+    def __init__(self, key: bytes) -> None:
+        self._aead = AESGCM(key)
+        self._counter = 0
+
+    def _nonce(self) -> bytes:
+        nonce = self._counter.to_bytes(12, "big")
+        self._counter += 1
+        return nonce
+
+    def seal(self, kind: int, body: bytes) -> bytes:
+        return self._aead.encrypt(self._nonce(), bytes((kind,)) + body, None)
+
+    def open(self, sealed: bytes) -> tuple[int, bytes]:
+        try:
+            plain = self._aead.decrypt(self._nonce(), sealed, None)
+        except InvalidTag:
+            raise FrameError("sealed frame failed authentication") from None
+        if not plain:
+            raise FrameError("empty sealed frame")
+        return plain[0], plain[1:]
 
 
 def _split_addr(addr: str) -> tuple[str, int]:
@@ -315,6 +412,11 @@ class _Conn:
     peer: str | None = None  # authenticated (or, for a dialer, expected) peer raft address
     nonce_mine: bytes = b""
     nonce_theirs: bytes = b""
+    key_mine: X25519PrivateKey | None = None  # ephemeral, dropped once the keys are derived
+    epk_mine: bytes = b""
+    epk_theirs: bytes = b""
+    tx: FrameCipher | None = None  # set once keys are derived: every later frame is sealed
+    rx: FrameCipher | None = None
     out: bytearray = field(default_factory=bytearray)
     last_recv: float = 0.0
     last_send: float = 0.0
@@ -411,6 +513,7 @@ class MuxEndpoint:
                 "messages_dropped_unknown_group",
                 "messages_dropped_too_large",
                 "auth_failures",
+                "decrypt_failures",
                 "protocol_errors",
                 "connections_accepted",
                 "connections_refused",
@@ -578,8 +681,8 @@ class MuxEndpoint:
         return sock
 
     def _wrap_socket(self, sock: socket.socket, *, server_side: bool) -> socket.socket:
-        """TLS hook: return `sock` wrapped (non-blocking, ``do_handshake_on_connect=False``) once
-        TLS is wanted. Until then the HMAC handshake authenticates but does not encrypt."""
+        """Socket hook (e.g. TLS: non-blocking, ``do_handshake_on_connect=False``). Unused:
+        frames are sealed with per-connection AES-GCM keys instead (module docstring)."""
         return sock
 
     def _accept(self) -> None:
@@ -708,6 +811,16 @@ class MuxEndpoint:
             self._close(conn, f"protocol error: {exc}")
 
     def _on_frame(self, conn: _Conn, kind: int, body: bytes, touched: set[str]) -> None:
+        if conn.rx is not None:
+            if kind != KIND_SEALED:
+                raise FrameError(f"plaintext frame kind {kind} after the key exchange")
+            try:
+                kind, body = conn.rx.open(body)
+            except FrameError:
+                self.stats["decrypt_failures"] += 1
+                raise
+        elif kind == KIND_SEALED:
+            raise FrameError("sealed frame before the key exchange")
         state = conn.state
         if state == _State.OPEN:
             if kind == KIND_BATCH:
@@ -725,36 +838,86 @@ class MuxEndpoint:
         else:
             raise FrameError(f"unexpected frame kind {kind} in state {state}")
 
-    def _on_hello(self, conn: _Conn, body: bytes) -> None:
-        if len(body) != len(MAGIC) + 1 + NONCE_BYTES or not body.startswith(MAGIC):
-            raise FrameError("bad HELLO")
+    @staticmethod
+    def _parse_hello(body: bytes, what: str) -> tuple[bytes, bytes, bytes]:
+        """HELLO / CHALLENGE head → (nonce, ephemeral public key, the rest)."""
+        head = len(MAGIC) + 1 + NONCE_BYTES + PUBLIC_KEY_BYTES
+        if len(body) < head or not body.startswith(MAGIC):
+            raise FrameError(f"bad {what}")
         if body[len(MAGIC)] != PROTOCOL_VERSION:
-            raise FrameError(f"unsupported protocol version {body[len(MAGIC)]}")
-        conn.nonce_theirs = body[len(MAGIC) + 1 :]
+            raise FrameError(
+                f"unsupported protocol version {body[len(MAGIC)]} (this broker speaks "
+                f"{PROTOCOL_VERSION}: upgrade every broker)"
+            )
+        nonce = body[len(MAGIC) + 1 : len(MAGIC) + 1 + NONCE_BYTES]
+        return nonce, body[head - PUBLIC_KEY_BYTES : head], body[head:]
+
+    def _on_hello(self, conn: _Conn, body: bytes) -> None:
+        conn.nonce_theirs, conn.epk_theirs, rest = self._parse_hello(body, "HELLO")
+        if rest:
+            raise FrameError("bad HELLO")
         conn.nonce_mine = os.urandom(NONCE_BYTES)
-        proof = server_proof(self._secret, conn.nonce_theirs, conn.nonce_mine, self.address)
+        conn.key_mine, conn.epk_mine = new_key_pair()
+        proof = server_proof(
+            self._secret,
+            conn.nonce_theirs,
+            conn.nonce_mine,
+            conn.epk_theirs,
+            conn.epk_mine,
+            self.address,
+        )
         self._queue_frame(
-            conn, KIND_CHALLENGE, hello_body(conn.nonce_mine) + proof + self.address.encode()
+            conn,
+            KIND_CHALLENGE,
+            hello_body(conn.nonce_mine, conn.epk_mine) + proof + self.address.encode(),
         )
         conn.state = _State.AWAIT_AUTH
         self._write(conn)
 
     def _on_challenge(self, conn: _Conn, body: bytes) -> None:
-        head = len(MAGIC) + 1 + NONCE_BYTES
-        if len(body) < head + MAC_BYTES or not body.startswith(MAGIC):
+        conn.nonce_theirs, conn.epk_theirs, rest = self._parse_hello(body, "CHALLENGE")
+        if len(rest) < MAC_BYTES:
             raise FrameError("bad CHALLENGE")
-        conn.nonce_theirs = body[len(MAGIC) + 1 : head]
-        mac = body[head : head + MAC_BYTES]
-        server_addr = body[head + MAC_BYTES :].decode("utf-8", "replace")
-        assert conn.peer is not None
-        expected = server_proof(self._secret, conn.nonce_mine, conn.nonce_theirs, server_addr)
+        mac = rest[:MAC_BYTES]
+        server_addr = rest[MAC_BYTES:].decode("utf-8", "replace")
+        assert conn.peer is not None and conn.key_mine is not None
+        expected = server_proof(
+            self._secret,
+            conn.nonce_mine,
+            conn.nonce_theirs,
+            conn.epk_mine,
+            conn.epk_theirs,
+            server_addr,
+        )
         if not hmac.compare_digest(mac, expected):
             self.stats["auth_failures"] += 1
             raise FrameError("listener failed authentication (wrong cluster secret?)")
         if server_addr != conn.peer:
             raise FrameError(f"dialed {conn.peer} but it says it is {server_addr}")
-        proof = client_proof(self._secret, conn.nonce_theirs, conn.nonce_mine, self.address)
+        proof = client_proof(
+            self._secret,
+            conn.nonce_theirs,
+            conn.nonce_mine,
+            conn.epk_theirs,
+            conn.epk_mine,
+            self.address,
+        )
         self._queue_frame(conn, KIND_AUTH, proof + self.address.encode())
+        to_listener, to_dialer = session_keys(
+            self._secret,
+            conn.key_mine,
+            conn.epk_theirs,
+            nonce_c=conn.nonce_mine,
+            nonce_s=conn.nonce_theirs,
+            epk_c=conn.epk_mine,
+            epk_s=conn.epk_theirs,
+            dialer_addr=self.address,
+            listener_addr=server_addr,
+        )
+        conn.key_mine = None
+        conn.tx, conn.rx = FrameCipher(to_listener), FrameCipher(to_dialer)
+        # The listener proved the secret: its frames may be full size from here on.
+        conn.decoder.frame_bytes_max = self.config.frame_bytes_max
         conn.state = _State.AWAIT_WELCOME
         self._write(conn)
 
@@ -762,14 +925,35 @@ class MuxEndpoint:
         if len(body) <= MAC_BYTES:
             raise FrameError("bad AUTH")
         mac, claimed = body[:MAC_BYTES], body[MAC_BYTES:].decode("utf-8", "replace")
-        expected = client_proof(self._secret, conn.nonce_mine, conn.nonce_theirs, claimed)
+        expected = client_proof(
+            self._secret,
+            conn.nonce_mine,
+            conn.nonce_theirs,
+            conn.epk_mine,
+            conn.epk_theirs,
+            claimed,
+        )
         if not hmac.compare_digest(mac, expected):
             self.stats["auth_failures"] += 1
             raise FrameError("dialer failed authentication (wrong cluster secret?)")
         if claimed == self.address or not should_dial(claimed, self.address):
             raise FrameError(f"{claimed} must not dial {self.address}")
+        assert conn.key_mine is not None
+        to_listener, to_dialer = session_keys(
+            self._secret,
+            conn.key_mine,
+            conn.epk_theirs,
+            nonce_c=conn.nonce_theirs,
+            nonce_s=conn.nonce_mine,
+            epk_c=conn.epk_theirs,
+            epk_s=conn.epk_mine,
+            dialer_addr=claimed,
+            listener_addr=self.address,
+        )
+        conn.key_mine = None
+        conn.tx, conn.rx = FrameCipher(to_dialer), FrameCipher(to_listener)
         conn.peer = claimed
-        self._queue_frame(conn, KIND_WELCOME)
+        self._queue_frame(conn, KIND_WELCOME)  # sealed: the dialer checks the keys match
         self._write(conn)
         if conn.state != _State.CLOSED:
             self._open(conn)
@@ -821,7 +1005,7 @@ class MuxEndpoint:
 
     def _encode_batches(self, peer: str, batch: list[tuple[str, Any]]) -> list[bytes]:
         body = dumps_data(batch)
-        if len(body) + 1 <= self.config.frame_bytes_max:
+        if len(body) + 1 + SEAL_OVERHEAD_BYTES <= self.config.frame_bytes_max:
             self.stats["messages_sent"] += len(batch)
             return [body]
         if len(batch) == 1:
@@ -839,6 +1023,8 @@ class MuxEndpoint:
     def _queue_frame(self, conn: _Conn, kind: int, body: bytes = b"") -> None:
         if conn.state == _State.CLOSED:
             return
+        if conn.tx is not None:
+            kind, body = KIND_SEALED, conn.tx.seal(kind, body)
         conn.out += encode_frame(kind, body)
         self.stats["frames_sent"] += 1
         if len(conn.out) > self.config.out_buffer_bytes_max:
@@ -877,9 +1063,10 @@ class MuxEndpoint:
                 return
             conn.state = _State.AWAIT_CHALLENGE
             conn.nonce_mine = os.urandom(NONCE_BYTES)
+            conn.key_mine, conn.epk_mine = new_key_pair()
             conn.want_write = True  # registered for WRITE only; _write recomputes the mask
             self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-            self._queue_frame(conn, KIND_HELLO, hello_body(conn.nonce_mine))
+            self._queue_frame(conn, KIND_HELLO, hello_body(conn.nonce_mine, conn.epk_mine))
         self._write(conn)
 
     def _close(self, conn: _Conn, why: str, *, log: bool = True) -> None:
