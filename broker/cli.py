@@ -12,6 +12,10 @@ Client commands, each taking ``--bootstrap HOST:PORT[,HOST:PORT...]`` (default: 
     raftq group list | describe GROUP
     raftq cluster status
 
+Security options, on every client command: ``--tls-ca FILE`` (TLS; default
+``$RAFTQ_TLS_CA``), ``--tls-cert FILE --tls-key FILE`` (mutual TLS), ``--token TOKEN``
+(default ``$RAFTQ_TOKEN``; prefer the variable: arguments show in ``ps``).
+
 Output is a human table, or JSON with ``--json``. A failure prints the error and the error
 catalogue's hint (what to do) on stderr and exits 1; bad usage exits 2.
 
@@ -41,6 +45,8 @@ from proto import api_pb2, errors
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:7070"
 BOOTSTRAP_ENV = "RAFTQ_BOOTSTRAP"
+TOKEN_ENV = "RAFTQ_TOKEN"
+TLS_CA_ENV = "RAFTQ_TLS_CA"
 PROGRESS_INTERVAL_S = 0.5
 
 Subparsers = Any  # argparse._SubParsersAction[argparse.ArgumentParser], private in typeshed
@@ -100,7 +106,30 @@ def client_options() -> argparse.ArgumentParser:
     parent.add_argument(
         "--request-timeout-ms", type=int, default=10_000, help="per request (default 10000)"
     )
+    parent.add_argument(
+        "--tls-ca",
+        default=os.environ.get(TLS_CA_ENV) or None,
+        metavar="FILE",
+        help=f"use TLS, trusting this CA's broker certificates (default: ${TLS_CA_ENV})",
+    )
+    parent.add_argument("--tls-cert", metavar="FILE", help="client certificate (mutual TLS)")
+    parent.add_argument("--tls-key", metavar="FILE", help="client certificate's key")
+    parent.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV) or None,
+        help=f"bearer token for auth (default: ${TOKEN_ENV}, which ps does not show)",
+    )
     return parent
+
+
+def security(args: argparse.Namespace) -> dict[str, Any]:
+    """The client keyword arguments for --tls-ca, --tls-cert, --tls-key and --token."""
+    return {
+        "tls_ca_file": args.tls_ca,
+        "tls_cert_file": args.tls_cert,
+        "tls_key_file": args.tls_key,
+        "token": args.token,
+    }
 
 
 def _config_options(parser: argparse.ArgumentParser) -> None:
@@ -123,7 +152,7 @@ def _config_from(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _admin(args: argparse.Namespace) -> Admin:
-    return Admin(args.bootstrap, request_timeout_ms=args.request_timeout_ms)
+    return Admin(args.bootstrap, request_timeout_ms=args.request_timeout_ms, **security(args))
 
 
 # --- topic ----------------------------------------------------------------------------------
@@ -248,7 +277,10 @@ def produce(args: argparse.Namespace) -> int:
             failures.append(error)
 
     with Producer(
-        args.bootstrap, linger_ms=args.linger_ms, request_timeout_ms=args.request_timeout_ms
+        args.bootstrap,
+        linger_ms=args.linger_ms,
+        request_timeout_ms=args.request_timeout_ms,
+        **security(args),
     ) as producer:
         for value in _values(args):
             future = producer.send(args.topic, value, key=key, partition=args.partition)
@@ -308,6 +340,7 @@ def consume(args: argparse.Namespace) -> int:
         [args.topic],
         request_timeout_ms=args.request_timeout_ms,
         lease_ms=args.lease_ms,
+        **security(args),
     ) as consumer:
         while args.count is None or received < args.count:
             wanted = 500 if args.count is None else min(500, args.count - received)

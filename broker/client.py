@@ -12,6 +12,12 @@ Errors are the typed :mod:`proto.errors` (``RaftqError`` subclasses), whatever t
 the network did; ``err.retriable`` says whether trying again can help and ``err.kind.hint``
 says what to do.
 
+Security: every client takes ``tls_ca_file`` (TLS, verifying the brokers' certificates against
+that CA; their certificates must name the bootstrap hosts), ``tls_cert_file`` and
+``tls_key_file`` (mutual TLS), and ``token`` (sent as ``authorization: Bearer <token>`` on
+every call). A broker refuses a missing or unknown token with Unauthenticated and a call the
+token's ACL does not allow with PermissionDenied; neither is retried.
+
 Producing
 ---------
 ``Producer.send`` returns a ``concurrent.futures.Future`` at once. Records are batched per
@@ -70,6 +76,7 @@ from partitions.machine import record_size
 from proto import api_pb2, api_pb2_grpc, common_pb2, errors, partition_pb2
 from proto.common_pb2 import ErrorCode
 from transport.grpc_errors import from_rpc_error
+from transport.tls import ChannelSecurity, open_channel
 
 log = logging.getLogger("raftq.client")
 
@@ -109,9 +116,15 @@ class _Channels:
     """One channel (and set of stubs) per address, created on first use. Pickles as its
     bootstrap list only: channels never travel."""
 
-    def __init__(self, bootstrap: str | Sequence[str], request_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        request_timeout_ms: int,
+        security: ChannelSecurity | None = None,
+    ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.request_timeout_s = request_timeout_ms / 1000
+        self.security = security
         self._lock = threading.Lock()
         self._channels: dict[str, tuple[grpc.Channel, _Stubs]] = {}
         self._preferred = 0  # index into bootstrap of the last broker that answered
@@ -119,16 +132,22 @@ class _Channels:
         self._rotation = itertools.count()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"bootstrap": self.bootstrap, "request_timeout_ms": self.request_timeout_s * 1000}
+        return {
+            "bootstrap": self.bootstrap,
+            "request_timeout_ms": self.request_timeout_s * 1000,
+            "security": self.security,  # PEM bytes and token travel: executors need no files
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["bootstrap"], state["request_timeout_ms"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["bootstrap"], state["request_timeout_ms"], state.get("security")
+        )
 
     def stubs(self, address: str) -> _Stubs:
         with self._lock:
             entry = self._channels.get(address)
             if entry is None:
-                channel = grpc.insecure_channel(address)
+                channel = open_channel(address, self.security)
                 entry = (channel, _Stubs(channel))
                 self._channels[address] = entry
             return entry[1]
@@ -185,6 +204,23 @@ class _Channels:
             channel.close()
 
 
+def channel_security(
+    tls_ca_file: str | None = None,
+    tls_cert_file: str | None = None,
+    tls_key_file: str | None = None,
+    token: str | None = None,
+) -> ChannelSecurity | None:
+    """None for plaintext without a token; raises InvalidArgument for unreadable files."""
+    if not (tls_ca_file or tls_cert_file or tls_key_file or token):
+        return None
+    return ChannelSecurity.from_files(
+        tls_ca_file=tls_ca_file,
+        tls_cert_file=tls_cert_file,
+        tls_key_file=tls_key_file,
+        token=token,
+    )
+
+
 def _config_update(config: Mapping[str, Any]) -> api_pb2.TopicConfigUpdate:
     """Keyword settings (``ordering="priority"``, ``lease_ms=5000``...) → TopicConfigUpdate."""
     update = api_pb2.TopicConfigUpdate()
@@ -214,8 +250,13 @@ class Admin:
         bootstrap: str | Sequence[str] = DEFAULT_BOOTSTRAP,
         *,
         request_timeout_ms: int = _DEFAULTS.request_timeout_ms,
+        tls_ca_file: str | None = None,
+        tls_cert_file: str | None = None,
+        tls_key_file: str | None = None,
+        token: str | None = None,
     ) -> None:
-        self._channels = _Channels(bootstrap, request_timeout_ms)
+        security = channel_security(tls_ca_file, tls_cert_file, tls_key_file, token)
+        self._channels = _Channels(bootstrap, request_timeout_ms, security)
 
     def _admin(self, method: str, request: Any) -> Any:
         return self._channels.call_any(lambda s, t: getattr(s.admin, method)(request, timeout=t))
@@ -374,12 +415,17 @@ class Producer:
         producer_id: str | None = None,
         retries: int = 10,
         request_timeout_ms: int = _DEFAULTS.request_timeout_ms,
+        tls_ca_file: str | None = None,
+        tls_cert_file: str | None = None,
+        tls_key_file: str | None = None,
+        token: str | None = None,
     ) -> None:
         if linger_ms < 0 or batch_records_max < 1 or batch_bytes_max < 1 or retries < 0:
             raise errors.InvalidArgument(
                 "need linger_ms >= 0, batch_records_max >= 1, batch_bytes_max >= 1, retries >= 0"
             )
-        self._channels = _Channels(bootstrap, request_timeout_ms)
+        security = channel_security(tls_ca_file, tls_cert_file, tls_key_file, token)
+        self._channels = _Channels(bootstrap, request_timeout_ms, security)
         self.linger_s = linger_ms / 1000
         self.batch_records_max = batch_records_max
         self.batch_bytes_max = batch_bytes_max
@@ -760,6 +806,10 @@ class Consumer:
         lease_ms: int | None = None,
         request_timeout_ms: int = _DEFAULTS.request_timeout_ms,
         start_from: str = "earliest",
+        tls_ca_file: str | None = None,
+        tls_cert_file: str | None = None,
+        tls_key_file: str | None = None,
+        token: str | None = None,
     ) -> None:
         """Joins the group now (raises UnknownTopic, InvalidArgument, Unavailable...).
         ``session_timeout_ms`` 0 takes the broker's; ``heartbeat_interval_ms`` 0 takes the
@@ -772,7 +822,8 @@ class Consumer:
         self.session_timeout_ms = session_timeout_ms
         self.max_poll_records = max_poll_records
         self.lease_ms = lease_ms
-        self._channels = _Channels(bootstrap, request_timeout_ms)
+        security = channel_security(tls_ca_file, tls_cert_file, tls_key_file, token)
+        self._channels = _Channels(bootstrap, request_timeout_ms, security)
         self._lock = threading.Lock()
         self.member_id = ""
         self.generation = -1

@@ -42,6 +42,9 @@ from typing import Any, ClassVar, Literal, NamedTuple
 from dynaconf import Dynaconf
 from dynaconf.utils.parse_conf import boolean_fix, parse_conf_data
 
+from transport.auth import OPERATIONS as AUTH_OPERATIONS
+from transport.auth import AclRule, AuthPolicy, Principal
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_PATH = ROOT / "configs" / "default.yaml"
 ENV_PREFIX = "RAFTQ_"
@@ -420,6 +423,82 @@ class ClientSettings(_Section):
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class SecuritySettings(_Section):
+    """TLS on the client port, token authentication with per-topic ACLs. (The raft port is
+    always authenticated by broker.cluster_secret and encrypted; nothing to set here.)"""
+
+    SECTION: ClassVar[str] = "security"
+
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""
+    tls_ca_file: str = ""
+    auth_required: bool = False
+    auth_file: str = ""
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert_file)
+
+    def _relations(self) -> list[Problem]:
+        problems: list[Problem] = []
+        files = {
+            "security.tls_cert_file": self.tls_cert_file,
+            "security.tls_key_file": self.tls_key_file,
+            "security.tls_client_ca_file": self.tls_client_ca_file,
+            "security.tls_ca_file": self.tls_ca_file,
+            "security.auth_file": self.auth_file,
+        }
+        for path, file in files.items():
+            if file and not pathlib.Path(file).is_file():
+                problems.append(Problem(path, f"{path} ({file!r}) is not a readable file"))
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            problems.append(
+                Problem(
+                    "security.tls_cert_file",
+                    "security.tls_cert_file and security.tls_key_file must be set together",
+                )
+            )
+        if self.tls_client_ca_file and not self.tls:
+            problems.append(
+                Problem(
+                    "security.tls_client_ca_file",
+                    "security.tls_client_ca_file (mutual TLS) needs security.tls_cert_file",
+                )
+            )
+        if self.tls and not self.tls_ca_file:
+            problems.append(
+                Problem(
+                    "security.tls_ca_file",
+                    "security.tls_ca_file must name the CA of the brokers' certificates when "
+                    "security.tls_cert_file is set: brokers call each other over TLS",
+                )
+            )
+        if self.auth_required and not self.auth_file:
+            problems.append(
+                Problem(
+                    "security.auth_required",
+                    "security.auth_required needs security.auth_file (principals, token "
+                    "digests and ACLs)",
+                )
+            )
+        if self.auth_file and not self.auth_required:
+            problems.append(
+                Problem(
+                    "security.auth_file",
+                    "security.auth_file is set but security.auth_required is false: set it "
+                    "to true to enforce the tokens and ACLs",
+                )
+            )
+        if self.auth_file and not problems:
+            try:
+                load_auth_policy(self.auth_file)
+            except ConfigError as exc:
+                problems += exc.problems
+        return problems
+
+
 _SECTIONS: dict[str, type[_Section]] = {
     "broker": BrokerSettings,
     "raft": RaftSettings,
@@ -427,6 +506,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "storage": StorageSettings,
     "groups": GroupSettings,
     "client": ClientSettings,
+    "security": SecuritySettings,
 }
 
 
@@ -440,6 +520,7 @@ class BrokerConfig:
     storage: StorageSettings = field(default_factory=StorageSettings)
     groups: GroupSettings = field(default_factory=GroupSettings)
     client: ClientSettings = field(default_factory=ClientSettings)
+    security: SecuritySettings = field(default_factory=SecuritySettings)
 
     def __post_init__(self) -> None:
         problems = self._relations()
@@ -463,6 +544,17 @@ class BrokerConfig:
             "client.request_timeout_ms",
             self.client.request_timeout_ms,
         )
+        security = self.security
+        host = (_split_addr(self.broker.client_addr) or ("", 0))[0]
+        if security.auth_required and not security.tls and not _is_loopback(host):
+            problems.append(
+                Problem(
+                    "security.auth_required",
+                    "security.auth_required without TLS would send tokens in clear text to "
+                    f"broker.client_addr ({self.broker.client_addr}), which is not loopback: "
+                    "set security.tls_cert_file and security.tls_key_file",
+                )
+            )
         seeds = len(self.broker.seeds)
         if seeds > raft.metadata_voters:
             problems.append(
@@ -473,6 +565,80 @@ class BrokerConfig:
                 )
             )
         return problems
+
+
+# --- the auth file -----------------------------------------------------------------------
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def load_auth_policy(path: str | os.PathLike[str]) -> AuthPolicy:
+    """Read ``security.auth_file``: principals with their token's SHA-256 and ACL rules::
+
+        principals:
+          orders-app:
+            token_sha256: "<64 hex digits: sha256 of the token>"   # raftq dev token NAME
+            acls:
+              - topics: ["orders", "orders.*"]     # shell globs
+                operations: [produce, consume]     # produce, consume, admin
+
+    Raises ConfigError naming the file and the bad entry.
+    """
+    where = f"security.auth_file ({os.fspath(path)!r})"
+    try:
+        data = Dynaconf(settings_files=[os.fspath(path)], envvar_prefix=None).as_dict()
+    except Exception as exc:  # the YAML parser's own errors are many and unexported
+        problem = Problem("security.auth_file", f"{where} is not valid YAML: {exc}")
+        raise ConfigError([problem]) from None
+    problems: list[Problem] = []
+
+    def bad(message: str) -> None:
+        problems.append(Problem("security.auth_file", f"{where}: {message}"))
+
+    entries = {str(k).lower(): v for k, v in data.items()}
+    unknown = sorted(set(entries) - {"principals"})
+    if unknown:
+        bad(f"unknown key(s) {', '.join(unknown)}: only 'principals'")
+    raw = entries.get("principals")
+    if not isinstance(raw, Mapping) or not raw:
+        bad("needs 'principals', a mapping of name → {token_sha256, acls}")
+        raise ConfigError(problems)
+    principals: list[Principal] = []
+    for name, entry in raw.items():
+        name = str(name)
+        if not isinstance(entry, Mapping):
+            bad(f"principals.{name} must be a mapping with token_sha256 and acls")
+            continue
+        digest = str(entry.get("token_sha256", "")).lower()
+        if not _HEX64.fullmatch(digest):
+            bad(f"principals.{name}.token_sha256 must be 64 hex digits (sha256 of the token)")
+        rules: list[AclRule] = []
+        for i, rule in enumerate(entry.get("acls") or ()):
+            at = f"principals.{name}.acls[{i}]"
+            if not isinstance(rule, Mapping):
+                bad(f"{at} must be a mapping with topics and operations")
+                continue
+            topics = rule.get("topics", ())
+            topics = [topics] if isinstance(topics, str) else list(topics or ())
+            ops = rule.get("operations", ())
+            ops = [ops] if isinstance(ops, str) else list(ops or ())
+            if not topics or not all(isinstance(t, str) and t for t in topics):
+                bad(f"{at}.topics must list topic names or globs")
+            wrong = [str(op) for op in ops if op not in AUTH_OPERATIONS]
+            if not ops or wrong:
+                bad(f"{at}.operations must list some of {', '.join(AUTH_OPERATIONS)}")
+            rules.append(AclRule(tuple(str(t) for t in topics), frozenset(str(o) for o in ops)))
+        extra = sorted(set(map(str, entry)) - {"token_sha256", "acls"})
+        if extra:
+            bad(f"principals.{name}: unknown key(s) {', '.join(extra)}")
+        if not problems:
+            principals.append(Principal(name, bytes.fromhex(digest), tuple(rules)))
+    if not problems:
+        try:
+            return AuthPolicy(principals)
+        except ValueError as exc:
+            bad(str(exc))
+    raise ConfigError(problems)
 
 
 # --- loading --------------------------------------------------------------------------------
@@ -647,7 +813,9 @@ __all__ = [
     "GroupSettings",
     "Problem",
     "RaftSettings",
+    "SecuritySettings",
     "StorageSettings",
     "TopicDefaults",
+    "load_auth_policy",
     "load_config",
 ]

@@ -25,6 +25,7 @@ from broker.coordinator import BrokerReports, SessionTable
 from broker.metadata_replica import MetadataReplica
 from broker.metrics import BrokerMetrics
 from broker.replica import PartitionReplica
+from broker.security import BrokerSecurity
 from broker.service import BrokerService
 from metadata.frontend import GroupLimits, MetadataFrontend, TopicDefaults
 from transport.grpc_server import serve
@@ -76,7 +77,9 @@ class Broker:
             command_bytes_max=config.raft.max_entry_bytes,
         )
         self.replicas: dict[tuple[str, int], PartitionReplica] = {}
-        self.internal = InternalClient(secret)
+        # Client-port TLS, tokens and ACLs; TLS on broker-to-broker calls (broker/security.py).
+        self.security = BrokerSecurity.from_config(config, lambda: self.meta.table)
+        self.internal = InternalClient(secret, channel_factory=self.security.channel)
         self.sessions = SessionTable()
         self.reports = BrokerReports()
         self.service = BrokerService(
@@ -100,11 +103,15 @@ class Broker:
             self.metrics = BrokerMetrics(self)
             self.metrics_addr = self.metrics.start(config.broker.metrics_addr)
         self.driver.start()
+        interceptors = [self.metrics.interceptor] if self.metrics is not None else []
+        if self.security.interceptor is not None:  # after metrics: refusals are timed too
+            interceptors.append(self.security.interceptor)
         self.grpc = serve(
             self.service,
             config.broker.client_addr,
-            interceptors=[self.metrics.interceptor] if self.metrics is not None else [],
+            interceptors=interceptors,
             extra_services=[lambda server: add_internal_service(server, internal)],
+            credentials=self.security.credentials,
         )
         self.backend.start()
         self._stopped = threading.Event()

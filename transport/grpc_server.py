@@ -510,9 +510,11 @@ def serve(
     interceptors: Iterable[grpc.ServerInterceptor] = (),
     options: Sequence[tuple[str, Any]] = (),
     extra_services: Iterable[Callable[[grpc.Server], None]] = (),
+    credentials: grpc.ServerCredentials | None = None,
 ) -> grpc.Server:
     """Start serving the raftq API for ``facade`` on ``address`` (``host:port``).
 
+    ``credentials`` (transport/tls.py ``server_credentials``) serve TLS, else plaintext.
     Adds health checking (every service SERVING) and reflection. Each streaming call holds a
     worker thread (PollStream two) while open: size ``max_workers`` for the streams expected.
     Raises Unavailable when the address cannot be bound. Stop it with ``server.stop(grace)``.
@@ -536,13 +538,16 @@ def serve(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     try:
-        port = server.add_insecure_port(address)
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
     except RuntimeError as exc:
         raise errors.Unavailable(f"cannot listen on {address}: {exc}") from exc
     if port == 0:
         raise errors.Unavailable(f"cannot listen on {address}: is the port taken?")
     server.start()
-    log.info("raftq API serving on %s", address)
+    log.info("raftq API serving on %s (%s)", address, "TLS" if credentials else "plaintext")
     return server
 
 

@@ -1,0 +1,76 @@
+"""A broker's security wiring: client-port TLS, token authentication with ACLs, and TLS for the
+calls it makes to other brokers' client ports. Built once from ``config.security``.
+
+The raft port needs nothing here: MuxEndpoint authenticates peers with the cluster secret and
+seals every frame (transport/raft/mux.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from broker.config import BrokerConfig, load_auth_policy
+from metadata.table import Table
+from transport.auth import AuthInterceptor, MemberTopics
+from transport.tls import ChannelSecurity, open_channel, server_credentials
+
+# How long an ACL check waits for this broker's copy of the table to learn a member that
+# joined through another broker (BrokerService waits as long before UNKNOWN_MEMBER).
+TABLE_CATCH_UP_S = 2.0
+
+
+def member_topics_from(table: Callable[[], Table]) -> MemberTopics:
+    """``(group, member_id) -> the member's subscribed topics``, None for an unknown member
+    (after waiting up to TABLE_CATCH_UP_S for the local table to catch up)."""
+
+    def lookup(group: str, member_id: str) -> Sequence[str] | None:
+        deadline = time.monotonic() + TABLE_CATCH_UP_S
+        while True:
+            info = table().group(group)
+            member = info.members.get(member_id) if info is not None else None
+            if member is not None:
+                return member.topics
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+
+    return lookup
+
+
+@dataclass(frozen=True)
+class BrokerSecurity:
+    credentials: grpc.ServerCredentials | None  # the client port's TLS; None = plaintext
+    peers: ChannelSecurity | None  # how this broker reaches other brokers' client ports
+    interceptor: AuthInterceptor | None  # None: no token needed
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig, table: Callable[[], Table]) -> BrokerSecurity:
+        """Raises ConfigError (auth file) or InvalidArgument (unreadable PEM files)."""
+        sec = config.security
+        credentials = peers = None
+        if sec.tls:
+            credentials = server_credentials(
+                sec.tls_cert_file, sec.tls_key_file, sec.tls_client_ca_file
+            )
+            mutual = bool(sec.tls_client_ca_file)  # then brokers show their own certificate
+            peers = ChannelSecurity.from_files(
+                tls_ca_file=sec.tls_ca_file,
+                tls_cert_file=sec.tls_cert_file if mutual else None,
+                tls_key_file=sec.tls_key_file if mutual else None,
+            )
+        interceptor = None
+        if sec.auth_required:
+            policy = load_auth_policy(sec.auth_file)
+            interceptor = AuthInterceptor(policy, member_topics_from(table))
+        return cls(credentials, peers, interceptor)
+
+    def channel(self, address: str) -> grpc.Channel:
+        """A channel to another broker's client port (the Internal service rides on it)."""
+        return open_channel(address, self.peers)
+
+
+__all__ = ["BrokerSecurity", "member_topics_from"]
