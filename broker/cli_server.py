@@ -1,4 +1,7 @@
-"""``raftq serve`` (one broker) and ``raftq dev up`` (a local cluster on loopback).
+"""``raftq serve`` (one broker), ``raftq dev up`` (a local cluster on loopback) and
+``raftq dev ca`` (a dev CA, broker and client certificates, tokens and ACLs: broker/devca.py).
+``raftq dev up --tls`` creates them under ``<data-dir>/tls`` if missing and starts the cluster
+with TLS on the client ports and tokens required (``--mtls``: client certificates too).
 
 Imports of the broker itself happen inside the handlers, so client commands stay light.
 """
@@ -55,13 +58,15 @@ def broker_env(index: int, brokers: int, data: Path, host: str = "127.0.0.1") ->
     }
 
 
-def _wait_for_cluster(bootstrap: str, brokers: int, timeout_s: float) -> Any:
+def _wait_for_cluster(
+    bootstrap: str, brokers: int, timeout_s: float, client: dict[str, Any] | None = None
+) -> Any:
     from broker.client import Admin
     from proto import errors
 
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
-    with Admin(bootstrap) as admin:
+    with Admin(bootstrap, **(client or {})) as admin:
         while time.monotonic() < deadline:
             try:
                 cluster = admin.describe_cluster()
@@ -79,9 +84,20 @@ def dev_up_command(args: argparse.Namespace) -> int:
         return 2
     data = Path(args.data_dir).resolve()
     data.mkdir(parents=True, exist_ok=True)
+    security: dict[str, str] = {}
+    client: dict[str, Any] = {}
+    if args.tls or args.mtls:
+        from broker.devca import ensure_dev_pki
+
+        pki = ensure_dev_pki(data / "tls")
+        security = pki.broker_env(mutual=args.mtls)
+        client = {"tls_ca_file": str(pki.ca), "token": pki.tokens()["admin"]}
+        if args.mtls:
+            client |= {"tls_cert_file": str(pki.client_cert), "tls_key_file": str(pki.client_key)}
+        print(f"TLS and tokens on (certificates, tokens.json and auth.yaml in {pki.directory})")
     procs: list[subprocess.Popen[bytes]] = []
     for index in range(1, args.brokers + 1):
-        env = {**os.environ, **broker_env(index, args.brokers, data)}
+        env = {**os.environ, **broker_env(index, args.brokers, data), **security}
         log_path = data / f"broker-{index}.log"
         log = log_path.open("ab")
         procs.append(
@@ -104,10 +120,12 @@ def dev_up_command(args: argparse.Namespace) -> int:
     bootstrap = ",".join(f"127.0.0.1:{CLIENT_PORT_BASE + i}" for i in range(args.brokers))
     try:
         started = time.monotonic()
-        _wait_for_cluster(bootstrap, args.brokers, 60)
+        _wait_for_cluster(bootstrap, args.brokers, 60, client)
         print(f"cluster up in {time.monotonic() - started:.1f} s (Ctrl-C stops it)")
+        if client:
+            _print_client_env(data / "tls", mutual=args.mtls)
         if args.demo:
-            _demo(bootstrap)
+            _demo(bootstrap, client)
         while not stopping and all(p.poll() is None for p in procs):
             time.sleep(0.2)
         dead = [i + 1 for i, p in enumerate(procs) if p.poll() is not None]
@@ -126,11 +144,43 @@ def dev_up_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo(bootstrap: str) -> None:
+def _print_client_env(directory: Path, *, mutual: bool) -> None:
+    print(
+        "clients need the CA and a token (principals and tokens: "
+        f"{directory / 'tokens.json'}):\n"
+        f"  export RAFTQ_TLS_CA={directory / 'ca.pem'}\n"
+        f'  export RAFTQ_TOKEN=$(python -c "import json; print(json.load(open('
+        f"'{directory / 'tokens.json'}'))['admin'])\")"
+    )
+    if mutual:
+        print(f"  and --tls-cert {directory / 'client.pem'} --tls-key {directory / 'client.key'}")
+
+
+def dev_ca_command(args: argparse.Namespace) -> int:
+    from broker.devca import DEV_PRINCIPALS, ensure_dev_pki
+
+    directory = Path(args.dir or Path(args.data_dir) / "tls")
+    pki = ensure_dev_pki(directory, hosts=tuple(args.host or ()), force=args.force)
+    print(f"dev CA, broker and client certificates, tokens and ACLs in {pki.directory}:")
+    for name in ("ca.pem", "broker.pem", "broker.key", "client.pem", "client.key"):
+        print(f"  {pki.path(name)}")
+    print(f"  {pki.auth_file}  (security.auth_file: token digests and ACLs)")
+    print(f"  {pki.path('tokens.json')}  (the tokens, mode 0600)")
+    for name, rules in DEV_PRINCIPALS.items():
+        text = "; ".join(f"{'/'.join(ops)} on {', '.join(topics)}" for topics, ops in rules)
+        print(f"    principal {name}: {text}")
+    print("broker settings:")
+    for key, value in pki.broker_env().items():
+        print(f"  {key}={value}")
+    _print_client_env(pki.directory, mutual=False)
+    return 0
+
+
+def _demo(bootstrap: str, client: dict[str, Any] | None = None) -> None:
     from broker.client import Admin
     from proto import errors
 
-    with Admin(bootstrap) as admin:
+    with Admin(bootstrap, **(client or {})) as admin:
         try:
             admin.create_topic("demo", partitions=3)
             print("created topic 'demo' (3 partitions)")
@@ -165,4 +215,22 @@ def register(subparsers: Any) -> None:
     up.add_argument("--data-dir", default="./data")
     up.add_argument("--demo", action="store_true", help="create a demo topic and show a tour")
     up.add_argument("--log-level", default="INFO")
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS on the client ports and tokens with ACLs (dev CA under DATA_DIR/tls)",
+    )
+    up.add_argument("--mtls", action="store_true", help="--tls plus client certificates")
     up.set_defaults(handler=dev_up_command)
+    ca = devs.add_parser(
+        "ca",
+        help="create a dev CA, certificates, tokens and ACLs",
+        description="create a dev CA, broker and client certificates, tokens and ACLs",
+    )
+    ca.add_argument("--data-dir", default="./data", help="files go to DATA_DIR/tls")
+    ca.add_argument("--dir", help="put the files here instead")
+    ca.add_argument(
+        "--host", action="append", help="another host name or IP for the broker certificate"
+    )
+    ca.add_argument("--force", action="store_true", help="replace existing files")
+    ca.set_defaults(handler=dev_ca_command)

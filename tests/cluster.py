@@ -7,6 +7,9 @@
         cluster.start(2)           # same data directory: it rejoins
         cluster.leader_of("t", 0)  # broker id leading t/0 (from DescribeTopic)
 
+``client={...}`` are the keyword arguments of every client the harness makes (``tls_ca_file``,
+``token``... for a cluster started with security settings in ``env``).
+
 ``metrics=True`` gives each broker a Prometheus endpoint (``metrics_url(i)``); off by default.
 
 Each broker runs ``python -m broker.cli serve`` with its settings in RAFTQ_* variables, its log
@@ -45,6 +48,7 @@ class ProcessCluster:
         env: dict[str, str] | None = None,
         fast: bool = True,
         metrics: bool = False,
+        client: dict[str, Any] | None = None,
     ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -53,6 +57,7 @@ class ProcessCluster:
         self.raft_ports = {i: free_port() for i in range(1, brokers + 1)}
         self.metrics_ports = {i: free_port() for i in range(1, brokers + 1)} if metrics else {}
         self.extra_env = {**(FAST_RAFT if fast else {}), **(env or {})}
+        self.client_options: dict[str, Any] = dict(client or {})
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._admins: list[Admin] = []
 
@@ -149,7 +154,7 @@ class ProcessCluster:
     # -- cluster state ------------------------------------------------------------------------
 
     def admin(self, bootstrap: str | None = None) -> Admin:
-        admin = Admin(bootstrap or self.bootstrap)
+        admin = Admin(bootstrap or self.bootstrap, **self.client_options)
         self._admins.append(admin)
         return admin
 

@@ -1,0 +1,387 @@
+"""Security: TLS on the client port, tokens with per-topic ACLs, the encrypted raft port.
+
+The acceptance tests run a real 3-broker cluster (tests/cluster.py) started as ``raftq dev up
+--tls`` starts it: a dev CA (broker/devca.py), TLS on every client port, tokens and ACLs
+required. Each refused call must fail with a clear typed error and leave the cluster's state
+(topics, offsets, groups, leases) exactly as it was; the happy paths go end to end through the
+Python client over TLS. The pure parts (auth file, settings, which RPC needs what) are tested
+on their own first.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from broker.client import Admin, Consumer, Producer
+from broker.config import BrokerSettings, ConfigError, SecuritySettings, load_auth_policy
+from broker.devca import DevPki, ensure_dev_pki
+from proto import api_pb2, api_pb2_grpc, errors
+from tests.cluster import ProcessCluster
+from tests.helpers import wait_until
+from transport import auth
+from transport.auth import AclRule, AuthPolicy, Need, Principal, requirements, token_digest
+from transport.grpc_errors import from_rpc_error
+from transport.raft import mux
+from transport.tls import ChannelSecurity, open_channel
+
+TOPIC = "orders"
+
+# --------------------------------------------------------------------------------------------
+# Pure parts
+# --------------------------------------------------------------------------------------------
+
+
+def _principal(name: str, *rules: tuple[tuple[str, ...], tuple[str, ...]]) -> Principal:
+    return Principal(
+        name,
+        bytes.fromhex(token_digest(f"token-of-{name}")),
+        tuple(AclRule(topics, frozenset(ops)) for topics, ops in rules),
+    )
+
+
+POLICY = AuthPolicy(
+    [
+        _principal("admin", (("*",), ("produce", "consume", "admin"))),
+        _principal("writer", (("orders", "orders.*"), ("produce",))),
+        _principal("reader", (("public.*",), ("consume",))),
+    ]
+)
+
+
+def test_tokens_map_to_principals_and_bad_ones_are_unauthenticated() -> None:
+    who = POLICY.principal_for([("authorization", "Bearer token-of-writer")])
+    assert who.name == "writer"
+    assert POLICY.authenticate("token-of-writer ") is None  # exact tokens only
+    cases = {
+        "no credentials": [],
+        "must be one 'Bearer <token>'": [("authorization", "Basic dXNlcjpwYXNz")],
+        "unknown token": [("authorization", "Bearer nope")],
+    }
+    for phrase, metadata in cases.items():
+        with pytest.raises(errors.Unauthenticated, match=phrase):
+            POLICY.principal_for(metadata)
+
+
+def test_every_client_rpc_has_a_need_and_acl_globs_decide() -> None:
+    member_topics = {("g", "m"): ("orders", "public.news")}
+
+    def needs(method: str, request: Any, who: str = "admin") -> list[Need]:
+        principal = next(p for p in POLICY.principals if p.name == who)
+        return requirements(method, request, principal, lambda g, m: member_topics.get((g, m)))
+
+    for service in api_pb2.DESCRIPTOR.services_by_name.values():
+        for method in service.methods:
+            path = f"/{service.full_name}/{method.name}"
+            request = getattr(api_pb2, method.input_type.name)()
+            if method.name == "PollStream":
+                request.start.group, request.start.member_id = "g", "m"
+            elif hasattr(request, "member_id"):
+                request.group, request.member_id = "g", "m"
+            needs(path, request)  # defined (or cluster admin) for every RPC: nothing unchecked
+    writer = next(p for p in POLICY.principals if p.name == "writer")
+    reader = next(p for p in POLICY.principals if p.name == "reader")
+    send = api_pb2.SendRequest(topic="orders.eu")
+    auth.check(writer, needs("/raftq.v1.Producer/Send", send, "writer"), "Send")
+    with pytest.raises(errors.PermissionDenied, match="needs produce on topic 'orders'"):
+        auth.check(reader, needs("/raftq.v1.Producer/Send", api_pb2.SendRequest(topic=TOPIC)), "")
+    poll = api_pb2.PollRequest(group="g", member_id="m")
+    # the member's topics: reader may consume public.news but not orders
+    with pytest.raises(errors.PermissionDenied, match="consume on topic 'orders'"):
+        auth.check(reader, needs("/raftq.v1.Consumer/Poll", poll, "reader"), "Poll")
+    with pytest.raises(errors.UnknownMember):
+        needs("/raftq.v1.Consumer/Poll", api_pb2.PollRequest(group="g", member_id="x"))
+    remove = needs("/raftq.v1.Admin/RemoveBroker", api_pb2.RemoveBrokerRequest(broker_id=2))
+    with pytest.raises(errors.PermissionDenied, match="every topic"):
+        auth.check(writer, remove, "RemoveBroker")
+    assert needs("/raftq.v1.NotYet/Invented", None) == [Need(frozenset({"admin"}), auth.CLUSTER)]
+
+
+def test_auth_file_and_security_settings_are_validated(tmp_path: Path) -> None:
+    good = tmp_path / "auth.yaml"
+    good.write_text(
+        "principals:\n  app:\n"
+        f'    token_sha256: "{token_digest("t")}"\n'
+        "    acls:\n      - topics: orders.*\n        operations: [produce, consume]\n"
+    )
+    policy = load_auth_policy(good)
+    assert policy.principals[0].acls[0].allows("consume", "orders.x")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        'principals:\n  app:\n    token_sha256: "t0k3n"\n'
+        "    acls:\n      - topics: ['*']\n        operations: [write]\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_auth_policy(bad)
+    assert "token_sha256 must be 64 hex digits" in str(caught.value)
+    assert "operations must list some of produce, consume, admin" in str(caught.value)
+    with pytest.raises(ConfigError, match=r"needs security\.auth_file"):
+        SecuritySettings(auth_required=True)
+    with pytest.raises(ConfigError, match="set together"):
+        SecuritySettings(tls_cert_file=str(good))
+    assert SecuritySettings(auth_required=True, auth_file=str(good)).auth_required
+    from broker.config import BrokerConfig
+
+    public = BrokerSettings(
+        client_addr="10.1.2.3:7070", raft_addr="10.1.2.3:9070", cluster_secret="s" * 32
+    )
+    with pytest.raises(ConfigError, match="tokens in clear text"):
+        BrokerConfig(
+            broker=public, security=SecuritySettings(auth_required=True, auth_file=str(good))
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# A real cluster with TLS and tokens on
+# --------------------------------------------------------------------------------------------
+
+
+class Secured:
+    def __init__(self, cluster: ProcessCluster, pki: DevPki) -> None:
+        self.cluster = cluster
+        self.pki = pki
+        self.tokens = pki.tokens()
+
+    def client(self, principal: str | None, **extra: Any) -> dict[str, Any]:
+        options: dict[str, Any] = {"tls_ca_file": str(self.pki.ca), "request_timeout_ms": 5000}
+        if principal is not None:
+            options["token"] = self.tokens[principal]
+        return options | extra
+
+    def admin(self, principal: str | None = "admin", **extra: Any) -> Admin:
+        return Admin(self.cluster.bootstrap, **self.client(principal, **extra))
+
+    def state(self) -> dict[str, Any]:
+        """Everything a refused call might have changed, read as the admin."""
+        with self.admin() as admin:
+            topics = sorted(t.name for t in admin.list_topics())
+            groups = sorted(g.group for g in admin.list_groups())
+            offsets = {name: [str(o) for o in admin.list_offsets(name)] for name in topics}
+            described = {g: str(admin.describe_group(g)) for g in groups}
+        return {"topics": topics, "groups": groups, "offsets": offsets, "described": described}
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    root = tmp_path_factory.mktemp("secured")
+    pki = ensure_dev_pki(root / "tls")  # what `raftq dev up --tls` does
+    client = {"tls_ca_file": str(pki.ca), "token": pki.tokens()["admin"]}
+    with ProcessCluster(root, brokers=3, env=pki.broker_env(), client=client) as cluster:
+        cluster.wait_ready()
+        cluster.admin().create_topic(TOPIC, partitions=2)
+        cluster.wait_leaders(TOPIC)
+        yield Secured(cluster, pki)
+
+
+def test_tls_and_tokens_end_to_end(secured: Secured) -> None:
+    """The happy path: produce and consume through the Python client over TLS with tokens."""
+    with Producer(secured.cluster.bootstrap, **secured.client("producer")) as producer:
+        futures = [producer.send(TOPIC, f"m{i}".encode(), key=f"k{i}".encode()) for i in range(20)]
+        offsets = [f.result(timeout=30) for f in futures]
+    assert len(offsets) == 20
+    got: list[bytes] = []
+    with Consumer(
+        secured.cluster.bootstrap, "workers", [TOPIC], **secured.client("consumer")
+    ) as consumer:
+
+        def drained() -> bool:
+            for message in consumer.poll(50, timeout_ms=500):
+                got.append(message.value)
+                message.ack()
+            return len(got) >= 20
+
+        wait_until(drained, 60, "20 records consumed over TLS")
+    assert sorted(got) == sorted(f"m{i}".encode() for i in range(20))
+
+
+def test_unauthenticated_and_wrong_token_are_refused_and_change_nothing(secured: Secured) -> None:
+    before = secured.state()
+    for principal, phrase in ((None, "no credentials"), ("wrong", "unknown token")):
+        options = secured.client(None)
+        if principal == "wrong":
+            options["token"] = "not-a-token-of-this-cluster"
+        with Admin(secured.cluster.bootstrap, **options) as admin:
+            for call in (
+                lambda: admin.create_topic("intruder"),
+                lambda: admin.list_topics(),
+                lambda: admin.delete_topic(TOPIC),
+                lambda: admin.fetch(TOPIC, 0, 0, 10),
+            ):
+                with pytest.raises(errors.Unauthenticated, match=phrase) as caught:
+                    call()
+                assert not caught.value.retriable
+        with (
+            Producer(secured.cluster.bootstrap, **options) as producer,
+            pytest.raises(errors.Unauthenticated, match=phrase),
+        ):
+            producer.send(TOPIC, b"forged", partition=0).result(timeout=30)
+        with pytest.raises(errors.Unauthenticated, match=phrase):
+            Consumer(secured.cluster.bootstrap, "intruders", [TOPIC], **options)
+    assert secured.state() == before
+
+
+def test_tokens_without_the_acl_are_refused_and_change_nothing(secured: Secured) -> None:
+    with Producer(secured.cluster.bootstrap, **secured.client("producer")) as producer:
+        producer.send(TOPIC, b"leased", partition=0).result(timeout=30)
+    with Consumer(
+        secured.cluster.bootstrap, "acl-group", [TOPIC], **secured.client("consumer")
+    ) as consumer:
+        leased = wait_until(lambda: consumer.poll(1, timeout_ms=500), 30, "a leased record")[0]
+        before = secured.state()
+        # produce without the produce ACL
+        with (
+            Producer(secured.cluster.bootstrap, **secured.client("consumer")) as producer,
+            pytest.raises(errors.PermissionDenied, match="needs produce on topic 'orders'"),
+        ):
+            producer.send(TOPIC, b"nope", partition=0).result(timeout=30)
+        # consume without the consume ACL on that topic (reader: public.* only)
+        with pytest.raises(errors.PermissionDenied, match="needs consume on topic 'orders'"):
+            Consumer(secured.cluster.bootstrap, "readers", [TOPIC], **secured.client("reader"))
+        with (
+            secured.admin("reader") as admin,
+            pytest.raises(errors.PermissionDenied, match="consume on topic 'orders'"),
+        ):
+            admin.fetch(TOPIC, 0, 0, 10)
+        # ... nor ack someone else's lease with the member id and ref in hand
+        ack = api_pb2.AckRequest(
+            group="acl-group",
+            member_id=consumer.member_id,
+            generation=consumer.generation,
+            refs=[leased.ref],
+        )
+        for principal in ("reader", "producer"):
+            security = ChannelSecurity.from_files(
+                tls_ca_file=str(secured.pki.ca), token=secured.tokens[principal]
+            )
+            channel = open_channel(secured.cluster.client_addr(1), security)
+            try:
+                with pytest.raises(grpc.RpcError) as caught:
+                    api_pb2_grpc.ConsumerStub(channel).Ack(ack, timeout=10)
+            finally:
+                channel.close()
+            error = from_rpc_error(caught.value)
+            assert isinstance(error, errors.PermissionDenied), error
+            assert f"principal '{principal}' may not call /raftq.v1.Consumer/Ack" in error.message
+        # admin without the admin ACL
+        with secured.admin("producer") as admin:
+            for call in (
+                lambda: admin.create_topic("orders.new"),
+                lambda: admin.delete_topic(TOPIC),
+                lambda: admin.alter_topic_config(TOPIC, lease_ms=1000),
+                lambda: admin.cancel_record(TOPIC, 0, leased.offset),
+            ):
+                with pytest.raises(errors.PermissionDenied, match="needs admin on topic"):
+                    call()
+            assert admin.describe_topic(TOPIC).name == TOPIC  # producers may read metadata
+        assert secured.state() == before
+        leased.ack()  # the lease was untouched: its owner still settles it
+
+
+def test_plaintext_and_untrusted_clients_cannot_reach_a_tls_port(
+    secured: Secured, tmp_path: Path
+) -> None:
+    before = secured.state()
+    with (
+        Admin(
+            secured.cluster.bootstrap, token=secured.tokens["admin"], request_timeout_ms=3000
+        ) as plain,
+        pytest.raises(errors.Unavailable),
+    ):
+        plain.create_topic("plaintext")
+    other_ca = ensure_dev_pki(tmp_path / "other")  # a CA the brokers' certificates are not from
+    with (
+        Admin(
+            secured.cluster.bootstrap,
+            tls_ca_file=str(other_ca.ca),
+            token=secured.tokens["admin"],
+            request_timeout_ms=3000,
+        ) as untrusting,
+        pytest.raises(errors.Unavailable),
+    ):
+        untrusting.create_topic("untrusted")
+    assert secured.state() == before
+
+
+def _raft_frame(sock: socket.socket) -> tuple[int, bytes]:
+    head = b""
+    while len(head) < 4:
+        chunk = sock.recv(4 - len(head))
+        if not chunk:
+            raise ConnectionError("closed")
+        head += chunk
+    (length,) = struct.unpack("!I", head)
+    body = b""
+    while len(body) < length:
+        chunk = sock.recv(length - len(body))
+        if not chunk:
+            raise ConnectionError("closed")
+        body += chunk
+    return body[0], body[1:]
+
+
+def _closed(sock: socket.socket) -> bool:
+    sock.settimeout(10)
+    try:
+        while sock.recv(65536):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+class _Payload:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (str(self.path), "w"))
+
+
+def test_unauthenticated_raft_peers_are_refused_and_change_nothing(
+    secured: Secured, tmp_path: Path
+) -> None:
+    before = secured.state()
+    host, port = secured.cluster.raft_addr(1).rsplit(":", 1)
+    marker = tmp_path / "pwned"
+    bomb = pickle.dumps([("meta", {"type": "append_entries", "x": _Payload(marker)})], protocol=2)
+    # 1. a peer with the wrong secret goes through the whole handshake: refused at AUTH
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    nonce_c = os.urandom(mux.NONCE_BYTES)
+    _private, epk_c = mux.new_key_pair()
+    sock.sendall(mux.encode_frame(mux.KIND_HELLO, mux.hello_body(nonce_c, epk_c)))
+    kind, body = _raft_frame(sock)
+    assert kind == mux.KIND_CHALLENGE
+    head = len(mux.MAGIC) + 1
+    nonce_s = body[head : head + mux.NONCE_BYTES]
+    epk_s = body[head + mux.NONCE_BYTES : head + mux.NONCE_BYTES + mux.PUBLIC_KEY_BYTES]
+    proof = mux.client_proof(
+        b"wrong-secret-wrong-secret", nonce_s, nonce_c, epk_s, epk_c, "1.2.3.4:1"
+    )
+    sock.sendall(mux.encode_frame(mux.KIND_AUTH, proof + b"1.2.3.4:1"))
+    sock.sendall(mux.encode_frame(mux.KIND_BATCH, bomb))
+    assert _closed(sock)
+    sock.close()
+    # 2. plaintext raft traffic (a stock pysyncobj peer, or anyone) at an encrypted port
+    for attack in (bomb, mux.encode_frame(mux.KIND_BATCH, bomb), os.urandom(4096)):
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall(attack)
+        assert _closed(sock)
+        sock.close()
+    log = (secured.cluster.root / "broker-1.log").read_text(errors="replace")
+    assert "dialer failed authentication (wrong cluster secret?)" in log
+    assert not marker.exists(), "raft bytes from an unauthenticated peer were unpickled"
+    assert secured.state() == before
+    # and the cluster carries on: every broker alive, writes still commit
+    secured.cluster.wait_ready()
+    with Producer(secured.cluster.bootstrap, **secured.client("producer")) as producer:
+        producer.send(TOPIC, b"after the attacks", partition=1).result(timeout=30)
