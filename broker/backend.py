@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker.replica import PartitionReplica
+from broker.replica import PartitionReplica, group_name
 from broker.service import dead_letter_record
 from metadata.table import Table
 from proto import api_pb2, errors, internal_pb2, partition_pb2
@@ -89,6 +89,7 @@ class Backend:
         table = self.broker.meta.table
         self._guarded("register", lambda: self._register(table))
         self._reconcile(table)
+        self._guarded("members", self.broker.membership.persist)
         if self._every("report", REPORT_INTERVAL_S):
             self._guarded("report", self._report)
         for replica in list(self.broker.replicas.values()):
@@ -125,8 +126,16 @@ class Backend:
                 wanted[(topic, partition)] = (info.topic_id, addrs)
         for key, replica in list(b.replicas.items()):
             topic_id = wanted.get(key, (None, []))[0]
-            if topic_id != replica.topic_id:
-                self._remove(key, replica)
+            if topic_id == replica.topic_id:
+                b.membership.forget_orphan(key)
+                continue
+            current = table.topic(replica.topic)
+            if current is not None and current.topic_id == replica.topic_id:
+                # Moved off this broker: stay in the group until its leader removed us.
+                if not b.membership.keep_orphan(key, replica):
+                    self._remove(key, replica, delete_files=True)
+                continue
+            self._remove(key, replica)
         for key, (topic_id, addrs) in wanted.items():
             if key not in b.replicas:
                 self._guarded(f"open {key}", lambda k=key, t=topic_id, a=addrs: self._open(k, t, a))  # type: ignore[misc]
@@ -137,6 +146,11 @@ class Backend:
     def _open(self, key: tuple[str, int], topic_id: int, peers: list[str]) -> None:
         b = self.broker
         topic, partition = key
+        data_dir = self._partition_dir(topic, topic_id)
+        info = b.meta.table.topic(topic)
+        # A replica moved here joins a running group (the leader adds it): no campaigns first.
+        fresh = not (data_dir / f"{group_name(topic_id, partition)}.journal").exists()
+        standby = fresh and info is not None and info.moved(partition)
         replica = PartitionReplica(
             topic,
             partition,
@@ -151,20 +165,27 @@ class Backend:
             wal_autocheckpoint_pages=b.config.storage.wal_autocheckpoint_pages,
             max_inflight_entries=b.config.raft.max_inflight_entries_per_partition,
             timings=b.timings,
+            standby=standby,
         )
         replica.on_applied = b.service.notify_records
         if b.metrics is not None:
             b.metrics.attach(replica)  # apply latency histogram
         b.replicas[key] = replica
 
-    def _remove(self, key: tuple[str, int], replica: PartitionReplica) -> None:
+    def _remove(
+        self, key: tuple[str, int], replica: PartitionReplica, *, delete_files: bool = False
+    ) -> None:
         b = self.broker
         del b.replicas[key]
         replica.close()
         topic_id = replica.topic_id
+        data_dir = self._partition_dir(replica.topic, topic_id)
         if b.meta.table.topic_by_id(topic_id) is None:  # deleted: its files go too
-            shutil.rmtree(self._partition_dir(replica.topic, topic_id), ignore_errors=True)
-        logger.info("%s replica removed", replica.where)
+            shutil.rmtree(data_dir, ignore_errors=True)
+        elif delete_files:  # moved to another broker: this replica's files only
+            for path in data_dir.glob(f"{replica.name}.*"):
+                path.unlink(missing_ok=True)
+        logger.info("%s [group=%s] replica removed", replica.where, replica.name)
 
     def _report(self) -> None:
         b = self.broker
@@ -186,6 +207,7 @@ class Backend:
                 applied_index=int(status["applied_index"]),
                 healthy=replica.healthy,
                 term=int(status["term"]),
+                members=replica.node.members() if replica.is_leader() else [],
             )
         if b.meta.is_leader():
             b.reports.record(report)
@@ -210,6 +232,8 @@ class Backend:
             replica.propose(partition_pb2.PartitionCommand(retain=partition_pb2.Retain()), 5.0)
         if self._every(f"dlq {replica.name}", DLQ_INTERVAL_S):
             self._forward_dead_letters(replica, table)
+        if self.broker.membership.lead_partition(replica, table):
+            return  # replicas moving (broker/membership.py): no leader balancing meanwhile
         if self._every(f"balance {replica.name}", BALANCE_INTERVAL_S):
             self._prefer_leader(replica, table)
 

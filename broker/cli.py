@@ -441,6 +441,19 @@ def cluster_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cluster_remove_broker(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        moved = admin.remove_broker(args.broker_id, timeout_s=args.timeout_s)
+    if args.json:
+        emit_json({"broker_id": args.broker_id, "moved_partitions": moved}, sys.stdout)
+    else:
+        print(
+            f"broker {args.broker_id} removed: {moved} replicas moved to other brokers; "
+            "it can be stopped now"
+        )
+    return 0
+
+
 # --- wiring ---------------------------------------------------------------------------------
 
 
@@ -500,6 +513,17 @@ def register(subparsers: Subparsers) -> None:
     cluster = subparsers.add_parser("cluster", help="cluster health")
     clusters = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
     _add(clusters, "status", cluster_status, "brokers, leader, health", common)
+    remove = _add(
+        clusters,
+        "remove-broker",
+        cluster_remove_broker,
+        "move a broker's replicas to the others, then take it out of the cluster",
+        common,
+    )
+    remove.add_argument("broker_id", type=int, metavar="ID")
+    remove.add_argument(
+        "--timeout-s", type=float, default=300.0, help="wait at most this long (default 300)"
+    )
 
 
 REGISTRARS: list[Callable[[Subparsers], None]] = [register, cli_server.register]

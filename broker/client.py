@@ -332,6 +332,17 @@ class Admin:
             api_pb2.CancelRecordRequest(topic=topic, partition=partition, offset=offset),
         )
 
+    def remove_broker(self, broker_id: int, timeout_s: float = 300.0) -> int:
+        """Move every replica off ``broker_id``, deregister it and take it out of the metadata
+        group (Admin.RemoveBroker); returns the number of replicas moved. Blocks until done or
+        ``timeout_s``; after a Timeout or Unavailable call it again (it resumes). InvalidArgument
+        (not registered, no live broker can take a replica) is normal."""
+        request = api_pb2.RemoveBrokerRequest(broker_id=broker_id)
+        response: api_pb2.RemoveBrokerResponse = self._channels.call_any(
+            lambda s, t: s.admin.RemoveBroker(request, timeout=max(t, timeout_s))
+        )
+        return response.moved_partitions
+
     def list_offsets(self, topic: str) -> list[api_pb2.PartitionOffsets]:
         request = api_pb2.ListOffsetsRequest(topic=topic)
         response = self._channels.call_any(lambda s, t: s.log.ListOffsets(request, timeout=t))
@@ -950,7 +961,14 @@ class Consumer:
             _consumer=self,
         )
 
-    def _settle(self, method: str, messages: Sequence[Message], **extra: Any) -> list[Any]:
+    def _settle(
+        self, method: str, messages: Sequence[Message], *, rejoins: int = 0, **extra: Any
+    ) -> list[Any]:
+        """One settle call. A call FENCED for its generation rejoins (same member id) and is
+        sent again with the new generation (up to 3 times, like poll): the leases on partitions
+        this member kept are still its own and would otherwise sit until lease_ms; refs on
+        partitions it lost come back FENCED per ref (the broker released those leases to their
+        new owner)."""
         if not messages:
             return []
         with self._lock:
@@ -972,8 +990,13 @@ class Consumer:
                 lambda s, t: getattr(s.consumer, method)(request, timeout=t)
             )
         except (errors.Fenced, errors.UnknownMember) as exc:
-            # A rebalance: these deliveries are no longer ours. Rejoin; report per message.
-            self._rejoin(exc, generation)
+            # A rebalance. Rejoin; after UNKNOWN_MEMBER nothing leased is ours any more.
+            try:
+                self._rejoin(exc, generation)
+            except errors.RaftqError:
+                return [exc for _ in messages]
+            if isinstance(exc, errors.Fenced) and rejoins < 3:
+                return self._settle(method, messages, rejoins=rejoins + 1, **extra)
             return [exc for _ in messages]
         return list(response.results)
 

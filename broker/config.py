@@ -214,6 +214,7 @@ class BrokerSettings(_Section):
     rack: str = ""
     data_dir: str = "./data/broker-1"
     seeds: tuple[str, ...] = ("127.0.0.1:9070",)
+    join_addrs: tuple[str, ...] = ()
     metrics_addr: str = "127.0.0.1:9100"
     cluster_secret: str = _setting("", secret=True)
 
@@ -242,6 +243,14 @@ class BrokerSettings(_Section):
             if _split_addr(seed) is None:
                 problems.append(
                     Problem("broker.seeds", f"broker.seeds ({seed!r}) must be host:port raft addrs")
+                )
+        for addr in self.join_addrs:
+            if _split_addr(addr) is None:
+                problems.append(
+                    Problem(
+                        "broker.join_addrs",
+                        f"broker.join_addrs ({addr!r}) must be host:port client addresses",
+                    )
                 )
         if len(set(self.seeds)) != len(self.seeds):
             shown = _show(self.seeds, False)

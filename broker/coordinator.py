@@ -100,6 +100,7 @@ class BrokerReports:
 
     def __init__(self, alive_s: float = 3.0, clock_s: Callable[[], float] = time.monotonic):
         self._alive_s = alive_s
+        self.alive_s = alive_s
         self._clock_s = clock_s
         self._lock = threading.Lock()
         self._reports: dict[int, tuple[float, internal_pb2.BrokerReport]] = {}
@@ -112,6 +113,12 @@ class BrokerReports:
         now = self._clock_s()
         with self._lock:
             return {b for b, (at, _) in self._reports.items() if now - at <= self._alive_s}
+
+    def latest(self) -> dict[int, internal_pb2.BrokerReport]:
+        """The latest report of each live broker."""
+        alive = self.alive()
+        with self._lock:
+            return {b: r for b, (_, r) in self._reports.items() if b in alive}
 
     def partitions(self, table: Table) -> dict[tuple[str, int], PartitionView]:
         """What the live brokers' reports say about each partition (current topic ids only)."""

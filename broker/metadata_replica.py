@@ -42,6 +42,7 @@ class MetadataReplica:
         timings: RaftTimings,
         fsync: bool = True,
         clock: Callable[[], float] = time.time,
+        standby: bool = False,
     ) -> None:
         self.machine = MetadataMachine()
         self._clock = clock
@@ -61,6 +62,7 @@ class MetadataReplica:
             transport_class=driver.endpoint.transport_class(GROUP),  # type: ignore[attr-defined]
             timings=timings,
             group_commit=True,
+            standby=standby,  # joining (broker/membership.py): no campaigns until added
         )
         self._driver = driver
         driver.register(GROUP, self.node)

@@ -113,6 +113,7 @@ class PartitionReplica:
         max_inflight_entries: int = MAX_INFLIGHT_ENTRIES,
         max_inflight_calls: int = MAX_INFLIGHT_CALLS,
         store: PartitionStore | None = None,
+        standby: bool = False,
         cache_kib: int = 2048,
         wal_autocheckpoint_pages: int = 1000,
     ) -> None:
@@ -165,6 +166,7 @@ class PartitionReplica:
             secret=secret,
             timings=timings,
             group_commit=driver is not None,
+            standby=standby,  # joining a running group: no campaigns until its leader calls
         )
         self.proposer = Proposer(
             self._propose_bytes,

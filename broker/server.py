@@ -5,10 +5,11 @@ replicas the table places here, the backend that reconciles them, and the gRPC A
            └─► gRPC server (client port): API services + Internal service ──► BrokerService
            └─► Backend thread: register, open/close replicas, report, leader duties, sessions
 
-Cluster bring-up: the brokers named in ``broker.seeds`` are the metadata group's voters; they
-elect a leader among themselves on first start (no separate bootstrap step) and every broker
-registers itself through the metadata leader. A restart with the same data directory replays
-the journals and rejoins without loss.
+Cluster bring-up: the brokers named in ``broker.seeds`` are the metadata group's first voters;
+they elect a leader among themselves on first start (no separate bootstrap step). A broker not
+in the seeds joins through ``broker.join_addrs`` and becomes a voter too (broker/membership.py).
+Every broker registers itself through the metadata leader. A restart with the same data
+directory replays the journals and rejoins without loss (and without joining again).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from broker.backend import Backend
 from broker.config import BrokerConfig
 from broker.coordinator import BrokerReports, SessionTable
+from broker.membership import Membership, initial_voters
 from broker.metadata_replica import MetadataReplica
 from broker.metrics import BrokerMetrics
 from broker.replica import PartitionReplica
@@ -63,13 +65,16 @@ class Broker:
         secret = config.broker.cluster_secret
         self.endpoint = MuxEndpoint(config.broker.raft_addr, secret.encode())
         self.driver = RaftDriver(self.endpoint, tick_interval_s=0.02)
+        # Seeds bootstrap the metadata group; any other broker joins it (broker/membership.py).
+        voters, joining = initial_voters(config, self.data_dir / "meta")
         self.meta = MetadataReplica(
             data_dir=self.data_dir / "meta",
             self_addr=config.broker.raft_addr,
-            voters=list(config.broker.seeds),
+            voters=voters,
             driver=self.driver,
             timings=self.timings,
             fsync=config.raft.fsync,
+            standby=joining,
         )
         self.frontend = MetadataFrontend(
             topic_defaults=TopicDefaults.from_settings(config.topic_defaults),
@@ -93,6 +98,8 @@ class Broker:
             reports=self.reports,
             heartbeat_interval_ms=config.groups.heartbeat_interval_ms,
         )
+        self.membership = Membership(self, joining=joining)
+        self.service.membership = self.membership
         self.backend = Backend(self)
         self.meta.on_change(self.backend.wake)
         internal = InternalServicer(self.service, secret, default_timeout_s=10.0)
@@ -114,6 +121,7 @@ class Broker:
             credentials=self.security.credentials,
         )
         self.backend.start()
+        self.membership.start()
         self._stopped = threading.Event()
         logger.info(
             "[broker=%d] serving clients on %s, raft on %s, metrics on %s, data in %s",
@@ -132,6 +140,7 @@ class Broker:
         self.grpc.stop(grace_s).wait(grace_s + 1)
         if self.metrics is not None:
             self.metrics.stop()
+        self.membership.stop()
         self.backend.stop()
         self.service.close()
         for replica in list(self.replicas.values()):

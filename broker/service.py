@@ -44,6 +44,7 @@ from proto.common_pb2 import ErrorCode
 from transport.internal import InternalClient
 
 if TYPE_CHECKING:
+    from broker.membership import Membership
     from broker.metadata_replica import MetadataReplica
     from broker.replica import PartitionReplica
 
@@ -65,6 +66,7 @@ LEADER_ONLY: dict[str, type[Any]] = {
     "join_group": api_pb2.JoinGroupRequest,
     "heartbeat": api_pb2.HeartbeatRequest,
     "leave_group": api_pb2.LeaveGroupRequest,
+    "remove_broker": api_pb2.RemoveBrokerRequest,
 }
 RESPONSES: dict[str, type[Any]] = {
     "create_topic": api_pb2.TopicDescription,
@@ -76,6 +78,7 @@ RESPONSES: dict[str, type[Any]] = {
     "join_group": api_pb2.JoinGroupResponse,
     "heartbeat": api_pb2.HeartbeatResponse,
     "leave_group": api_pb2.LeaveGroupResponse,
+    "remove_broker": api_pb2.RemoveBrokerResponse,
 }
 
 
@@ -135,6 +138,7 @@ class BrokerService:
             internal=internal,
         )
         self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="raftq-release")
+        self.membership: Membership | None = None  # set by the broker (broker/membership.py)
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -244,6 +248,18 @@ class BrokerService:
         if replica is None:
             raise self.router.not_leader(request.topic, request.partition)
         return read_on(replica, request)
+
+    def meta_members_local(self) -> internal_pb2.MetaMembersResponse:
+        """Internal.MetaMembers: the metadata voters as this broker knows them."""
+        assert self.membership is not None
+        return self.membership.meta_members()
+
+    def join_cluster_local(
+        self, request: internal_pb2.JoinClusterRequest, *, timeout_s: float
+    ) -> internal_pb2.MetaMembersResponse:
+        """Internal.JoinCluster: add a broker to the metadata group (leader only)."""
+        assert self.membership is not None
+        return self.membership.join_cluster(request, timeout_s)
 
     def report_local(self, report: internal_pb2.BrokerReport) -> internal_pb2.ReportAck:
         if not self.meta.is_leader():
@@ -642,7 +658,32 @@ class BrokerService:
         return response
 
     def live_brokers(self) -> set[int]:
-        return self.reports.alive() | {self.broker_id}
+        """Brokers that may take new replicas: reporting, and not being removed."""
+        draining = self.membership.draining if self.membership is not None else set()
+        return (self.reports.alive() | {self.broker_id}) - draining
+
+    def remove_broker(
+        self, request: api_pb2.RemoveBrokerRequest, *, timeout_s: float | None
+    ) -> api_pb2.RemoveBrokerResponse:
+        """Runs on the metadata leader in slices (a forwarded call is cut at the internal
+        timeout); each slice resumes where the last one stopped (broker/membership.py)."""
+        deadline = time.monotonic() + _timeout(timeout_s)
+        while True:
+            try:
+                response: api_pb2.RemoveBrokerResponse = self._leader_only(
+                    "remove_broker", request, deadline - time.monotonic()
+                )
+                return response
+            except (errors.Timeout, errors.NotLeader):
+                if time.monotonic() >= deadline - 0.1:
+                    raise
+                time.sleep(0.1)
+
+    def _remove_broker(
+        self, request: api_pb2.RemoveBrokerRequest, timeout_s: float
+    ) -> api_pb2.RemoveBrokerResponse:
+        assert self.membership is not None
+        return self.membership.remove_broker(request.broker_id, timeout_s)
 
     def _create_topic(
         self, request: api_pb2.CreateTopicRequest, timeout_s: float

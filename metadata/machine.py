@@ -381,7 +381,7 @@ def on_create_topic(
         check_replicas(table, replicas, f"{cmd.name}/{p}")
         partitions.append(PartitionInfo(replicas, index))
     topic = TopicInfo(
-        cmd.name, cmd.topic_id, config_to_bytes(cmd.config), tuple(partitions), now_ms, index
+        cmd.name, cmd.topic_id, config_to_bytes(cmd.config), tuple(partitions), now_ms, index, index
     )
     new = replace(
         table,

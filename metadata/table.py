@@ -80,6 +80,7 @@ class TopicInfo:
     partitions: tuple[PartitionInfo, ...]
     created_ms: int = 0
     revision: int = 0  # the Raft index that last changed the topic
+    created_index: int = 0  # the Raft index that created it (0: unknown)
 
     @property
     def config(self) -> common_pb2.TopicConfig:
@@ -98,6 +99,10 @@ class TopicInfo:
     def placement(self) -> list[list[int]]:
         return [list(p.replicas) for p in self.partitions]
 
+    def moved(self, partition: int) -> bool:
+        """Whether ``partition``'s replicas changed after the topic was created."""
+        return 0 < self.created_index < self.partitions[partition].revision
+
     def to_proto(self) -> metadata_pb2.TopicState:
         return metadata_pb2.TopicState(
             name=self.name,
@@ -109,6 +114,7 @@ class TopicInfo:
             ],
             created_ms=self.created_ms,
             revision=self.revision,
+            created_index=self.created_index,
         )
 
     @classmethod
@@ -120,6 +126,7 @@ class TopicInfo:
             tuple(PartitionInfo(tuple(p.replicas), p.revision) for p in msg.partitions),
             msg.created_ms,
             msg.revision,
+            msg.created_index,
         )
 
 
@@ -310,6 +317,7 @@ class Table:
                     "partitions": [(p.replicas, p.revision) for p in t.partitions],
                     "created_ms": t.created_ms,
                     "revision": t.revision,
+                    "created_index": t.created_index,
                 }
                 for name, t in sorted(self.topics.items())
             },

@@ -577,3 +577,15 @@ class CancelRecordRequest(_message.Message):
 class CancelRecordResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class RemoveBrokerRequest(_message.Message):
+    __slots__ = ("broker_id",)
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    def __init__(self, broker_id: _Optional[int] = ...) -> None: ...
+
+class RemoveBrokerResponse(_message.Message):
+    __slots__ = ("moved_partitions",)
+    MOVED_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    moved_partitions: int
+    def __init__(self, moved_partitions: _Optional[int] = ...) -> None: ...

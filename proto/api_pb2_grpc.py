@@ -747,6 +747,11 @@ class AdminStub:
                 request_serializer=proto_dot_api__pb2.CancelRecordRequest.SerializeToString,
                 response_deserializer=proto_dot_api__pb2.CancelRecordResponse.FromString,
                 _registered_method=True)
+        self.RemoveBroker = channel.unary_unary(
+                '/raftq.v1.Admin/RemoveBroker',
+                request_serializer=proto_dot_api__pb2.RemoveBrokerRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.RemoveBrokerResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -818,6 +823,16 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RemoveBroker(self, request, context):
+        """Take a broker out of the cluster: move each of its replicas to another live broker
+        (add the new replica to the partition's Raft group, wait until it caught up, then remove
+        the old one), then deregister it and remove it from the metadata group. Returns when done;
+        safe to call again after a timeout. The broker can be stopped afterwards.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -870,6 +885,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.CancelRecord,
                     request_deserializer=proto_dot_api__pb2.CancelRecordRequest.FromString,
                     response_serializer=proto_dot_api__pb2.CancelRecordResponse.SerializeToString,
+            ),
+            'RemoveBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveBroker,
+                    request_deserializer=proto_dot_api__pb2.RemoveBrokerRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.RemoveBrokerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1146,6 +1166,33 @@ class Admin:
             '/raftq.v1.Admin/CancelRecord',
             proto_dot_api__pb2.CancelRecordRequest.SerializeToString,
             proto_dot_api__pb2.CancelRecordResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Admin/RemoveBroker',
+            proto_dot_api__pb2.RemoveBrokerRequest.SerializeToString,
+            proto_dot_api__pb2.RemoveBrokerResponse.FromString,
             options,
             channel_credentials,
             insecure,

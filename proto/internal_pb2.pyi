@@ -120,7 +120,7 @@ class ForwardResponse(_message.Message):
     def __init__(self, response: _Optional[bytes] = ...) -> None: ...
 
 class ReplicaReport(_message.Message):
-    __slots__ = ("topic", "partition", "topic_id", "leader", "leader_raft_addr", "log_start", "end", "applied_index", "healthy", "term")
+    __slots__ = ("topic", "partition", "topic_id", "leader", "leader_raft_addr", "log_start", "end", "applied_index", "healthy", "term", "members")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +131,7 @@ class ReplicaReport(_message.Message):
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
     HEALTHY_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     topic_id: int
@@ -141,7 +142,8 @@ class ReplicaReport(_message.Message):
     applied_index: int
     healthy: bool
     term: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., topic_id: _Optional[int] = ..., leader: _Optional[bool] = ..., leader_raft_addr: _Optional[str] = ..., log_start: _Optional[int] = ..., end: _Optional[int] = ..., applied_index: _Optional[int] = ..., healthy: _Optional[bool] = ..., term: _Optional[int] = ...) -> None: ...
+    members: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., topic_id: _Optional[int] = ..., leader: _Optional[bool] = ..., leader_raft_addr: _Optional[str] = ..., log_start: _Optional[int] = ..., end: _Optional[int] = ..., applied_index: _Optional[int] = ..., healthy: _Optional[bool] = ..., term: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class BrokerReport(_message.Message):
     __slots__ = ("broker_id", "replicas", "sent_ms")
@@ -158,3 +160,27 @@ class ReportAck(_message.Message):
     METADATA_LEADER_FIELD_NUMBER: _ClassVar[int]
     metadata_leader: int
     def __init__(self, metadata_leader: _Optional[int] = ...) -> None: ...
+
+class MetaMembersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class MetaMembersResponse(_message.Message):
+    __slots__ = ("members", "leader_raft_addr", "leader_client_addr", "added")
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_RAFT_ADDR_FIELD_NUMBER: _ClassVar[int]
+    LEADER_CLIENT_ADDR_FIELD_NUMBER: _ClassVar[int]
+    ADDED_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedScalarFieldContainer[str]
+    leader_raft_addr: str
+    leader_client_addr: str
+    added: bool
+    def __init__(self, members: _Optional[_Iterable[str]] = ..., leader_raft_addr: _Optional[str] = ..., leader_client_addr: _Optional[str] = ..., added: _Optional[bool] = ...) -> None: ...
+
+class JoinClusterRequest(_message.Message):
+    __slots__ = ("broker_id", "raft_addr")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDR_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    raft_addr: str
+    def __init__(self, broker_id: _Optional[int] = ..., raft_addr: _Optional[str] = ...) -> None: ...

@@ -59,6 +59,16 @@ class InternalStub:
                 request_serializer=proto_dot_internal__pb2.BrokerReport.SerializeToString,
                 response_deserializer=proto_dot_internal__pb2.ReportAck.FromString,
                 _registered_method=True)
+        self.MetaMembers = channel.unary_unary(
+                '/raftq.v1.Internal/MetaMembers',
+                request_serializer=proto_dot_internal__pb2.MetaMembersRequest.SerializeToString,
+                response_deserializer=proto_dot_internal__pb2.MetaMembersResponse.FromString,
+                _registered_method=True)
+        self.JoinCluster = channel.unary_unary(
+                '/raftq.v1.Internal/JoinCluster',
+                request_serializer=proto_dot_internal__pb2.JoinClusterRequest.SerializeToString,
+                response_deserializer=proto_dot_internal__pb2.MetaMembersResponse.FromString,
+                _registered_method=True)
 
 
 class InternalServicer:
@@ -102,6 +112,22 @@ class InternalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MetaMembers(self, request, context):
+        """The metadata group's voters and leader, as the answering broker knows them: a broker
+        outside broker.seeds starts its metadata replica with these peers before it joins.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def JoinCluster(self, request, context):
+        """On the metadata leader: add raft_addr to the metadata group as a voter (one membership
+        change at a time; waits until the change is committed). Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InternalServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -129,6 +155,16 @@ def add_InternalServicer_to_server(servicer, server):
                     servicer.Report,
                     request_deserializer=proto_dot_internal__pb2.BrokerReport.FromString,
                     response_serializer=proto_dot_internal__pb2.ReportAck.SerializeToString,
+            ),
+            'MetaMembers': grpc.unary_unary_rpc_method_handler(
+                    servicer.MetaMembers,
+                    request_deserializer=proto_dot_internal__pb2.MetaMembersRequest.FromString,
+                    response_serializer=proto_dot_internal__pb2.MetaMembersResponse.SerializeToString,
+            ),
+            'JoinCluster': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinCluster,
+                    request_deserializer=proto_dot_internal__pb2.JoinClusterRequest.FromString,
+                    response_serializer=proto_dot_internal__pb2.MetaMembersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -266,6 +302,60 @@ class Internal:
             '/raftq.v1.Internal/Report',
             proto_dot_internal__pb2.BrokerReport.SerializeToString,
             proto_dot_internal__pb2.ReportAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MetaMembers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Internal/MetaMembers',
+            proto_dot_internal__pb2.MetaMembersRequest.SerializeToString,
+            proto_dot_internal__pb2.MetaMembersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinCluster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Internal/JoinCluster',
+            proto_dot_internal__pb2.JoinClusterRequest.SerializeToString,
+            proto_dot_internal__pb2.MetaMembersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -160,20 +160,22 @@ class PartitionState(_message.Message):
     def __init__(self, replicas: _Optional[_Iterable[int]] = ..., revision: _Optional[int] = ...) -> None: ...
 
 class TopicState(_message.Message):
-    __slots__ = ("name", "topic_id", "config", "partitions", "created_ms", "revision")
+    __slots__ = ("name", "topic_id", "config", "partitions", "created_ms", "revision", "created_index")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_INDEX_FIELD_NUMBER: _ClassVar[int]
     name: str
     topic_id: int
     config: _common_pb2.TopicConfig
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionState]
     created_ms: int
     revision: int
-    def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[int] = ..., config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., created_ms: _Optional[int] = ..., revision: _Optional[int] = ...) -> None: ...
+    created_index: int
+    def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[int] = ..., config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., created_ms: _Optional[int] = ..., revision: _Optional[int] = ..., created_index: _Optional[int] = ...) -> None: ...
 
 class TopicPartitionRef(_message.Message):
     __slots__ = ("topic", "partition")

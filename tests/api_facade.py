@@ -590,6 +590,11 @@ class ApiFacade:
             )
             return api_pb2.CancelRecordResponse()
 
+    def remove_broker(
+        self, request: api_pb2.RemoveBrokerRequest, *, timeout_s: float | None
+    ) -> api_pb2.RemoveBrokerResponse:
+        raise errors.InvalidArgument(f"broker {request.broker_id}: a single node has no others")
+
     def close(self) -> None:
         with self.lock:
             for topic in self.topics.values():

@@ -49,10 +49,13 @@ class ProcessCluster:
         fast: bool = True,
         metrics: bool = False,
         client: dict[str, Any] | None = None,
+        seeds: int | None = None,
     ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.n = brokers
+        # Brokers 1..seeds bootstrap the metadata group; the others join through the seeds.
+        self.seeds = min(brokers, 3) if seeds is None else seeds
         self.client_ports = {i: free_port() for i in range(1, brokers + 1)}
         self.raft_ports = {i: free_port() for i in range(1, brokers + 1)}
         self.metrics_ports = {i: free_port() for i in range(1, brokers + 1)} if metrics else {}
@@ -76,8 +79,18 @@ class ProcessCluster:
     def bootstrap(self) -> str:
         return ",".join(self.client_addr(i) for i in sorted(self.client_ports))
 
+    def add_broker(self) -> int:
+        """Allocate addresses for one more broker (it joins the cluster); ``start`` it."""
+        broker = max(self.client_ports) + 1
+        self.client_ports[broker] = free_port()
+        self.raft_ports[broker] = free_port()
+        if self.metrics_ports:
+            self.metrics_ports[broker] = free_port()
+        return broker
+
     def env(self, broker: int) -> dict[str, str]:
-        seeds = [self.raft_addr(i) for i in sorted(self.raft_ports)][: min(self.n, 7)]
+        seeds = [self.raft_addr(i) for i in sorted(self.raft_ports)][: self.seeds]
+        joins = [self.client_addr(i) for i in sorted(self.client_ports)][: self.seeds]
         return {
             **os.environ,
             "RAFTQ_BROKER__ID": str(broker),
@@ -88,6 +101,7 @@ class ProcessCluster:
             ),
             "RAFTQ_BROKER__DATA_DIR": str(self.root / f"broker-{broker}"),
             "RAFTQ_BROKER__SEEDS": json.dumps(seeds),
+            "RAFTQ_BROKER__JOIN_ADDRS": json.dumps(joins),
             "RAFTQ_TOPIC_DEFAULTS__REPLICATION_FACTOR": str(min(3, self.n)),
             **self.extra_env,
         }

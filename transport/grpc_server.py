@@ -147,6 +147,10 @@ class BrokerFacade(Protocol):
         self, request: api_pb2.CancelRecordRequest, *, timeout_s: float | None
     ) -> api_pb2.CancelRecordResponse: ...
 
+    def remove_broker(
+        self, request: api_pb2.RemoveBrokerRequest, *, timeout_s: float | None
+    ) -> api_pb2.RemoveBrokerResponse: ...
+
 
 # --- request shape checks ------------------------------------------------------------------
 
@@ -332,6 +336,10 @@ def check_cancel_record(r: api_pb2.CancelRecordRequest) -> None:
     check_range(r.offset, "offset", 0)
 
 
+def check_remove_broker(r: api_pb2.RemoveBrokerRequest) -> None:
+    check_range(r.broker_id, "broker_id", 1)
+
+
 def _no_check(request: Any) -> None:
     return None
 
@@ -500,6 +508,7 @@ class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
     DescribeCluster = _unary("describe_cluster", _no_check)
     UpdateRecord = _unary("update_record", check_update_record)
     CancelRecord = _unary("cancel_record", check_cancel_record)
+    RemoveBroker = _unary("remove_broker", check_remove_broker)
 
 
 def serve(

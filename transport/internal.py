@@ -50,6 +50,12 @@ class PartitionHost(Protocol):
 
     def report_local(self, report: internal_pb2.BrokerReport) -> internal_pb2.ReportAck: ...
 
+    def meta_members_local(self) -> internal_pb2.MetaMembersResponse: ...
+
+    def join_cluster_local(
+        self, request: internal_pb2.JoinClusterRequest, *, timeout_s: float
+    ) -> internal_pb2.MetaMembersResponse: ...
+
 
 class InternalServicer(internal_pb2_grpc.InternalServicer):
     def __init__(self, host: PartitionHost, secret: str, *, default_timeout_s: float) -> None:
@@ -123,6 +129,24 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
         except errors.RaftqError as exc:
             abort(context, exc)
 
+    def MetaMembers(
+        self, request: internal_pb2.MetaMembersRequest, context: grpc.ServicerContext
+    ) -> internal_pb2.MetaMembersResponse:
+        self._authenticate(context)
+        try:
+            return self._host.meta_members_local()
+        except errors.RaftqError as exc:
+            abort(context, exc)
+
+    def JoinCluster(
+        self, request: internal_pb2.JoinClusterRequest, context: grpc.ServicerContext
+    ) -> internal_pb2.MetaMembersResponse:
+        self._authenticate(context)
+        try:
+            return self._host.join_cluster_local(request, timeout_s=self._timeout(context))
+        except errors.RaftqError as exc:
+            abort(context, exc)
+
 
 def add_internal_service(server: grpc.Server, servicer: InternalServicer) -> None:
     internal_pb2_grpc.add_InternalServicer_to_server(servicer, server)
@@ -187,6 +211,21 @@ class InternalClient:
     ) -> internal_pb2.ReportAck:
         ack: internal_pb2.ReportAck = self._call(self._stub(address).Report, report, timeout_s)
         return ack
+
+    def meta_members(self, address: str, timeout_s: float) -> internal_pb2.MetaMembersResponse:
+        response: internal_pb2.MetaMembersResponse = self._call(
+            self._stub(address).MetaMembers, internal_pb2.MetaMembersRequest(), timeout_s
+        )
+        return response
+
+    def join_cluster(
+        self, address: str, request: internal_pb2.JoinClusterRequest, timeout_s: float
+    ) -> internal_pb2.MetaMembersResponse:
+        """Raises NotLeader (hint: the metadata leader's client address), Unavailable, Timeout."""
+        response: internal_pb2.MetaMembersResponse = self._call(
+            self._stub(address).JoinCluster, request, timeout_s
+        )
+        return response
 
     def close(self) -> None:
         with self._lock:

@@ -471,6 +471,7 @@ class _HardenedSyncObj(SyncObj):
 
 
 Callback = Callable[[object, int], None]
+_UNCOMMITTED = -1  # change_membership: the leader's log has uncommitted entries; retry
 
 
 class RaftNode:
@@ -506,6 +507,7 @@ class RaftNode:
         secret: str | None = None,
         timings: RaftTimings | None = None,
         group_commit: bool = False,
+        standby: bool = False,
     ) -> None:
         if (snapshot is None) != (restore is None):
             raise ValueError("snapshot and restore callbacks go together")
@@ -530,6 +532,9 @@ class RaftNode:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._destroyed = False
+        # A joining replica does not campaign until a leader has contacted it (see tick()).
+        self._standby = standby
+        self._membership_lock = threading.Lock()
 
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -610,9 +615,29 @@ class RaftNode:
         self._tick_ident = threading.get_ident()
         while self._calls:
             self._calls.popleft()()
+        if self._standby:
+            self._hold_election()
         if not self.group_commit:
             self.journal.sync()
         self._obj.doTick(timeout)
+
+    def _hold_election(self) -> None:
+        """Standby (a replica joining a running group): members drop a non-member's messages,
+        so its campaigns would only inflate its term, and once added that higher term would
+        depose the leader that added it. Hold the election timer until a leader has spoken."""
+        obj = self._obj
+        if obj._SyncObj__raftLeader is not None:
+            self._standby = False
+            logger.info("[group=%s] joined: leader %s reached us", self.name, self.leader())
+            return
+        obj._SyncObj__raftElectionDeadline = (
+            monotonic_time() + self.timings.election_timeout_max_s
+        )
+
+    @property
+    def standby(self) -> bool:
+        """True while this joining replica waits for a leader's first message."""
+        return self._standby
 
     def sync(self) -> None:
         """fsync journal (and due meta) if anything changed since the last call: group commit."""
@@ -742,6 +767,91 @@ class RaftNode:
         ``REQUEST_DENIED`` (target unknown or not caught up); poll :meth:`leader` to confirm.
         """
         self._call_soon(lambda: self._obj.transferLeadership(to, self._safe(callback)))
+
+    def members(self) -> list[str]:
+        """The group's voters as this replica knows them (itself included), sorted. On the
+        leader this includes a change that is appended but not yet committed."""
+        for _attempt in range(5):
+            try:  # the tick thread may change the set while we copy it
+                others = [str(node.id) for node in list(self._obj._SyncObj__otherNodes)]
+                break
+            except RuntimeError:
+                continue
+        else:
+            others = [str(node.id) for node in self._obj.otherNodes]
+        return sorted({self.self_addr, *others})
+
+    def caught_up(self, addr: str, slack: int = 0, *, index: int | None = None) -> bool:
+        """On the leader: ``addr``'s replica has acknowledged every entry up to ``index``
+        (default: the commit index minus ``slack``). A replica that has acknowledged nothing
+        yet is never caught up."""
+        status = self.status()
+        match = status["match_index"].get(addr)
+        if match is None or int(match) <= 0:
+            return False
+        target = int(status["commit_index"]) - slack if index is None else index
+        return int(match) >= target
+
+    def change_membership(self, op: str, addr: str, timeout_s: float) -> bool:
+        """Add (``op="add"``) or remove (``"remove"``) one voter and wait until the change is
+        committed. Blocking; never on the tick thread. Returns False when there was nothing to
+        do (already a member / not a member).
+
+        One change at a time (Raft's single-server changes; pysyncobj's own guard is dead
+        code): changes through this method are serialized per node, and a change is issued
+        only once everything in the leader's log is committed — which also covers a change a
+        previous leader appended and did not commit.
+
+        Normal errors: ``NotLeader``; ``Timeout`` (the change may still commit: check
+        ``members()`` and retry); ``Unavailable`` (refused, e.g. removing the leader itself:
+        transfer leadership first).
+        """
+        assert op in ("add", "remove"), op
+        assert threading.get_ident() != self._tick_ident, "change_membership on the tick thread"
+        deadline = time.monotonic() + timeout_s
+        where = f"[group={self.name}]"
+        with self._membership_lock:
+            while True:
+                if not self.is_leader():
+                    raise errors.NotLeader(f"{where} not the leader", leader_hint=self.hint())
+                present = addr in self.members()
+                if present == (op == "add"):
+                    return False
+                done = threading.Event()
+                box: list[int] = []
+
+                def callback(
+                    _result: object, err: int, box: list[int] = box, done: threading.Event = done
+                ) -> None:
+                    box.append(err)
+                    done.set()
+
+                def issue(callback: Callback = callback) -> None:
+                    obj = self._obj
+                    if not obj._isLeader():
+                        callback(None, FailReason.NOT_LEADER)
+                    elif obj.raftCommitIndex < obj._SyncObj__raftLog[-1][1]:
+                        callback(None, _UNCOMMITTED)  # an earlier entry (or change) is pending
+                    elif op == "add":
+                        obj.addNodeToCluster(addr, self._safe(callback))
+                    else:
+                        obj.removeNodeFromCluster(addr, self._safe(callback))
+
+                self._call_soon(issue)
+                if not done.wait(max(0.0, deadline - time.monotonic())):
+                    raise errors.Timeout(f"{where} {op} {addr}: no outcome in {timeout_s:.3g} s")
+                err = box[0]
+                if err == FailReason.SUCCESS:
+                    logger.info("%s membership: %s %s committed", where, op, addr)
+                    return True
+                if err == _UNCOMMITTED:
+                    if time.monotonic() >= deadline:
+                        raise errors.Timeout(f"{where} {op} {addr}: earlier entries uncommitted")
+                    time.sleep(0.02)
+                    continue
+                if err == FailReason.REQUEST_DENIED:
+                    raise errors.Unavailable(f"{where} {op} {addr} refused")
+                raise self._error_for(err)
 
     def add_node(self, addr: str, callback: Callback | None = None) -> None:
         """Add a voter (one change at a time: wait for the callback). Async."""

@@ -1,0 +1,498 @@
+"""Cluster membership: brokers joining the metadata group, and broker removal that moves every
+replica first.
+
+Joining (a broker whose raft address is not in ``broker.seeds``):
+
+    joiner                                   any broker            metadata leader
+      │ MetaMembers ──────────────────────────► members, leader
+      │ start the metadata replica in standby (peers = members; it does not campaign: members
+      │ drop a non-member's messages, and an inflated term would later depose the leader)
+      │ JoinCluster(raft_addr) ───────────────────────────────────► change_membership("add")
+      │                                                              (one change at a time,
+      │ ◄──────────────── append_entries: standby ends, catches up    waits for the commit)
+      │ members.json written; the backend registers the broker (RegisterBroker)
+
+Every broker becomes a voter of the metadata group (DESIGN allows "all brokers"); the seeds are
+only the first voters. ``meta/members.json`` holds the voters as last seen; a restart starts
+from it (plus the journal's committed membership entries, which pysyncobj re-applies), so a
+joined broker rejoins without asking anyone and is never added twice.
+
+Moving a partition's replicas (the table's replica set differs from the group's voters), run
+by the partition's leader, one change at a time per group, state-based so any step can be
+retried:
+
+1. a leader that is not in the new set hands leadership to a caught-up member of the new set;
+2. add the first missing replica (``add_node``; the new broker opened it in standby with the
+   full new replica set as peers) and wait until it has caught up;
+3. once every replica of the new set has caught up, remove one replica that is not in it.
+
+A replica the table no longer places on this broker (an *orphan*) stays open while its group
+still talks to it; once no leader has reached it for ``ORPHAN_QUIET_S`` (its leader removed it
+from the group) it is closed and its files deleted.
+
+Removing a broker (``RemoveBroker``, on the metadata leader; resumable): propose a
+ReassignPartition for each of its replicas (planned by ``frontend.deregister_broker``:
+``assignors.reassign_without``), wait until the partition leaders report groups without it and
+the broker reports no replicas, remove it from the metadata group, then propose
+DeregisterBroker (with no moves left). While it runs the broker gets no new replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from metadata.machine import check_addr
+from metadata.table import Table
+from proto import api_pb2, errors, internal_pb2, metadata_pb2
+from transport.internal import InternalClient
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+    from broker.replica import PartitionReplica
+    from broker.server import Broker
+
+logger = logging.getLogger("raftq.broker.membership")
+
+MEMBERS_FILE = "members.json"
+CHANGE_TIMEOUT_S = 30.0
+CATCH_UP_SLACK = 64  # entries a new replica may trail the commit index and count as caught up
+RETRY_S = 0.5
+
+
+# -- the metadata group's voters on disk -------------------------------------------------------
+
+
+def read_members(meta_dir: Path) -> list[str]:
+    """The metadata voters saved by ``write_members`` ([] when never saved)."""
+    try:
+        data = json.loads((meta_dir / MEMBERS_FILE).read_text())
+    except FileNotFoundError:
+        return []
+    members = data.get("members", [])
+    assert isinstance(members, list) and all(isinstance(m, str) for m in members), data
+    return members
+
+
+def write_members(meta_dir: Path, members: list[str]) -> None:
+    """Save the voters atomically and durably (tmp, fsync, rename, directory fsync)."""
+    meta_dir.mkdir(parents=True, exist_ok=True)
+    tmp = meta_dir / (MEMBERS_FILE + ".tmp")
+    with tmp.open("w") as f:
+        json.dump({"members": sorted(members)}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, meta_dir / MEMBERS_FILE)
+    fd = os.open(meta_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def initial_voters(
+    config: BrokerConfig, meta_dir: Path, stop: threading.Event | None = None
+) -> tuple[list[str], bool]:
+    """The peers the metadata replica starts with, and whether it must join (standby).
+
+    Saved voters win (a restart); a seed starts with the seeds; any other broker asks the
+    brokers in ``broker.join_addrs`` for the current voters, retrying until one answers.
+    Raises ``errors.InvalidArgument`` when a new non-seed broker has no ``join_addrs``.
+    """
+    me = config.broker.raft_addr
+    saved = read_members(meta_dir)
+    if saved:
+        return sorted(set(saved) | {me}), False
+    if me in config.broker.seeds:
+        return list(config.broker.seeds), False
+    if not config.broker.join_addrs:
+        raise errors.InvalidArgument(
+            f"broker.raft_addr {me} is not in broker.seeds and this broker never joined: set "
+            "broker.join_addrs to the client addresses of running brokers"
+        )
+    client = InternalClient(config.broker.cluster_secret)
+    try:
+        while stop is None or not stop.is_set():
+            for addr in config.broker.join_addrs:
+                try:
+                    answer = client.meta_members(addr, 2.0)
+                except errors.RaftqError as exc:
+                    logger.info("[group=meta] members from %s: %s (retrying)", addr, exc)
+                    continue
+                if answer.members:
+                    logger.info("[group=meta] joining voters %s", list(answer.members))
+                    return sorted(set(answer.members) | {me}), True
+            time.sleep(RETRY_S)
+        raise errors.Unavailable("stopped before any broker in broker.join_addrs answered")
+    finally:
+        client.close()
+
+
+# -- the membership component ------------------------------------------------------------------
+
+
+class Membership:
+    """Joins, partition moves and broker removal for one broker. See the module docstring."""
+
+    def __init__(self, broker: Broker, *, joining: bool) -> None:
+        self.broker = broker
+        self.meta_dir = Path(broker.data_dir) / "meta"
+        self.joining = joining
+        self.draining: set[int] = set()  # brokers being removed: no new replicas on them
+        self._saved = read_members(self.meta_dir)
+        self._stop = threading.Event()
+        self._moving: set[str] = set()
+        self._moving_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="raftq-move")
+        self._orphan_heard: dict[tuple[str, int], float] = {}
+        self._last_transfer: dict[str, float] = {}
+        self._join_thread: threading.Thread | None = None
+        timings = broker.timings
+        self.orphan_quiet_s = max(3.0, 3 * timings.election_timeout_max_s)
+
+    def start(self) -> None:
+        if self.joining:
+            self._join_thread = threading.Thread(
+                target=self._join, name="raftq-join", daemon=True
+            )
+            self._join_thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._join_thread is not None:
+            self._join_thread.join(timeout=5)
+
+    # -- joining (this broker) ----------------------------------------------------------------
+
+    def _join(self) -> None:
+        b = self.broker
+        request = internal_pb2.JoinClusterRequest(
+            broker_id=b.id, raft_addr=b.config.broker.raft_addr
+        )
+        targets = list(b.config.broker.join_addrs)
+        while not self._stop.is_set():
+            for addr in list(targets):
+                try:
+                    answer = b.internal.join_cluster(addr, request, 15.0)
+                except errors.NotLeader as exc:
+                    if exc.leader_hint and exc.leader_hint not in targets:
+                        targets.insert(0, exc.leader_hint)
+                    continue
+                except errors.RaftqError as exc:
+                    logger.info("[group=meta] join through %s: %s (retrying)", addr, exc)
+                    continue
+                logger.info(
+                    "[group=meta] [broker=%d] joined the metadata group (%s); voters %s",
+                    b.id,
+                    "added" if answer.added else "already a member",
+                    list(answer.members),
+                )
+                self.joining = False
+                return
+            self._stop.wait(RETRY_S)
+
+    def persist(self) -> None:
+        """Save the metadata voters when they changed (backend thread). Not while joining: a
+        restart before the join completed must join again."""
+        node = self.broker.meta.node
+        if self.joining or node.standby:
+            return
+        members = node.members()
+        if members != self._saved:
+            write_members(self.meta_dir, members)
+            self._saved = members
+            logger.info("[group=meta] voters saved: %s", members)
+
+    # -- the metadata leader's side of a join ---------------------------------------------------
+
+    def meta_members(self) -> internal_pb2.MetaMembersResponse:
+        b = self.broker
+        leader = b.meta.leader() or ""
+        return internal_pb2.MetaMembersResponse(
+            members=b.meta.node.members(),
+            leader_raft_addr=leader,
+            leader_client_addr=b.service.meta_leader_addr() if leader else "",
+        )
+
+    def join_cluster(
+        self, request: internal_pb2.JoinClusterRequest, timeout_s: float
+    ) -> internal_pb2.MetaMembersResponse:
+        """Add ``request.raft_addr`` to the metadata group (leader only; idempotent).
+
+        Normal errors: NotLeader (hint: the leader's client address), InvalidArgument (a bad
+        address, or one a registered broker with another id uses), Timeout, Unavailable.
+        """
+        b = self.broker
+        if not b.meta.is_leader():
+            raise errors.NotLeader(
+                "not the metadata leader", leader_hint=b.service.meta_leader_addr()
+            )
+        check_addr(request.raft_addr, "raft_addr")
+        for broker_id, info in sorted(b.meta.table.brokers.items()):
+            if info.raft_addr == request.raft_addr and broker_id != request.broker_id:
+                raise errors.InvalidArgument(
+                    f"raft address {request.raft_addr} belongs to broker {broker_id}: remove "
+                    "that broker first or use another address"
+                )
+        added = b.meta.node.change_membership("add", request.raft_addr, timeout_s)
+        if added:
+            logger.info(
+                "[group=meta] broker %d (%s) added as a voter",
+                request.broker_id,
+                request.raft_addr,
+            )
+        answer = self.meta_members()
+        answer.added = added
+        return answer
+
+    # -- partition moves (backend thread, on the partition's leader) ----------------------------
+
+    def lead_partition(self, replica: PartitionReplica, table: Table) -> bool:
+        """Move the group toward the table's replica set; True while they differ (the caller
+        then skips its other leader duties, leader balancing in particular)."""
+        desired = self._desired(replica, table)
+        if desired is None:
+            return False
+        node = replica.node
+        members = node.members()
+        if set(desired) == set(members):
+            return False
+        if node.self_addr not in desired:
+            self._hand_over(replica, desired, members)
+            return True
+        with self._moving_lock:
+            if replica.name in self._moving:
+                return True
+            self._moving.add(replica.name)
+        try:
+            self._pool.submit(self._move_step, replica, desired)
+        except RuntimeError:  # shutting down
+            with self._moving_lock:
+                self._moving.discard(replica.name)
+        return True
+
+    @staticmethod
+    def _desired(replica: PartitionReplica, table: Table) -> list[str] | None:
+        info = table.topic(replica.topic)
+        if info is None or info.topic_id != replica.topic_id:
+            return None
+        ids = info.partitions[replica.partition].replicas
+        addrs = [table.brokers[r].raft_addr for r in ids if r in table.brokers]
+        return addrs if len(addrs) == len(ids) else None
+
+    def _hand_over(self, replica: PartitionReplica, desired: list[str], members: list[str]) -> None:
+        now = time.monotonic()
+        if now - self._last_transfer.get(replica.name, 0.0) < 1.0:
+            return
+        node = replica.node
+        target = next(
+            (a for a in desired if a in members and node.caught_up(a, CATCH_UP_SLACK)), None
+        )
+        if target is None:
+            return  # the new replicas are not members yet: another leader adds them
+        self._last_transfer[replica.name] = now
+        logger.info(
+            "%s [group=%s] leaving the replica set: handing leadership to %s",
+            replica.where,
+            replica.name,
+            target,
+        )
+        node.transfer_leadership(target)
+
+    def _move_step(self, replica: PartitionReplica, desired: list[str]) -> None:
+        node = replica.node
+        where = f"{replica.where} [group={replica.name}]"
+        try:
+            members = node.members()
+            missing = [a for a in desired if a not in members]
+            if missing:
+                addr = missing[0]
+                logger.info("%s adding replica %s (voters %s)", where, addr, members)
+                node.change_membership("add", addr, CHANGE_TIMEOUT_S)
+                # caught up: it acknowledged the whole log up to its own admission (and beyond)
+                target = node.commit_index
+                deadline = time.monotonic() + 60.0
+                while not node.caught_up(addr, index=target):
+                    if time.monotonic() > deadline or self._stop.is_set() or not node.is_leader():
+                        return  # the next round looks again
+                    time.sleep(0.05)
+                logger.info("%s replica %s caught up", where, addr)
+                return
+            lagging = [
+                a for a in desired if a != node.self_addr and not node.caught_up(a, CATCH_UP_SLACK)
+            ]
+            if lagging:
+                return  # remove nothing until the new set can carry the group
+            extra = sorted(set(members) - set(desired))
+            if extra:
+                logger.info("%s removing replica %s", where, extra[0])
+                node.change_membership("remove", extra[0], CHANGE_TIMEOUT_S)
+                logger.info("%s voters now %s", where, node.members())
+        except errors.RaftqError as exc:
+            logger.info("%s membership change: %s (will retry)", where, exc)
+        except Exception:
+            logger.exception("%s membership change failed (will retry)", where)
+        finally:
+            with self._moving_lock:
+                self._moving.discard(replica.name)
+
+    def keep_orphan(self, key: tuple[str, int], replica: PartitionReplica) -> bool:
+        """Whether a replica the table no longer places here must stay open: its group still
+        includes it (a leader reached it within ``orphan_quiet_s``, or it leads)."""
+        now = time.monotonic()
+        if replica.is_leader() or replica.leader() is not None:
+            self._orphan_heard[key] = now
+            return True
+        heard = self._orphan_heard.setdefault(key, now)
+        if now - heard < self.orphan_quiet_s:
+            return True
+        del self._orphan_heard[key]
+        logger.info(
+            "%s [group=%s] no leader for %.1f s and not placed here: the group removed this "
+            "replica",
+            replica.where,
+            replica.name,
+            now - heard,
+        )
+        return False
+
+    def forget_orphan(self, key: tuple[str, int]) -> None:
+        self._orphan_heard.pop(key, None)
+
+    # -- removing a broker (on the metadata leader) ---------------------------------------------
+
+    def remove_broker(self, broker_id: int, timeout_s: float) -> api_pb2.RemoveBrokerResponse:
+        """See the module docstring. Normal errors: InvalidArgument (not registered, or some
+        replica has nowhere to go), NotLeader (this broker is the one removed: leadership was
+        handed over, call again), Timeout (call again: it resumes), Unavailable."""
+        b = self.broker
+        deadline = time.monotonic() + timeout_s
+        info = b.meta.table.broker(broker_id)
+        if info is None:
+            raise errors.InvalidArgument(f"broker {broker_id} is not registered (removed already?)")
+        if broker_id == b.id:
+            self._hand_over_metadata(deadline)
+        self._wait_for_reports(broker_id, deadline)
+        self.draining.add(broker_id)
+        moved = 0
+        try:
+            moved_keys: set[tuple[str, int]] = set()
+            while True:
+                table = b.meta.table
+                holding = table.partitions_of(broker_id)
+                if holding:
+                    for move in self._plan_moves(table, broker_id):
+                        command = metadata_pb2.MetaCommand(
+                            now_ms=b.service.now_ms(), reassign_partition=move
+                        )
+                        b.service.meta_propose(command.SerializeToString(), self._left(deadline))
+                        moved += 1
+                        moved_keys.add((move.topic, move.partition))
+                        logger.info(
+                            "[topic/partition=%s/%d] replicas %s -> %s (removing broker %d)",
+                            move.topic,
+                            move.partition,
+                            list(table.topics[move.topic].partitions[move.partition].replicas),
+                            list(move.replicas),
+                            broker_id,
+                        )
+                    continue
+                pending = self._moves_pending(table, broker_id, info.raft_addr, moved_keys)
+                if not pending:
+                    break
+                if time.monotonic() >= deadline:
+                    raise errors.Timeout(
+                        f"broker {broker_id}: replicas still moving ({', '.join(pending[:5])}); "
+                        "call RemoveBroker again to keep waiting"
+                    )
+                time.sleep(0.2)
+            if info.raft_addr in b.meta.node.members():
+                b.meta.node.change_membership("remove", info.raft_addr, self._left(deadline))
+                logger.info("[group=meta] broker %d (%s) removed", broker_id, info.raft_addr)
+            data = b.frontend.deregister_broker(
+                b.meta.table, broker_id, live_ids=self._live(broker_id), now_ms=b.service.now_ms()
+            )
+            b.service.meta_propose(data, self._left(deadline))
+            logger.info("[broker=%d] deregistered broker %d", b.id, broker_id)
+        finally:
+            self.draining.discard(broker_id)
+        return api_pb2.RemoveBrokerResponse(moved_partitions=moved)
+
+    def _wait_for_reports(self, broker_id: int, deadline: float) -> None:
+        """A metadata leader elected moments ago has no reports yet and would see every other
+        broker as dead: give the others one liveness window to report before planning."""
+        b = self.broker
+        until = min(deadline, time.monotonic() + b.reports.alive_s + 1.0)
+        while time.monotonic() < until:
+            others = set(b.meta.table.brokers) - {broker_id}
+            if others <= b.service.live_brokers() | self.draining:
+                return
+            time.sleep(0.1)
+
+    @staticmethod
+    def _left(deadline: float) -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise errors.Timeout("RemoveBroker ran out of time: call it again to resume")
+        return left
+
+    def _live(self, broker_id: int) -> set[int]:
+        return self.broker.service.live_brokers() - {broker_id}
+
+    def _plan_moves(self, table: Table, broker_id: int) -> list[metadata_pb2.ReassignPartition]:
+        b = self.broker
+        data = b.frontend.deregister_broker(
+            table, broker_id, live_ids=self._live(broker_id), now_ms=b.service.now_ms()
+        )
+        return list(metadata_pb2.MetaCommand.FromString(data).deregister_broker.moves)
+
+    def _moves_pending(
+        self, table: Table, broker_id: int, raft_addr: str, moved: set[tuple[str, int]]
+    ) -> list[str]:
+        """What still keeps the broker in some partition group, from the live reports."""
+        reports = self.broker.reports.latest()
+        pending: list[str] = []
+        own = reports.get(broker_id)
+        if own is not None:
+            pending += [f"{r.topic}/{r.partition} open on it" for r in own.replicas]
+        leaders: dict[tuple[str, int], tuple[int, list[str]]] = {}
+        for report in reports.values():
+            for r in report.replicas:
+                current = table.topic(r.topic)
+                if current is None or current.topic_id != r.topic_id or not r.leader:
+                    continue
+                key = (r.topic, r.partition)
+                if r.term >= leaders.get(key, (-1, []))[0]:
+                    leaders[key] = (r.term, list(r.members))
+        for (name, partition), (_term, members) in sorted(leaders.items()):
+            if raft_addr in members:
+                pending.append(f"{name}/{partition} group still has it")
+        for key in sorted(moved):
+            replicas = table.replicas(*key)
+            if replicas is None:
+                continue  # deleted meanwhile
+            want = {table.brokers[r].raft_addr for r in replicas if r in table.brokers}
+            if key not in leaders or set(leaders[key][1]) != want:
+                pending.append(f"{key[0]}/{key[1]} not yet on {sorted(replicas)}")
+        return pending
+
+    def _hand_over_metadata(self, deadline: float) -> None:
+        """This broker is being removed and leads the metadata group: hand leadership over and
+        tell the caller to retry on the new leader."""
+        meta = self.broker.meta
+        if meta.is_leader():
+            meta.node.transfer_leadership()
+            until = min(deadline, time.monotonic() + 5.0)
+            while meta.is_leader() and time.monotonic() < until:
+                time.sleep(0.05)
+        raise errors.NotLeader(
+            "this broker is being removed: the metadata leadership moved, retry there",
+            leader_hint=self.broker.service.meta_leader_addr(),
+        )
