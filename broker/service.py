@@ -19,7 +19,10 @@ Revocation: when a rebalance moves a partition away from a member, or a member l
 session expires, its leases on those partitions are released at once (Release command) so the
 new owner gets the records without waiting for lease expiry; the member's late acks then get
 LEASE_EXPIRED. (Kept-until-expiry would let a slow old owner finish, but would stall the new
-owner for up to lease_ms; Kafka's share groups release on revocation too.)
+owner for up to lease_ms; Kafka's share groups release on revocation too.) A poll that passed
+the generation check just before a rebalance can have its Lease applied after that Release, so
+a poll re-checks ownership after each lease (and releases what it may no longer hold), and the
+coordinator releases revoked partitions a second time RELEASE_AGAIN_S later.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ DEFAULT_TIMEOUT_S = 10.0
 TABLE_CATCH_UP_S = 2.0
 LEADER_WAIT_S = 10.0
 POLL_SLICE_S = 0.1
+# A revoked partition is released at once and once more this much later: a Lease proposed by a
+# poll that passed the generation check just before the rebalance may apply after the first
+# Release (see _release_revoked).
+RELEASE_AGAIN_S = 1.0
 
 # Facade methods that must run on the metadata leader, with their request types.
 LEADER_ONLY: dict[str, type[Any]] = {
@@ -433,21 +440,49 @@ class BrokerService:
             revoked += [(t, p, member_id) for t, p in member.assignment if (t, p) not in still]
         group = before.name
         for topic, partition, member_id in revoked:
-            command = partition_pb2.PartitionCommand(
-                release=partition_pb2.Release(group=group, member=member_id)
-            )
-            self._background.submit(self._release, topic, partition, command)
+            self._background.submit(self._release, topic, partition, group, member_id)
+        if revoked:
+            again = threading.Timer(RELEASE_AGAIN_S, self._release_again, (group, revoked))
+            again.daemon = True
+            again.start()
 
-    def _release(self, topic: str, partition: int, command: partition_pb2.PartitionCommand) -> None:
+    def _release_again(self, group: str, revoked: list[tuple[str, int, str]]) -> None:
+        """The second release of revoked partitions, skipping any the member owns again. A
+        poll that checked the member's generation before the rebalance can have its Lease
+        applied after the first Release; without this its records would wait for lease_ms."""
+        for topic, partition, member_id in revoked:
+            if (topic, partition) not in assigned_partitions(self.meta.table, group, member_id):
+                try:
+                    self._background.submit(self._release, topic, partition, group, member_id)
+                except RuntimeError:  # shut down
+                    return
+
+    def _release(self, topic: str, partition: int, group: str, member_id: str) -> None:
+        """End every lease ``member_id`` holds on the partition (best effort: leases also
+        expire on their own)."""
+        command = partition_pb2.PartitionCommand(
+            release=partition_pb2.Release(group=group, member=member_id)
+        )
         try:
-            self.router.propose(topic, partition, command, DEFAULT_TIMEOUT_S)
+            response = self.router.propose(topic, partition, command, DEFAULT_TIMEOUT_S)
         except errors.RaftqError as exc:
             logger.warning(
-                "[topic/partition=%s/%d] release for %s failed (%s): leases will expire",
+                "[group=%s topic/partition=%s/%d] release for %s failed (%s): leases will expire",
+                group,
                 topic,
                 partition,
-                command.release.member,
+                member_id,
                 exc,
+            )
+            return
+        if response.result.count:
+            logger.info(
+                "[group=%s topic/partition=%s/%d] released %d leases of %s",
+                group,
+                topic,
+                partition,
+                response.result.count,
+                member_id,
             )
 
     def _member(
@@ -524,6 +559,11 @@ class BrokerService:
                 continue
             if response.skipped_idle or response.result.error:
                 continue
+            if response.result.deliveries and not self._still_owns(request, topic, partition):
+                # A rebalance moved the partition while this lease was in flight; it may have
+                # applied after the revocation's Release: give the records to the new owner.
+                self._release(topic, partition, request.group, request.member_id)
+                continue
             for delivery in response.result.deliveries:
                 stored = delivery.record
                 out.append(
@@ -539,6 +579,14 @@ class BrokerService:
                 )
             want = request.max_records - len(out)
         return out
+
+    def _still_owns(self, request: api_pb2.PollRequest, topic: str, partition: int) -> bool:
+        group = self.meta.table.group(request.group)
+        if group is None or request.member_id not in group.members:
+            return False
+        if group.generation == request.generation:
+            return True
+        return (topic, partition) in group.members[request.member_id].assignment
 
     def ack(
         self, request: api_pb2.AckRequest, *, timeout_s: float | None
