@@ -99,7 +99,7 @@ def test_every_client_rpc_has_a_need_and_acl_globs_decide() -> None:
         auth.check(reader, needs("/raftq.v1.Consumer/Poll", poll, "reader"), "Poll")
     with pytest.raises(errors.UnknownMember):
         needs("/raftq.v1.Consumer/Poll", api_pb2.PollRequest(group="g", member_id="x"))
-    remove = needs("/raftq.v1.Admin/RemoveBroker", api_pb2.RemoveBrokerRequest(broker_id=2))
+    remove = needs("/raftq.v1.Admin/RemoveBroker", None)  # cluster-wide: no topic to read
     with pytest.raises(errors.PermissionDenied, match="every topic"):
         auth.check(writer, remove, "RemoveBroker")
     assert needs("/raftq.v1.NotYet/Invented", None) == [Need(frozenset({"admin"}), auth.CLUSTER)]
