@@ -490,7 +490,7 @@ class Producer:
         if key is not None:
             record.key = key
         try:
-            meta = self._metadata(topic)
+            meta = self._cached_metadata(topic)
             if partition is None:
                 partition = partition_for(key, meta.partitions, next(self._spread))
             elif not 0 <= partition < meta.partitions:
@@ -582,6 +582,14 @@ class Producer:
         with self._meta_lock:
             self._meta[topic] = fresh
         return fresh
+
+    def _cached_metadata(self, topic: str) -> _TopicMeta:
+        """For ``send``: the cached metadata even when stale (partition counts only grow, and
+        the sender thread refreshes leaders), so a send never blocks on, or fails with, a
+        metadata refresh while the cluster elects new leaders. Fetched on first use."""
+        with self._meta_lock:
+            meta = self._meta.get(topic)
+        return meta if meta is not None else self._metadata(topic)
 
     def _leader(self, topic: str, partition: int) -> str:
         with self._meta_lock:

@@ -178,8 +178,10 @@ class BrokerService:
                         target, method, request.SerializeToString(), max(left, 0.001)
                     )
                     return RESPONSES[method].FromString(raw)
-                except errors.NotLeader:
-                    pass  # leadership moved while forwarding: look again
+                except (errors.NotLeader, errors.Unavailable):
+                    # Leadership moved, or the leader died (killed broker): look again until
+                    # the deadline; the survivors elect a new metadata leader meanwhile.
+                    pass
             if left <= 0:
                 raise errors.Unavailable("no metadata leader: the cluster has no quorum")
             time.sleep(min(0.05, max(left, 0.0)))
