@@ -334,3 +334,147 @@ def test_polls_racing_rebalances_leave_no_lease_stuck_on_a_lost_partition(
                 t.join(5)
         print(f"\ndrained {time.monotonic() - start:.3f} s after the last rebalance")
         b.close()
+
+
+def test_an_expired_session_is_removed_and_its_leases_go_to_the_others(
+    cluster: ProcessCluster, admin: Admin
+) -> None:
+    """A member that stops heartbeating is removed once its session runs out (not before);
+    its partitions go to the live member with its leased records (delivery_count 2) long
+    before lease_ms; its later calls are UNKNOWN_MEMBER."""
+    new_topic(cluster, admin, "expiry", 4)
+    produce(cluster.bootstrap, "expiry", [b"e%d" % i for i in range(20)])
+    silent = RawMember(cluster.client_addr(3), "expiring", ["expiry"]).join()
+    held = silent.poll(max_records=20)
+    assert len(held) == 20
+    with Consumer(
+        cluster.bootstrap,
+        "expiring",
+        ["expiry"],
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=HEARTBEAT_MS,
+        lease_ms=LEASE_MS,
+    ) as live:
+        silent_since = time.monotonic()  # its last contact with the coordinator: its join
+        assert len(live.assignment) == 2
+        got: dict[int, Any] = {}
+
+        def everything_redelivered() -> bool:
+            for m in live.poll(timeout_ms=100):
+                got[m.offset * 10 + m.partition] = m
+                assert m.ack() is None
+            return len(got) == 20
+
+        wait_until(everything_redelivered, 15, "the silent member's records at the live one")
+        removed_s = time.monotonic() - silent_since
+        print(f"\nsilent member's leases redelivered {removed_s:.3f} s after its last call")
+        assert SESSION_MS / 1000 <= removed_s < LEASE_MS / 1000 / 4
+        assert {m.delivery_count for m in got.values()} == {2}
+        assert members(admin, "expiring") == {live.member_id}
+        assert len(live.assignment) == 4
+        with pytest.raises(errors.UnknownMember):
+            silent.heartbeat()
+        with pytest.raises(errors.UnknownMember):
+            silent.settle("Ack", held[:1])
+    silent.close()
+
+
+def test_two_groups_each_ack_every_record_and_lag_reaches_zero(
+    cluster: ProcessCluster, admin: Admin, tmp_path: Path
+) -> None:
+    """Pub/sub across groups, queue within a group: two groups of two consumer processes on
+    one topic each ack every record exactly once; the lease logs show no double lease and no
+    redelivery (nothing was killed); DescribeGroup's lag per partition ends at 0 for both."""
+    new_topic(cluster, admin, "shared", 4)
+    procs = ConsumerProcs(tmp_path, cluster.bootstrap)
+    opts = ["--session-timeout-ms", str(SESSION_MS), "--heartbeat-ms", str(HEARTBEAT_MS)]
+    try:
+        for name, group in (("a1", "alpha"), ("a2", "alpha"), ("b1", "beta"), ("b2", "beta")):
+            procs.start(name, group, "shared", *opts)
+        for name in ("a1", "a2", "b1", "b2"):
+            procs.wait_joined(name)
+        sent = produce(cluster.bootstrap, "shared", [b"s%d" % i for i in range(400)])
+        produced = {("shared", m.partition, m.offset) for m in sent}
+        for names in (("a1", "a2"), ("b1", "b2")):
+            wait_until(
+                lambda names=names: (
+                    produced  # type: ignore[misc]
+                    <= acked(procs.events(names[0]) + procs.events(names[1]))
+                ),
+                60,
+                f"{names} acking every record",
+            )
+        for group in ("alpha", "beta"):
+            lags = wait_until(
+                lambda group=group: [  # type: ignore[misc]
+                    p for p in admin.describe_group(group).partitions if p.lag == 0 and p.end > 0
+                ],
+                20,
+                f"{group} lag 0",
+            )
+            assert len(lags) == 4 and sum(p.end for p in lags) == 400, lags
+    finally:
+        procs.stop_all()
+    for names in (("a1", "a2"), ("b1", "b2")):
+        report = check_lease_log(procs.events(names[0]) + procs.events(names[1]), produced, {})
+        assert report.problems == [], "\n".join(report.problems[:20])
+
+
+@pytest.mark.slow
+def test_a_new_metadata_leader_expires_no_live_member(tmp_path: Path) -> None:
+    """Kill -9 the metadata leader broker: the new leader has no sessions in memory and gives
+    every member a fresh one, so heartbeating members are never expired (the generation and
+    membership stay put for several session timeouts), and consuming goes on."""
+    with ProcessCluster(tmp_path, env=GROUP_ENV) as cluster:
+        cluster.wait_ready()
+        admin = cluster.admin()
+        new_topic(cluster, admin, "steady", 4)
+        consumers = [
+            Consumer(
+                cluster.bootstrap,
+                "survivors",
+                ["steady"],
+                session_timeout_ms=SESSION_MS,
+                heartbeat_interval_ms=HEARTBEAT_MS,
+                lease_ms=LEASE_MS,
+            )
+            for _ in range(2)
+        ]
+        try:
+            wait_until(lambda: len(members(admin, "survivors")) == 2, 20, "2 members")
+            gen = generation(admin, "survivors")
+            old_leader = admin.describe_cluster().metadata_leader
+            cluster.kill(old_leader)
+            survivors = cluster.admin(cluster.live_bootstrap())
+            new_leader = wait_until(
+                lambda: _meta_leader(survivors, old_leader), 30, "a new metadata leader"
+            )
+            elected = time.monotonic()
+            ids = {c.member_id for c in consumers}
+            while time.monotonic() - elected < 3 * SESSION_MS / 1000:
+                assert members(survivors, "survivors") == ids, "a live member was expired"
+                assert generation(survivors, "survivors") == gen
+                time.sleep(0.2)  # sampling the membership over the window, not awaiting it
+            print(f"\nmetadata leader {old_leader} -> {new_leader}: no member expired")
+            sent = produce(cluster.live_bootstrap(), "steady", [b"k%d" % i for i in range(100)])
+            got: set[int] = set()
+
+            def consumed() -> bool:
+                for c in consumers:
+                    for m in c.poll(timeout_ms=100):
+                        assert m.ack() is None
+                        got.add(m.offset * 10 + m.partition)
+                return len(got) == len(sent)
+
+            wait_until(consumed, 60, "every record consumed after the failover")
+        finally:
+            for c in consumers:
+                c.close()
+
+
+def _meta_leader(admin: Admin, not_this: int) -> int | None:
+    try:
+        leader = int(admin.describe_cluster().metadata_leader)
+    except errors.RaftqError:
+        return None
+    return leader if leader and leader != not_this else None
