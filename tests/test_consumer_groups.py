@@ -362,7 +362,7 @@ def test_an_expired_session_is_removed_and_its_leases_go_to_the_others(
         def everything_redelivered() -> bool:
             for m in live.poll(timeout_ms=100):
                 got[m.offset * 10 + m.partition] = m
-                assert m.ack() is None
+                m.ack()  # raises if the delivery is no longer ours
             return len(got) == 20
 
         wait_until(everything_redelivered, 15, "the silent member's records at the live one")
@@ -462,7 +462,7 @@ def test_a_new_metadata_leader_expires_no_live_member(tmp_path: Path) -> None:
             def consumed() -> bool:
                 for c in consumers:
                     for m in c.poll(timeout_ms=100):
-                        assert m.ack() is None
+                        m.ack()  # raises if the delivery is no longer ours
                         got.add(m.offset * 10 + m.partition)
                 return len(got) == len(sent)
 
