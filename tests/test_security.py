@@ -385,3 +385,43 @@ def test_unauthenticated_raft_peers_are_refused_and_change_nothing(
     secured.cluster.wait_ready()
     with Producer(secured.cluster.bootstrap, **secured.client("producer")) as producer:
         producer.send(TOPIC, b"after the attacks", partition=1).result(timeout=30)
+
+
+def test_cli_takes_tls_ca_and_token_from_flags_or_environment(
+    secured: Secured, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from broker import cli
+
+    bootstrap = ["--bootstrap", secured.cluster.bootstrap, "--request-timeout-ms", "5000"]
+    flags = ["--tls-ca", str(secured.pki.ca), "--token", secured.tokens["reader"]]
+    assert cli.main(["topic", "list", *bootstrap, *flags]) == 0
+    assert TOPIC in capsys.readouterr().out
+    assert cli.main(["topic", "create", "cli-made", *bootstrap, *flags]) == 1
+    assert "PERMISSION_DENIED" in capsys.readouterr().err
+    monkeypatch.setenv(cli.TLS_CA_ENV, str(secured.pki.ca))
+    monkeypatch.setenv(cli.TOKEN_ENV, secured.tokens["admin"])
+    assert cli.main(["topic", "describe", TOPIC, *bootstrap]) == 0
+    monkeypatch.setenv(cli.TOKEN_ENV, "")
+    assert cli.main(["topic", "list", *bootstrap]) == 1
+    assert "UNAUTHENTICATED: no credentials" in capsys.readouterr().err
+    assert "cli-made" not in [t.name for t in secured.admin().list_topics()]
+
+
+def test_mutual_tls_refuses_clients_without_a_certificate(tmp_path: Path) -> None:
+    pki = ensure_dev_pki(tmp_path / "tls")
+    options: dict[str, Any] = {"tls_ca_file": str(pki.ca), "token": pki.tokens()["admin"]}
+    certified = options | {
+        "tls_cert_file": str(pki.client_cert),
+        "tls_key_file": str(pki.client_key),
+    }
+    env = pki.broker_env(mutual=True) | {"RAFTQ_TOPIC_DEFAULTS__PARTITIONS": "1"}
+    with ProcessCluster(tmp_path, brokers=1, env=env, client=certified) as cluster:
+        cluster.wait_ready()
+        with (
+            Admin(cluster.bootstrap, request_timeout_ms=3000, **options) as anonymous,
+            pytest.raises(errors.Unavailable),
+        ):
+            anonymous.create_topic("no-cert")
+        with Admin(cluster.bootstrap, **certified) as admin:
+            admin.create_topic("with-cert")
+            assert [t.name for t in admin.list_topics()] == ["with-cert"]
