@@ -360,6 +360,7 @@ class BrokerService:
             member_id,
             list(request.topics),
             request.session_timeout_ms,
+            start_from=request.start_from,
             now_ms=self.now_ms(),
         )
         result = self.meta_propose(data, timeout_s)
@@ -520,7 +521,7 @@ class BrokerService:
         deadline = time.monotonic() + min(request.max_wait_ms / 1000, _timeout(timeout_s))
         start = self._next_counter()
         while True:
-            out = self._lease_round(request, partitions, start, deadline)
+            out = self._lease_round(request, partitions, start, deadline, member.start_from)
             if out or time.monotonic() >= deadline:
                 return api_pb2.PollResponse(records=out)
             with self.data_arrived:
@@ -534,6 +535,7 @@ class BrokerService:
         partitions: Sequence[tuple[str, int]],
         start: int,
         deadline: float,
+        start_from: int = 0,
     ) -> list[api_pb2.LeasedRecord]:
         out: list[api_pb2.LeasedRecord] = []
         want = request.max_records
@@ -547,6 +549,7 @@ class BrokerService:
                 max_records=want,
                 lease_ms=request.lease_ms if request.HasField("lease_ms") else 0,
                 max_bytes=request.max_bytes,
+                start_from=start_from,  # type: ignore[arg-type]
             )
             try:
                 response = self.router.propose(

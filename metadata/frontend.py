@@ -328,11 +328,13 @@ class MetadataFrontend:
         *,
         client_id: str = "",
         client_host: str = "",
+        start_from: int = 0,
         now_ms: int,
     ) -> bytes:
         """Join (or rejoin, or change the subscription of) ``member_id``, which the caller
         generated. ``session_timeout_ms`` 0 takes the configured default. Topics that do not
-        exist are accepted and assigned once created.
+        exist are accepted and assigned once created. ``start_from`` (partition.StartFrom) is
+        where the group starts on a partition it has never leased from.
 
         Raises InvalidArgument (normal) for a bad name or id, no or too many topics, or a
         session timeout outside the configured bounds.
@@ -349,6 +351,7 @@ class MetadataFrontend:
             session_timeout_ms=timeout,
             client_id=client_id,
             client_host=client_host,
+            start_from=start_from,
         )
         machine.check_join_group(cmd)
         return self._encode(now_ms, join_group=cmd)

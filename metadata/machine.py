@@ -510,6 +510,8 @@ def check_join_group(cmd: metadata_pb2.JoinGroup) -> tuple[str, ...]:
     check_label(cmd.client_id, "client_id")
     check_label(cmd.client_host, "client_host")
     check_session_timeout(cmd.session_timeout_ms)
+    if cmd.start_from not in (0, 1):
+        raise errors.InvalidArgument(f"start_from {cmd.start_from}: 0 (EARLIEST) or 1 (LATEST)")
     return subscription(cmd.topics)
 
 
@@ -542,6 +544,7 @@ def on_join_group(
         cmd.client_host,
         old.joined_ms if old is not None else now_ms,
         old.assignment if old is not None else (),
+        cmd.start_from,
     )
     members = {**group.members, cmd.member_id: member}
     if old is not None and old.topics == topics:  # no membership change: no rebalance

@@ -139,6 +139,7 @@ class MemberInfo:
     client_host: str = ""
     joined_ms: int = 0
     assignment: tuple[TopicPartition, ...] = ()  # sorted
+    start_from: int = 0  # partition.StartFrom for partitions the group never leased from
 
     def to_proto(self) -> metadata_pb2.MemberState:
         return metadata_pb2.MemberState(
@@ -149,6 +150,7 @@ class MemberInfo:
             client_host=self.client_host,
             joined_ms=self.joined_ms,
             assignment=tp_refs(self.assignment),
+            start_from=self.start_from,
         )
 
     @classmethod
@@ -161,6 +163,7 @@ class MemberInfo:
             msg.client_host,
             msg.joined_ms,
             tuple((ref.topic, ref.partition) for ref in msg.assignment),
+            msg.start_from,
         )
 
 
@@ -332,6 +335,7 @@ class Table:
                             i.client_host,
                             i.joined_ms,
                             i.assignment,
+                            i.start_from,
                         )
                         for m, i in sorted(g.members.items())
                     },

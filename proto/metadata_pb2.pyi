@@ -98,20 +98,22 @@ class ReassignPartition(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., topic_id: _Optional[int] = ...) -> None: ...
 
 class JoinGroup(_message.Message):
-    __slots__ = ("group", "member_id", "topics", "session_timeout_ms", "client_id", "client_host")
+    __slots__ = ("group", "member_id", "topics", "session_timeout_ms", "client_id", "client_host", "start_from")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
+    START_FROM_FIELD_NUMBER: _ClassVar[int]
     group: str
     member_id: str
     topics: _containers.RepeatedScalarFieldContainer[str]
     session_timeout_ms: int
     client_id: str
     client_host: str
-    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., session_timeout_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ...) -> None: ...
+    start_from: int
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., session_timeout_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., start_from: _Optional[int] = ...) -> None: ...
 
 class LeaveGroup(_message.Message):
     __slots__ = ("group", "member_ids", "reason")
@@ -186,7 +188,7 @@ class TopicPartitionRef(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
 
 class MemberState(_message.Message):
-    __slots__ = ("member_id", "topics", "session_timeout_ms", "client_id", "client_host", "joined_ms", "assignment")
+    __slots__ = ("member_id", "topics", "session_timeout_ms", "client_id", "client_host", "joined_ms", "assignment", "start_from")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
@@ -194,6 +196,7 @@ class MemberState(_message.Message):
     CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
     JOINED_MS_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    START_FROM_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     topics: _containers.RepeatedScalarFieldContainer[str]
     session_timeout_ms: int
@@ -201,7 +204,8 @@ class MemberState(_message.Message):
     client_host: str
     joined_ms: int
     assignment: _containers.RepeatedCompositeFieldContainer[TopicPartitionRef]
-    def __init__(self, member_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., session_timeout_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., joined_ms: _Optional[int] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ...) -> None: ...
+    start_from: int
+    def __init__(self, member_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., session_timeout_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., joined_ms: _Optional[int] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., start_from: _Optional[int] = ...) -> None: ...
 
 class GroupState(_message.Message):
     __slots__ = ("name", "generation", "members")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from broker.client import Admin, Consumer, Producer
-from proto import errors
+from proto import errors, partition_pb2
 from proto.common_pb2 import ErrorCode
 from tests.cluster import ProcessCluster
 from tests.group_harness import (
@@ -478,3 +478,33 @@ def _meta_leader(admin: Admin, not_this: int) -> int | None:
     except errors.RaftqError:
         return None
     return leader if leader and leader != not_this else None
+
+
+def test_a_group_joined_with_latest_skips_earlier_records(
+    cluster: ProcessCluster, admin: Admin
+) -> None:
+    """JoinGroup.start_from reaches the partitions' Lease: a group that joins with LATEST
+    starts at the end offsets (its first poll finds nothing old), then gets exactly the records
+    produced after; an EARLIEST group on the same topic gets everything."""
+    new_topic(cluster, admin, "latest", 2)
+    old = produce(cluster.bootstrap, "latest", [b"old%d" % i for i in range(10)])
+    late = RawMember(
+        cluster.client_addr(2), "late", ["latest"], start_from=partition_pb2.LATEST
+    ).join()
+    assert late.poll(max_wait_ms=300) == []
+    new = produce(cluster.bootstrap, "latest", [b"new%d" % i for i in range(5)])
+    got: list[Any] = []
+
+    def polled(member: RawMember, into: list[Any], count: int) -> bool:
+        into.extend(member.poll())
+        return len(into) >= count
+
+    wait_until(lambda: polled(late, got, 5), 10, "the new records")
+    assert sorted(r.record.value for r in got) == sorted(b"new%d" % i for i in range(5))
+    assert {(r.partition, r.offset) for r in got} == {(m.partition, m.offset) for m in new}
+    early = RawMember(cluster.client_addr(3), "early", ["latest"]).join()
+    everything: list[Any] = []
+    wait_until(lambda: polled(early, everything, 15), 10, "all 15")
+    assert len(everything) == len(old) + len(new) == 15
+    late.close()
+    early.close()
