@@ -364,6 +364,29 @@ class Admin:
         )
         return result
 
+    def producer_state(
+        self, topic: str, producer_id: str, partitions: Sequence[int] = ()
+    ) -> dict[int, api_pb2.PartitionProducerState]:
+        """An idempotent producer's last applied batch per partition (all partitions when
+        none are named): ``known``, ``last_sequence``, ``last_offsets``. Forgotten after the
+        topic's ``dedup_window_ms``. UnknownTopic / UnknownPartition are normal."""
+        request = api_pb2.ProducerStateRequest(
+            topic=topic, producer_id=producer_id, partitions=list(partitions)
+        )
+        response = self._channels.call_any(lambda s, t: s.log.ProducerState(request, timeout=t))
+        return {p.partition: p for p in response.partitions}
+
+    def commit_txn(self, app_id: str, version: int) -> int:
+        """Raise ``app_id``'s committed-batch watermark to ``version``; returns the watermark
+        after the call (a stale version changes nothing). InvalidArgument is normal."""
+        state = self._admin("CommitTxn", api_pb2.CommitTxnRequest(app_id=app_id, version=version))
+        return int(state.version)
+
+    def get_txn(self, app_id: str) -> int | None:
+        """``app_id``'s committed-batch watermark; None when it never committed."""
+        state = self._admin("GetTxn", api_pb2.GetTxnRequest(app_id=app_id))
+        return int(state.version) if state.known else None
+
     def close(self) -> None:
         self._channels.close()
 

@@ -12,7 +12,14 @@ from __future__ import annotations
 import threading
 
 from partitions.machine import GroupLag, Offsets
-from partitions.reader import FetchResult, fetch_from, lag_of, might_have_ready
+from partitions.reader import (
+    FetchResult,
+    ProducerState,
+    fetch_from,
+    lag_of,
+    might_have_ready,
+    producer_state,
+)
 from partitions.rows import OutboxRow
 from partitions.store import PartitionStore
 
@@ -51,6 +58,10 @@ class PartitionReader:
         with self._lock, self._store.transaction():
             meta = self._store.load_meta()
             return might_have_ready(self._store, meta, group, now_ms)
+
+    def producer_state(self, producer_id: str) -> ProducerState | None:
+        with self._lock, self._store.transaction():
+            return producer_state(self._store, producer_id)
 
     def outbox(self, limit: int) -> list[OutboxRow]:
         with self._lock, self._store.transaction():

@@ -41,7 +41,7 @@ from typing import Any
 from broker.partition_reader import PartitionReader
 from broker.proposer import Proposer
 from partitions.machine import GroupLag, Offsets, PartitionMachine, check_record
-from partitions.reader import FetchResult, might_have_ready
+from partitions.reader import FetchResult, ProducerState, might_have_ready, producer_state
 from partitions.rows import OutboxRow
 from partitions.sqlite_store import SqliteStore
 from partitions.store import PartitionStore
@@ -305,6 +305,13 @@ class PartitionReplica:
             return self._reader.lags([group])[group]
         with self._state_lock:
             return self.machine.lag(group)
+
+    def producer_state(self, producer_id: str) -> ProducerState | None:
+        """An idempotent producer's last applied batch here (None: none remembered)."""
+        if self._reader is not None:
+            return self._reader.producer_state(producer_id)
+        with self._state_lock:
+            return producer_state(self.store, producer_id)
 
     def lags(self) -> list[GroupLag]:
         """The lag of every consumer group that has leased from this partition (one read)."""

@@ -218,6 +218,12 @@ def read_on(
         return response
     offsets = replica.offsets()
     response.log_start, response.end = offsets.log_start, offsets.end
+    if kind == "producer":
+        state = replica.producer_state(request.producer.producer_id)
+        if state is not None:
+            response.producer_known = True
+            response.producer_last_sequence = state.last_sequence
+            response.producer_last_offsets.extend(state.last_offsets)
     if kind == "lag":
         for group in request.lag.groups:
             lag = replica.lag(group)

@@ -74,6 +74,8 @@ LEADER_ONLY: dict[str, type[Any]] = {
     "heartbeat": api_pb2.HeartbeatRequest,
     "leave_group": api_pb2.LeaveGroupRequest,
     "remove_broker": api_pb2.RemoveBrokerRequest,
+    "commit_txn": api_pb2.CommitTxnRequest,
+    "get_txn": api_pb2.GetTxnRequest,
 }
 RESPONSES: dict[str, type[Any]] = {
     "create_topic": api_pb2.TopicDescription,
@@ -86,6 +88,8 @@ RESPONSES: dict[str, type[Any]] = {
     "heartbeat": api_pb2.HeartbeatResponse,
     "leave_group": api_pb2.LeaveGroupResponse,
     "remove_broker": api_pb2.RemoveBrokerResponse,
+    "commit_txn": api_pb2.TxnState,
+    "get_txn": api_pb2.TxnState,
 }
 
 
@@ -702,6 +706,29 @@ class BrokerService:
             out.partitions.add(partition=partition, log_start=response.log_start, end=response.end)
         return out
 
+    def producer_state(
+        self, request: api_pb2.ProducerStateRequest, *, timeout_s: float | None
+    ) -> api_pb2.ProducerStateResponse:
+        """An idempotent producer's last applied batch per partition, read on each leader."""
+        topic = self._topic(request.topic)
+        partitions = list(request.partitions) or list(range(topic.partition_count))
+        out = api_pb2.ProducerStateResponse()
+        for partition in partitions:
+            self.router.check_partition(request.topic, partition)
+            read = internal_pb2.ReadRequest(
+                topic=request.topic,
+                partition=partition,
+                producer=internal_pb2.ProducerRead(producer_id=request.producer_id),
+            )
+            response = self.router.read(read, _timeout(timeout_s))
+            out.partitions.add(
+                partition=partition,
+                known=response.producer_known,
+                last_sequence=response.producer_last_sequence,
+                last_offsets=response.producer_last_offsets,
+            )
+        return out
+
     # ============================================================================ Admin
 
     def create_topic(
@@ -961,6 +988,34 @@ class BrokerService:
         else:
             out.health = api_pb2.HEALTHY
         return out
+
+    def commit_txn(
+        self, request: api_pb2.CommitTxnRequest, *, timeout_s: float | None
+    ) -> api_pb2.TxnState:
+        response: api_pb2.TxnState = self._leader_only("commit_txn", request, timeout_s)
+        return response
+
+    def _commit_txn(self, request: api_pb2.CommitTxnRequest, timeout_s: float) -> api_pb2.TxnState:
+        """Raise the app's watermark; a stale version is a no-op answering the current one."""
+        data = self.frontend.commit_txn(
+            self.meta.table, request.app_id, request.version, now_ms=self.now_ms()
+        )
+        result = self.meta_propose(data, timeout_s)
+        return api_pb2.TxnState(app_id=request.app_id, known=True, version=result.txn_version)
+
+    def get_txn(
+        self, request: api_pb2.GetTxnRequest, *, timeout_s: float | None
+    ) -> api_pb2.TxnState:
+        response: api_pb2.TxnState = self._leader_only("get_txn", request, timeout_s)
+        return response
+
+    def _get_txn(self, request: api_pb2.GetTxnRequest, timeout_s: float) -> api_pb2.TxnState:
+        """On the metadata leader, whose table has applied every CommitTxn it answered (a
+        leader elected moments ago may still lag; the Spark writer's producer ids cover that)."""
+        version = self.meta.table.txn_version(request.app_id)
+        return api_pb2.TxnState(
+            app_id=request.app_id, known=version is not None, version=version or 0
+        )
 
     def update_record(
         self, request: api_pb2.UpdateRecordRequest, *, timeout_s: float | None

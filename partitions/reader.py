@@ -1,4 +1,5 @@
-"""Reads of a partition's state over any store: fetch, lag, and "could a lease find work".
+"""Reads of a partition's state over any store: fetch, lag, "could a lease find work", and an
+idempotent producer's last applied batch.
 
 Pure functions of (store, meta): the caller decides which store they read — the applier's own,
 or a second connection on the same file (broker/partition_reader.py), which sees the last
@@ -20,6 +21,26 @@ class FetchResult:
     records: list[common_pb2.StoredRecord]
     log_start: int
     end: int
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    """An idempotent producer's last applied batch on this partition."""
+
+    last_sequence: int
+    last_offsets: list[int]
+
+
+def producer_state(store: PartitionStore, producer_id: str) -> ProducerState | None:
+    """The producer's last applied batch, or None when the partition remembers none of its
+    batches (never seen, or forgotten after ``dedup_window_ms``). A writer restarting the
+    producer id resumes at ``last_sequence + 1`` (the Spark writer's retried tasks)."""
+    last = store.producer_last_sequence(producer_id)
+    if last is None:
+        return None
+    offsets = store.producer_batch(producer_id, last)
+    assert offsets is not None, f"producer {producer_id!r}: last batch {last} has no offsets"
+    return ProducerState(last, list(offsets))
 
 
 def lag_of(store: PartitionStore, meta: Meta, group: str) -> GroupLag | None:

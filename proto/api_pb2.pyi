@@ -589,3 +589,55 @@ class RemoveBrokerResponse(_message.Message):
     MOVED_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     moved_partitions: int
     def __init__(self, moved_partitions: _Optional[int] = ...) -> None: ...
+
+class CommitTxnRequest(_message.Message):
+    __slots__ = ("app_id", "version")
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    version: int
+    def __init__(self, app_id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class GetTxnRequest(_message.Message):
+    __slots__ = ("app_id",)
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    def __init__(self, app_id: _Optional[str] = ...) -> None: ...
+
+class TxnState(_message.Message):
+    __slots__ = ("app_id", "known", "version")
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    known: bool
+    version: int
+    def __init__(self, app_id: _Optional[str] = ..., known: _Optional[bool] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ProducerStateRequest(_message.Message):
+    __slots__ = ("topic", "producer_id", "partitions")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    producer_id: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., producer_id: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PartitionProducerState(_message.Message):
+    __slots__ = ("partition", "known", "last_sequence", "last_offsets")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    LAST_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    known: bool
+    last_sequence: int
+    last_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., known: _Optional[bool] = ..., last_sequence: _Optional[int] = ..., last_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ProducerStateResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionProducerState]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionProducerState, _Mapping]]] = ...) -> None: ...

@@ -580,6 +580,11 @@ class LogStub:
                 request_serializer=proto_dot_api__pb2.ListOffsetsRequest.SerializeToString,
                 response_deserializer=proto_dot_api__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
+        self.ProducerState = channel.unary_unary(
+                '/raftq.v1.Log/ProducerState',
+                request_serializer=proto_dot_api__pb2.ProducerStateRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.ProducerStateResponse.FromString,
+                _registered_method=True)
 
 
 class LogServicer:
@@ -601,6 +606,15 @@ class LogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ProducerState(self, request, context):
+        """An idempotent producer's last applied batch on each partition of a topic (from the
+        partition's dedup state; forgotten after dedup_window_ms). A writer that restarts a
+        producer id resumes after it: the Spark writer's retried tasks use it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -613,6 +627,11 @@ def add_LogServicer_to_server(servicer, server):
                     servicer.ListOffsets,
                     request_deserializer=proto_dot_api__pb2.ListOffsetsRequest.FromString,
                     response_serializer=proto_dot_api__pb2.ListOffsetsResponse.SerializeToString,
+            ),
+            'ProducerState': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProducerState,
+                    request_deserializer=proto_dot_api__pb2.ProducerStateRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.ProducerStateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -673,6 +692,33 @@ class Log:
             '/raftq.v1.Log/ListOffsets',
             proto_dot_api__pb2.ListOffsetsRequest.SerializeToString,
             proto_dot_api__pb2.ListOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProducerState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Log/ProducerState',
+            proto_dot_api__pb2.ProducerStateRequest.SerializeToString,
+            proto_dot_api__pb2.ProducerStateResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -751,6 +797,16 @@ class AdminStub:
                 '/raftq.v1.Admin/RemoveBroker',
                 request_serializer=proto_dot_api__pb2.RemoveBrokerRequest.SerializeToString,
                 response_deserializer=proto_dot_api__pb2.RemoveBrokerResponse.FromString,
+                _registered_method=True)
+        self.CommitTxn = channel.unary_unary(
+                '/raftq.v1.Admin/CommitTxn',
+                request_serializer=proto_dot_api__pb2.CommitTxnRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.TxnState.FromString,
+                _registered_method=True)
+        self.GetTxn = channel.unary_unary(
+                '/raftq.v1.Admin/GetTxn',
+                request_serializer=proto_dot_api__pb2.GetTxnRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.TxnState.FromString,
                 _registered_method=True)
 
 
@@ -833,6 +889,22 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CommitTxn(self, request, context):
+        """Raise an application's committed-batch watermark to `version` (Spark writers: app id and
+        micro-batch id). A version at or below the watermark changes nothing; the answer is the
+        watermark after the call. Runs on the metadata leader.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTxn(self, request, context):
+        """An application's committed-batch watermark (answered by the metadata leader).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -890,6 +962,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.RemoveBroker,
                     request_deserializer=proto_dot_api__pb2.RemoveBrokerRequest.FromString,
                     response_serializer=proto_dot_api__pb2.RemoveBrokerResponse.SerializeToString,
+            ),
+            'CommitTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitTxn,
+                    request_deserializer=proto_dot_api__pb2.CommitTxnRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.TxnState.SerializeToString,
+            ),
+            'GetTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTxn,
+                    request_deserializer=proto_dot_api__pb2.GetTxnRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.TxnState.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1193,6 +1275,60 @@ class Admin:
             '/raftq.v1.Admin/RemoveBroker',
             proto_dot_api__pb2.RemoveBrokerRequest.SerializeToString,
             proto_dot_api__pb2.RemoveBrokerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Admin/CommitTxn',
+            proto_dot_api__pb2.CommitTxnRequest.SerializeToString,
+            proto_dot_api__pb2.TxnState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Admin/GetTxn',
+            proto_dot_api__pb2.GetTxnRequest.SerializeToString,
+            proto_dot_api__pb2.TxnState.FromString,
             options,
             channel_credentials,
             insecure,

@@ -30,18 +30,20 @@ class ProposeResponse(_message.Message):
     def __init__(self, result: _Optional[_Union[_partition_pb2.CommandResult, _Mapping]] = ..., skipped_idle: _Optional[bool] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("topic", "partition", "fetch", "offsets", "lag")
+    __slots__ = ("topic", "partition", "fetch", "offsets", "lag", "producer")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     FETCH_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     fetch: FetchRead
     offsets: OffsetsRead
     lag: LagRead
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., fetch: _Optional[_Union[FetchRead, _Mapping]] = ..., offsets: _Optional[_Union[OffsetsRead, _Mapping]] = ..., lag: _Optional[_Union[LagRead, _Mapping]] = ...) -> None: ...
+    producer: ProducerRead
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., fetch: _Optional[_Union[FetchRead, _Mapping]] = ..., offsets: _Optional[_Union[OffsetsRead, _Mapping]] = ..., lag: _Optional[_Union[LagRead, _Mapping]] = ..., producer: _Optional[_Union[ProducerRead, _Mapping]] = ...) -> None: ...
 
 class FetchRead(_message.Message):
     __slots__ = ("offset", "max_records", "max_bytes")
@@ -63,6 +65,12 @@ class LagRead(_message.Message):
     groups: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, groups: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class ProducerRead(_message.Message):
+    __slots__ = ("producer_id",)
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    producer_id: str
+    def __init__(self, producer_id: _Optional[str] = ...) -> None: ...
+
 class GroupLagRead(_message.Message):
     __slots__ = ("group", "committed", "end", "lag", "pending", "leased", "known")
     GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -82,16 +90,22 @@ class GroupLagRead(_message.Message):
     def __init__(self, group: _Optional[str] = ..., committed: _Optional[int] = ..., end: _Optional[int] = ..., lag: _Optional[int] = ..., pending: _Optional[int] = ..., leased: _Optional[int] = ..., known: _Optional[bool] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
-    __slots__ = ("records", "log_start", "end", "lags")
+    __slots__ = ("records", "log_start", "end", "lags", "producer_known", "producer_last_sequence", "producer_last_offsets")
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     LOG_START_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
     LAGS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_KNOWN_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_LAST_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     records: _containers.RepeatedCompositeFieldContainer[_common_pb2.StoredRecord]
     log_start: int
     end: int
     lags: _containers.RepeatedCompositeFieldContainer[GroupLagRead]
-    def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.StoredRecord, _Mapping]]] = ..., log_start: _Optional[int] = ..., end: _Optional[int] = ..., lags: _Optional[_Iterable[_Union[GroupLagRead, _Mapping]]] = ...) -> None: ...
+    producer_known: bool
+    producer_last_sequence: int
+    producer_last_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.StoredRecord, _Mapping]]] = ..., log_start: _Optional[int] = ..., end: _Optional[int] = ..., lags: _Optional[_Iterable[_Union[GroupLagRead, _Mapping]]] = ..., producer_known: _Optional[bool] = ..., producer_last_sequence: _Optional[int] = ..., producer_last_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class MetaProposeRequest(_message.Message):
     __slots__ = ("command",)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from assignors.partitioner import partition_for
 from assignors.sticky import assign
 from partitions.machine import DEFAULT_CONFIG, PartitionMachine, check_config, check_record
+from partitions.reader import producer_state
 from partitions.sqlite_store import SqliteStore
 from proto import api_pb2, common_pb2, errors, partition_pb2
 from proto.common_pb2 import ErrorCode
@@ -82,6 +83,7 @@ class ApiFacade:
         self.changed = threading.Condition(self.lock)  # notified on appends and releases
         self.topics: dict[str, _Topic] = {}
         self.groups: dict[str, _Group] = {}
+        self.txns: dict[str, int] = {}  # Spark app id -> committed-batch watermark
         self.calls: list[str] = []  # RPC names seen, in order (tests check routing)
 
     # -- plumbing --------------------------------------------------------------------------
@@ -594,6 +596,38 @@ class ApiFacade:
         self, request: api_pb2.RemoveBrokerRequest, *, timeout_s: float | None
     ) -> api_pb2.RemoveBrokerResponse:
         raise errors.InvalidArgument(f"broker {request.broker_id}: a single node has no others")
+
+    def producer_state(
+        self, request: api_pb2.ProducerStateRequest, *, timeout_s: float | None
+    ) -> api_pb2.ProducerStateResponse:
+        with self._locked("producer_state"):
+            topic = self._topic(request.topic)
+            out = api_pb2.ProducerStateResponse()
+            for index in list(request.partitions) or range(len(topic.partitions)):
+                store = self._partition(request.topic, index).machine.store
+                state = producer_state(store, request.producer_id)
+                entry = out.partitions.add(partition=index, known=state is not None)
+                if state is not None:
+                    entry.last_sequence = state.last_sequence
+                    entry.last_offsets.extend(state.last_offsets)
+            return out
+
+    def commit_txn(
+        self, request: api_pb2.CommitTxnRequest, *, timeout_s: float | None
+    ) -> api_pb2.TxnState:
+        with self._locked("commit_txn"):
+            version = max(self.txns.get(request.app_id, -1), request.version)
+            self.txns[request.app_id] = version
+            return api_pb2.TxnState(app_id=request.app_id, known=True, version=version)
+
+    def get_txn(
+        self, request: api_pb2.GetTxnRequest, *, timeout_s: float | None
+    ) -> api_pb2.TxnState:
+        with self._locked("get_txn"):
+            version = self.txns.get(request.app_id)
+            return api_pb2.TxnState(
+                app_id=request.app_id, known=version is not None, version=version or 0
+            )
 
     def close(self) -> None:
         with self.lock:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from partitions.reader import ProducerState, producer_state
 from partitions.rows import ORDER_FIFO, ORDER_PRIORITY, Meta, OutboxRow, PendingRow, RecordRow
 from partitions.sqlite_store import SqliteStore
 from partitions.store import MemoryStore, PartitionStore
@@ -298,6 +299,21 @@ def test_producer_forget_before_counts_producers(store: PartitionStore) -> None:
     with store.transaction():
         assert store.producer_forget_before(10**9) == 2
     assert store.dump()["producers"] == []
+
+
+def test_producer_state_is_the_last_applied_batch(store: PartitionStore) -> None:
+    """partitions.reader.producer_state (Log.ProducerState, the Spark writer's resume point)
+    over each store: the newest batch even after older ones were dropped, None once forgotten."""
+    assert producer_state(store, "p") is None
+    with store.transaction():
+        for seq in range(8):  # more than the machine keeps: older batches are dropped
+            store.producer_put("p", seq, [10 * seq, 10 * seq + 1], 100 + seq, 5)
+        store.producer_put("q", 3, [99], 100, 5)
+    assert producer_state(store, "p") == ProducerState(7, [70, 71])
+    assert producer_state(store, "q") == ProducerState(3, [99])
+    with store.transaction():
+        store.producer_forget_before(10**9)
+    assert producer_state(store, "p") is None
 
 
 # -- groups -----------------------------------------------------------------------------------

@@ -106,6 +106,10 @@ class BrokerFacade(Protocol):
         self, request: api_pb2.ListOffsetsRequest, *, timeout_s: float | None
     ) -> api_pb2.ListOffsetsResponse: ...
 
+    def producer_state(
+        self, request: api_pb2.ProducerStateRequest, *, timeout_s: float | None
+    ) -> api_pb2.ProducerStateResponse: ...
+
     # Admin
     def create_topic(
         self, request: api_pb2.CreateTopicRequest, *, timeout_s: float | None
@@ -150,6 +154,14 @@ class BrokerFacade(Protocol):
     def remove_broker(
         self, request: api_pb2.RemoveBrokerRequest, *, timeout_s: float | None
     ) -> api_pb2.RemoveBrokerResponse: ...
+
+    def commit_txn(
+        self, request: api_pb2.CommitTxnRequest, *, timeout_s: float | None
+    ) -> api_pb2.TxnState: ...
+
+    def get_txn(
+        self, request: api_pb2.GetTxnRequest, *, timeout_s: float | None
+    ) -> api_pb2.TxnState: ...
 
 
 # --- request shape checks ------------------------------------------------------------------
@@ -271,6 +283,24 @@ def check_fetch(r: api_pb2.FetchRequest) -> None:
 
 def check_list_offsets(r: api_pb2.ListOffsetsRequest) -> None:
     check_topic_name(r.topic)
+
+
+def check_producer_state(r: api_pb2.ProducerStateRequest) -> None:
+    check_topic_name(r.topic)
+    check_name(r.producer_id, "producer_id")
+    if len(r.partitions) > PARTITIONS_MAX:
+        raise _bad(f"at most {PARTITIONS_MAX} partitions")
+    for partition in r.partitions:
+        check_range(partition, "partition", 0)
+
+
+def check_commit_txn(r: api_pb2.CommitTxnRequest) -> None:
+    check_name(r.app_id, "app_id")
+    check_range(r.version, "version", 0)
+
+
+def check_get_txn(r: api_pb2.GetTxnRequest) -> None:
+    check_name(r.app_id, "app_id")
 
 
 def check_config_update(c: api_pb2.TopicConfigUpdate) -> None:
@@ -495,6 +525,7 @@ class ConsumerServicer(_Servicer, api_pb2_grpc.ConsumerServicer):
 class LogServicer(_Servicer, api_pb2_grpc.LogServicer):
     Fetch = _unary("fetch", check_fetch)
     ListOffsets = _unary("list_offsets", check_list_offsets)
+    ProducerState = _unary("producer_state", check_producer_state)
 
 
 class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
@@ -509,6 +540,8 @@ class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
     UpdateRecord = _unary("update_record", check_update_record)
     CancelRecord = _unary("cancel_record", check_cancel_record)
     RemoveBroker = _unary("remove_broker", check_remove_broker)
+    CommitTxn = _unary("commit_txn", check_commit_txn)
+    GetTxn = _unary("get_txn", check_get_txn)
 
 
 def serve(
