@@ -66,6 +66,13 @@ RULES = (
         ("broker/metrics.py",),
     ),
     Rule(
+        "Only broker/spark/datasource.py (and bench/spark_write.py) import pyspark and pyarrow: "
+        "the broker runs without the spark extra.",
+        frozenset({"pyspark", "pyarrow"}),
+        EVERYWHERE,
+        ("broker/spark/datasource.py", "bench/spark_write.py"),
+    ),
+    Rule(
         "Only transport/, broker/ and the generated proto/*_pb2_grpc.py import grpc.",
         frozenset({"grpc"}),
         EVERYWHERE,
@@ -180,6 +187,9 @@ CASES = [
     ("bench/load.py", "import grpc\n", True),
     ("proto/partition_pb2_grpc.py", "import grpc\n", False),
     ("proto/errors.py", "import grpc\n", True),
+    ("broker/spark/datasource.py", "from pyspark.sql.datasource import DataSource\n", False),
+    ("broker/spark/sink.py", "import pyarrow as pa\n", True),
+    ("broker/service.py", "def f():\n    import pyspark\n", True),
 ]
 
 

@@ -1,0 +1,92 @@
+"""raftq for Spark: a PySpark data source named ``raftq`` (writer and streaming source).
+
+Install ``raftq[spark]`` (pyspark, pyarrow); only ``broker/spark/datasource.py`` imports them,
+so the broker never needs pyspark. Register the format once per session::
+
+    from broker.spark import register
+    register(spark)
+
+    df.write.format("raftq").option("bootstrap", "h1:7070,h2:7070").option("topic", "t") \\
+        .mode("append").save()
+    df.writeStream.format("raftq").option("bootstrap", ...).option("topic", "t") \\
+        .option("checkpointLocation", path).start()
+    def each(batch_df, batch_id):                   # foreachBatch, replay-safe
+        batch_df.write.format("raftq").option("bootstrap", ...).option("topic", "t") \\
+            .option("txnAppId", "my-app").option("txnVersion", batch_id).mode("append").save()
+    spark.read.format("raftq").option("bootstrap", ...).option("topic", "t").load()
+    spark.readStream.format("raftq").option("bootstrap", ...).option("topic", "t") \\
+        .option("maxOffsetsPerTrigger", 10000).load()
+
+Writer columns: ``value`` (required; binary or string), ``key`` (binary/string; partitions by
+the broker's murmur2, like Kafka), ``topic`` (overrides option topic per row), ``partition``,
+``headers`` (map<string, binary|string>), ``priority`` (int), ``deliver_at`` (timestamp, or
+long Unix ms). Options: ``bootstrap``, ``topic``, ``deliveryGuarantee`` (``exactly_once``,
+the default, or ``at_least_once``), ``txnAppId`` + ``txnVersion``, ``batchRecords`` (500),
+``batchBytes`` (1 MiB), ``requestTimeoutMs``.
+
+Source columns: topic, partition, offset, timestamp, key, value, headers, priority,
+deliver_at. Options: ``bootstrap``, ``topic`` (comma-separated list), ``startingOffsets`` /
+``endingOffsets`` (``earliest``, ``latest`` or JSON ``{"t": {"0": 42}}``, -2 = earliest,
+-1 = latest; streams start at earliest by default, batch reads end at latest),
+``maxOffsetsPerTrigger``, ``failOnDataLoss`` (true). Trigger.AvailableNow reads up to the
+offsets current when the query starts, in maxOffsetsPerTrigger steps. Reads go through
+Log.Fetch and Log.ListOffsets only: no consumer-group state is touched.
+
+Exactly-once writing
+--------------------
+Two mechanisms, one per way a write can repeat:
+
+1. **A replayed batch** (a streaming query restarted from its checkpoint re-runs its last
+   micro-batch with the same batch id; a foreachBatch function is called again with the same
+   batch id). The broker keeps a per-app *committed-batch watermark* in the metadata group
+   (``Admin.CommitTxn`` / ``Admin.GetTxn``, on the metadata leader). The sink's driver-side
+   ``commit`` raises it to the batch id once every task succeeded; each task first reads it
+   and writes nothing when its batch id is at or below it. The app id is ``txnAppId``, or for
+   ``writeStream`` the query id (stable across restarts from the same checkpoint).
+2. **A retried task, or a replay that crashed before the watermark moved** (a task died
+   mid-write; the query crashed inside its sink commit). Each task writes under the
+   idempotent producer id ``spark:<app>:<batch>:<spark partition>`` (batch writes without
+   txn ids: a random id per write job), with its own sequence per raftq partition. Batches are
+   cut by record count and bytes only, so the same rows in the same order make the same
+   batches with the same sequences. The partition state machine only remembers a producer's
+   last 5 batches, so a retry cannot simply resend from sequence 0; instead each task first
+   asks every partition for the producer's last applied batch (``Log.ProducerState``, read
+   from the partition's dedup table on its leader) and skips the batches at or below it,
+   sending from the next sequence. A send whose outcome was unknown is resent with the same
+   sequence (deduplicated by the broker). An OUT_OF_ORDER_SEQUENCE answer (a zombie or
+   speculative twin of the task, same producer id, got further) re-reads the state and skips
+   what the twin applied.
+
+Cases it cannot cover, and what the writer does:
+
+- **Rows in a different order (or different rows) on the retry**: after a shuffle without a
+  sort, ``repartition`` of non-deterministic input, ``rand()``, ``limit`` without order, or a
+  source that is not replayable. The same sequence number then names different rows, and
+  skipping by sequence would drop some rows and duplicate others. The writer spot-checks: the
+  resumed-after batch is fetched back and compared (keys and values) with what this attempt
+  produced for that sequence, and an attempt that produces fewer batches, or none for a
+  partition an earlier attempt wrote to, is caught too. Either raises NondeterministicInput and
+  the task (eventually the job) fails loudly instead of writing wrong data. Batches before the
+  last one are not compared. Fix: ``sortWithinPartitions`` on a unique key before writing, or
+  checkpoint/cache the shuffled data, or use ``at_least_once`` and dedupe downstream.
+- **A restart later than the topic's ``dedup_window_ms``** (default 5 minutes) after the
+  failed attempt: the partition has forgotten the producer, so the retried task sends
+  everything again (duplicates). Committed batches are safe for ever (the watermark never
+  expires); only the batch in flight at the crash is exposed. Raise ``dedup_window_ms`` on
+  topics Spark writes to if restarts can take longer.
+- A metadata leader elected moments before ``GetTxn`` may not have applied the latest
+  ``CommitTxn`` yet; the producer-id dedup (2) still covers that batch.
+- ``at_least_once`` uses no producer ids and no watermark (unless txnAppId is set): a task
+  retry or a replay may duplicate rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def register(spark: Any) -> None:
+    """Register the ``raftq`` format with ``spark`` (imports pyspark on first use)."""
+    from broker.spark.datasource import register as register_source
+
+    register_source(spark)

@@ -1,0 +1,495 @@
+"""The Spark writer's engine: one :class:`TaskSink` per Spark task, without pyspark.
+
+The data source (``broker/spark/datasource.py``) turns Spark rows into :class:`Row`s and feeds
+them here; this module batches them per raftq partition, numbers the batches and sends them to
+partition leaders. The exactly-once design and its limits are in ``broker/spark/__init__.py``.
+
+Batching is a pure function of the task's row sequence (never of timing): a batch closes at
+``batch_records`` records or ``batch_bytes`` bytes or the end of the task's input, and key-less
+rows fill one partition's batch before moving to the next. So an attempt that replays the same
+rows in the same order cuts the same batches with the same sequences, which is what lets a
+retried task skip what an earlier attempt already wrote.
+
+Sending: at most one batch in flight per raftq partition (sequences apply in order), all
+partitions at once; NOT_LEADER follows the hint, UNAVAILABLE / TIMEOUT resend the *same*
+batch and sequence (the broker answers a duplicate with the original offsets).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import grpc
+
+from assignors.partitioner import partition_for
+from broker.client import Admin, parse_bootstrap
+from partitions.machine import record_size
+from proto import api_pb2, api_pb2_grpc, common_pb2, errors
+from proto.common_pb2 import ErrorCode
+from transport.grpc_errors import from_rpc_error
+
+log = logging.getLogger("raftq.spark")
+
+Guarantee = Literal["exactly_once", "at_least_once"]
+PRODUCER_ID_CHARS_MAX = 255
+SEND_ATTEMPTS_MAX = 12
+BACKOFF_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
+QUEUED_BATCHES_MAX = 4  # per raftq partition, before the task waits for acknowledgements
+
+
+class NondeterministicInput(errors.InvalidArgument):
+    """A retried or replayed task did not produce the rows its earlier attempt wrote."""
+
+
+# --- options ----------------------------------------------------------------------------------
+
+
+def _int_option(options: Mapping[str, str], name: str, default: int, low: int) -> int:
+    raw = options.get(name.lower())
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise errors.InvalidArgument(f"option {name}={raw!r} is not an integer") from None
+    if value < low:
+        raise errors.InvalidArgument(f"option {name}={value} must be >= {low}")
+    return value
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """The writer's options (Spark lower-cases option names)."""
+
+    bootstrap: str
+    topic: str | None  # None: every row names its topic in a ``topic`` column
+    guarantee: Guarantee = "exactly_once"
+    app_id: str | None = None  # txnAppId: the committed-batch watermark's key
+    version: int | None = None  # txnVersion (foreachBatch: the batch id)
+    batch_records: int = 500
+    batch_bytes: int = 1 << 20
+    request_timeout_ms: int = 30_000
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        """Raises InvalidArgument naming the option to fix."""
+        opts = {k.lower(): v for k, v in options.items()}
+        bootstrap = opts.get("bootstrap") or opts.get("bootstrap.servers") or ""
+        parse_bootstrap(bootstrap)
+        guarantee = (opts.get("deliveryguarantee") or "exactly_once").lower()
+        if guarantee not in ("exactly_once", "at_least_once"):
+            raise errors.InvalidArgument(
+                f"deliveryGuarantee={guarantee!r}: use exactly_once or at_least_once"
+            )
+        app_id = opts.get("txnappid") or None
+        version = _int_option(opts, "txnVersion", -1, 0) if opts.get("txnversion") else None
+        if (app_id is None) != (version is None):
+            raise errors.InvalidArgument("set txnAppId and txnVersion together (or neither)")
+        return cls(
+            bootstrap=bootstrap,
+            topic=opts.get("topic") or None,
+            guarantee=guarantee,  # type: ignore[arg-type]
+            app_id=app_id,
+            version=version,
+            batch_records=_int_option(opts, "batchRecords", 500, 1),
+            batch_bytes=_int_option(opts, "batchBytes", 1 << 20, 1),
+            request_timeout_ms=_int_option(opts, "requestTimeoutMs", 30_000, 1),
+        )
+
+
+def producer_id_for(app_id: str, version: int, spark_partition: int) -> str:
+    """The idempotent producer id of one Spark task's output: the same for every attempt of
+    the task and for a replay of the batch; distinct across apps, batches and tasks."""
+    name = f"spark:{app_id}:{version}:{spark_partition}"
+    if len(name) <= PRODUCER_ID_CHARS_MAX:
+        return name
+    digest = hashlib.sha256(app_id.encode()).hexdigest()[:32]
+    return f"spark:{digest}:{version}:{spark_partition}"
+
+
+# --- connections, one per process and bootstrap -----------------------------------------------
+
+
+class Connection:
+    """Admin calls plus one Producer stub per broker address. Created inside a Spark worker,
+    reused by every task that worker runs (``connection()``); never pickled."""
+
+    def __init__(self, bootstrap: str, request_timeout_ms: int) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.timeout_s = request_timeout_ms / 1000
+        self.admin = Admin(bootstrap, request_timeout_ms=request_timeout_ms)
+        self._lock = threading.Lock()
+        self._stubs: dict[str, api_pb2_grpc.ProducerStub] = {}
+        self._channels: list[grpc.Channel] = []
+
+    def producer(self, address: str) -> api_pb2_grpc.ProducerStub:
+        with self._lock:
+            stub = self._stubs.get(address)
+            if stub is None:
+                channel = grpc.insecure_channel(address)
+                self._channels.append(channel)
+                stub = self._stubs[address] = api_pb2_grpc.ProducerStub(channel)
+            return stub
+
+    def close(self) -> None:
+        with self._lock:
+            channels, self._channels, self._stubs = self._channels, [], {}
+        for channel in channels:
+            channel.close()
+        self.admin.close()
+
+
+_CONNECTIONS: dict[tuple[int, str, int], Connection] = {}
+_CONNECTIONS_LOCK = threading.Lock()
+
+
+def connection(bootstrap: str, request_timeout_ms: int = 30_000) -> Connection:
+    """This process's connection to ``bootstrap`` (PySpark forks and reuses workers: keyed by
+    pid, so a forked child never uses its parent's channels)."""
+    key = (os.getpid(), bootstrap, request_timeout_ms)
+    with _CONNECTIONS_LOCK:
+        found = _CONNECTIONS.get(key)
+        if found is None:
+            found = _CONNECTIONS[key] = Connection(bootstrap, request_timeout_ms)
+        return found
+
+
+# --- rows and batches -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TopicMeta:
+    partitions: int
+    leaders: list[str]
+    max_record_bytes: int
+
+
+@dataclass
+class _Batch:
+    topic: str
+    partition: int
+    sequence: int
+    records: list[common_pb2.Record]
+    attempts: int = 0
+    retry_at_s: float = 0.0
+
+
+@dataclass
+class _Lane:
+    """One raftq partition's traffic from this task."""
+
+    topic: str
+    partition: int
+    resume_after: int = -1  # the last sequence an earlier attempt applied (-1: none)
+    resume_offsets: list[int] = field(default_factory=list)
+    records: list[common_pb2.Record] = field(default_factory=list)
+    size: int = 0
+    next_sequence: int = 0
+    queued: deque[_Batch] = field(default_factory=deque)
+    in_flight: tuple[_Batch, Any] | None = None
+
+
+@dataclass
+class TaskSummary:
+    """What one task did; travels to the driver in the commit message."""
+
+    records_written: int = 0
+    records_skipped: int = 0  # an earlier attempt had written them (resumed after)
+    batches_sent: int = 0
+    duplicates: int = 0  # records the broker answered from dedup state
+    skipped_task: bool = False  # the batch was at or below the app's watermark
+
+
+class TaskSink:
+    """Writes one Spark task's rows. ``producer_id`` None = at-least-once (no dedup ids)."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        options: SinkOptions,
+        *,
+        producer_id: str | None,
+        spark_partition: int = 0,
+    ) -> None:
+        self.conn = conn
+        self.options = options
+        self.producer_id = producer_id
+        self.spark_partition = spark_partition
+        self.summary = TaskSummary()
+        self._meta: dict[str, TopicMeta] = {}
+        self._lanes: dict[tuple[str, int], _Lane] = {}
+        # (topic, partition) -> the last batch an earlier attempt applied: (sequence, offsets)
+        self._resume: dict[tuple[str, int], tuple[int, list[int]]] = {}
+        self._keyless = 0
+        self._done = threading.Condition()
+        self._completed: deque[tuple[str, int]] = deque()
+
+    # -- input -------------------------------------------------------------------------------
+
+    def add(
+        self,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        topic: str | None = None,
+        partition: int | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        priority: int = 0,
+        deliver_at_ms: int = 0,
+    ) -> None:
+        """Queue one row. Raises InvalidArgument (no topic, bad partition, record too large),
+        UnknownTopic, or the first non-retriable send error."""
+        name = topic or self.options.topic
+        if not name:
+            raise errors.InvalidArgument("no topic: set option topic or a topic column")
+        meta = self._topic(name)
+        record = common_pb2.Record(value=value, priority=priority, deliver_at_ms=deliver_at_ms)
+        if key is not None:
+            record.key = key
+        if headers:
+            record.headers.update(headers)
+        size = record_size(record)
+        if size > meta.max_record_bytes:
+            raise errors.RecordTooLarge(
+                f"a row of {size} bytes is over topic {name!r}'s max_record_bytes "
+                f"({meta.max_record_bytes})"
+            )
+        if partition is None:
+            if key is not None:
+                partition = partition_for(key, meta.partitions, 0)
+            else:  # sticky: fill one partition's batch, then the next (deterministic)
+                turn = self._keyless // self.options.batch_records
+                partition = (self.spark_partition + turn) % meta.partitions
+                self._keyless += 1
+        elif not 0 <= partition < meta.partitions:
+            raise errors.InvalidArgument(
+                f"partition {partition}: topic {name!r} has partitions 0..{meta.partitions - 1}"
+            )
+        lane = self._lanes.get((name, partition))
+        if lane is None:
+            last, offsets = self._resume.get((name, partition), (-1, []))
+            lane = self._lanes[(name, partition)] = _Lane(name, partition, last, offsets)
+        if lane.records and (
+            len(lane.records) >= self.options.batch_records
+            or lane.size + size > self.options.batch_bytes
+        ):
+            self._seal(lane)
+        lane.records.append(record)
+        lane.size += size
+
+    def finish(self) -> TaskSummary:
+        """Send what is left and wait for every acknowledgement. Raises NondeterministicInput
+        when an earlier attempt wrote batches this one did not produce."""
+        for lane in self._lanes.values():
+            if lane.records:
+                self._seal(lane)
+        self._drain(lambda: any(lane.queued or lane.in_flight for lane in self._lanes.values()))
+        untouched = sorted(tp for tp in self._resume if tp not in self._lanes)
+        if untouched:
+            raise NondeterministicInput(
+                f"an earlier attempt of producer {self.producer_id!r} wrote to {untouched}, "
+                "this one did not: the task's input is not deterministic"
+            )
+        for lane in self._lanes.values():
+            if lane.next_sequence <= lane.resume_after:
+                raise NondeterministicInput(
+                    f"{lane.topic}/{lane.partition}: an earlier attempt of producer "
+                    f"{self.producer_id!r} wrote {lane.resume_after + 1} batches, this one only "
+                    f"{lane.next_sequence}: the task's input is not deterministic"
+                )
+        return self.summary
+
+    # -- metadata and resume -----------------------------------------------------------------
+
+    def _topic(self, name: str) -> TopicMeta:
+        meta = self._meta.get(name)
+        if meta is None:
+            meta = self._meta[name] = self._describe(name)
+            if self.producer_id is not None:
+                self._load_resume(name, meta)
+        return meta
+
+    def _describe(self, name: str) -> TopicMeta:
+        description = self.conn.admin.describe_topic(name)
+        leaders = [""] * len(description.partitions)
+        for p in description.partitions:
+            leaders[p.partition] = p.leader_addr
+        max_bytes = description.config.max_record_bytes or 2**62
+        return TopicMeta(len(leaders), leaders, max_bytes)
+
+    def _load_resume(self, name: str, meta: TopicMeta) -> None:
+        """Where an earlier attempt of this producer id got to on each partition."""
+        assert self.producer_id is not None
+        states = self.conn.admin.producer_state(name, self.producer_id)
+        for partition, state in states.items():
+            if state.known:
+                self._resume[(name, partition)] = (state.last_sequence, list(state.last_offsets))
+
+    # -- batches -----------------------------------------------------------------------------
+
+    def _seal(self, lane: _Lane) -> None:
+        batch = _Batch(lane.topic, lane.partition, lane.next_sequence, lane.records)
+        lane.next_sequence += 1
+        lane.records, lane.size = [], 0
+        if self.producer_id is not None and batch.sequence <= lane.resume_after:
+            if batch.sequence == lane.resume_after:
+                self._verify(lane, batch)
+            self.summary.records_skipped += len(batch.records)
+            return
+        lane.queued.append(batch)
+        self._pump()
+        self._drain(lambda: len(lane.queued) >= QUEUED_BATCHES_MAX)
+
+    def _verify(self, lane: _Lane, batch: _Batch) -> None:
+        """Spot-check: the earlier attempt's last batch must be this batch (same keys and
+        values at the offsets the broker remembers), else the input is not deterministic."""
+        offsets = lane.resume_offsets
+        stored: dict[int, common_pb2.Record] = {}
+        if offsets:
+            first, last = min(offsets), max(offsets)
+            while first <= last:
+                response = self.conn.admin.fetch(
+                    lane.topic, lane.partition, first, min(10_000, last - first + 1)
+                )
+                if not response.records:
+                    break
+                for r in response.records:
+                    stored[r.offset] = r.record
+                first = response.records[-1].offset + 1
+        found = [stored.get(o) for o in offsets]
+        same = len(found) == len(batch.records) and all(
+            s is not None and s.key == b.key and s.value == b.value
+            for s, b in zip(found, batch.records, strict=True)
+        )
+        if not same:
+            raise NondeterministicInput(
+                f"{lane.topic}/{lane.partition}: batch {batch.sequence} of producer "
+                f"{self.producer_id!r} differs from what an earlier attempt wrote: the task's "
+                "rows are not in a deterministic order (sort them, or use at_least_once)"
+            )
+
+    def _pump(self) -> None:
+        """Dispatch the head batch of every idle lane whose retry time has come."""
+        now = time.monotonic()
+        for lane in self._lanes.values():
+            if lane.in_flight is None and lane.queued and lane.queued[0].retry_at_s <= now:
+                self._dispatch(lane, lane.queued.popleft())
+
+    def _dispatch(self, lane: _Lane, batch: _Batch) -> None:
+        meta = self._meta[batch.topic]
+        address = meta.leaders[batch.partition] or self.conn.bootstrap[0]
+        request = api_pb2.SendRequest(
+            topic=batch.topic, records=batch.records, partition=batch.partition
+        )
+        if self.producer_id is not None:
+            request.producer_id, request.sequence = self.producer_id, batch.sequence
+        tp = (batch.topic, batch.partition)
+
+        def done(_: Any) -> None:
+            with self._done:
+                self._completed.append(tp)
+                self._done.notify_all()
+
+        call = self.conn.producer(address).Send.future(request, timeout=self.conn.timeout_s)
+        lane.in_flight = (batch, call)
+        call.add_done_callback(done)
+
+    def _drain(self, busy: Any) -> None:
+        """Handle acknowledgements until ``busy()`` is false."""
+        while busy():
+            with self._done:
+                if not self._completed:
+                    wake = [
+                        lane.queued[0].retry_at_s
+                        for lane in self._lanes.values()
+                        if lane.in_flight is None and lane.queued
+                    ]
+                    wait = max(0.0, min(wake) - time.monotonic()) if wake else 1.0
+                    self._done.wait(wait)
+                completed = list(self._completed)
+                self._completed.clear()
+            for tp in completed:
+                self._settle(self._lanes[tp])
+            self._pump()
+
+    def _settle(self, lane: _Lane) -> None:
+        assert lane.in_flight is not None
+        batch, call = lane.in_flight
+        lane.in_flight = None
+        error: errors.RaftqError | None = None
+        try:
+            response: api_pb2.SendResponse = call.result()
+        except grpc.RpcError as exc:
+            error = from_rpc_error(exc)
+        else:
+            codes = {r.error for r in response.results}
+            if codes == {ErrorCode.OK}:
+                self.summary.batches_sent += 1
+                self.summary.records_written += len(batch.records)
+                self.summary.duplicates += sum(r.duplicate for r in response.results)
+                return
+            bad = next(r for r in response.results if r.error != ErrorCode.OK)
+            error = errors.error_for(bad.error, bad.message, leader_hint=bad.leader_hint)
+        if isinstance(error, errors.OutOfOrderSequence) and self._applied_by_twin(lane, batch):
+            return
+        if not error.retriable or batch.attempts >= SEND_ATTEMPTS_MAX:
+            raise error
+        batch.attempts += 1
+        batch.retry_at_s = time.monotonic() + BACKOFF_S[min(batch.attempts, len(BACKOFF_S)) - 1]
+        self._follow(batch, error)
+        lane.queued.appendleft(batch)
+        log.info("[topic/partition=%s/%d] resending batch %d: %s", *self._tp(batch), error)
+
+    @staticmethod
+    def _tp(batch: _Batch) -> tuple[str, int, int]:
+        return batch.topic, batch.partition, batch.sequence
+
+    def _follow(self, batch: _Batch, error: errors.RaftqError) -> None:
+        """Point the partition at the hinted leader, or re-read the topic's metadata."""
+        meta = self._meta[batch.topic]
+        if error.leader_hint:
+            meta.leaders[batch.partition] = error.leader_hint
+            return
+        try:
+            self._meta[batch.topic] = self._describe(batch.topic)
+        except errors.RaftqError as exc:
+            if not exc.retriable:
+                raise
+            bootstrap = self.conn.bootstrap
+            meta.leaders[batch.partition] = bootstrap[batch.attempts % len(bootstrap)]
+
+    def _applied_by_twin(self, lane: _Lane, batch: _Batch) -> bool:
+        """OUT_OF_ORDER_SEQUENCE for an old sequence: another attempt of this task (a zombie
+        or speculative twin with the same producer id) applied it already. True when the
+        partition's state shows the sequence applied: drop it and what is queued up to it."""
+        if self.producer_id is None:
+            return False
+        state = self.conn.admin.producer_state(
+            batch.topic, self.producer_id, [batch.partition]
+        ).get(batch.partition)
+        if state is None or not state.known or state.last_sequence < batch.sequence:
+            return False
+        while lane.queued and lane.queued[0].sequence <= state.last_sequence:
+            lane.queued.popleft()
+        if state.last_sequence > lane.resume_after:
+            lane.resume_after = state.last_sequence
+            lane.resume_offsets = list(state.last_offsets)
+        return True
+
+
+def summaries_total(parts: Sequence[TaskSummary]) -> TaskSummary:
+    total = TaskSummary()
+    for part in parts:
+        total.records_written += part.records_written
+        total.records_skipped += part.records_skipped
+        total.batches_sent += part.batches_sent
+        total.duplicates += part.duplicates
+    return total

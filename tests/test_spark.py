@@ -1,0 +1,336 @@
+"""The ``raftq`` Spark data source against a real 3-broker cluster, Spark in local mode.
+
+One SparkSession for the whole run (local[2,3]: two cores, a task may fail up to 3 times, so
+a forced failure is retried; UI off; one shuffle partition; driver on 127.0.0.1). Streaming
+queries use ``trigger(availableNow=True)`` + ``awaitTermination()``: deterministic, no sleeps.
+Faults come from ``tests/spark_faults.py`` (subclasses of the data source, one-shot marker
+files). The data is deterministic (no seed to print).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from assignors.partitioner import partition_for
+from broker.client import Admin, Producer
+from proto import common_pb2
+from tests.cluster import ProcessCluster
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers run the venv, not python3 on PATH
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))  # tests.spark_faults
+    from pyspark.sql import SparkSession
+
+    from broker.spark import register
+    from tests.spark_faults import CrashySource, FlakySource
+
+    session = (
+        SparkSession.builder.master("local[2,3]")
+        .appName("raftq-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    session.dataSource.register(CrashySource)
+    session.dataSource.register(FlakySource)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]:
+    with ProcessCluster(tmp_path_factory.mktemp("spark-cluster"), brokers=3) as c:
+        c.wait_ready()
+        yield c
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: ProcessCluster) -> Admin:
+    return cluster.admin()
+
+
+def make_topic(cluster: ProcessCluster, admin: Admin, name: str, partitions: int = 3) -> str:
+    admin.create_topic(name, partitions=partitions, replication_factor=3)
+    cluster.wait_leaders(name)
+    return name
+
+
+def read_all(admin: Admin, topic: str) -> list[tuple[int, common_pb2.StoredRecord]]:
+    """Every record of ``topic`` as (partition, record), through Fetch."""
+    out = []
+    for bounds in admin.list_offsets(topic):
+        offset = bounds.log_start
+        while offset < bounds.end:
+            fetched = admin.fetch(topic, bounds.partition, offset, 1000)
+            out += [(bounds.partition, r) for r in fetched.records]
+            offset = fetched.records[-1].offset + 1
+    return out
+
+
+def produce(cluster: ProcessCluster, topic: str, n: int) -> list[tuple[bytes, bytes]]:
+    """n keyed records through the Python producer; returns (key, value) in send order."""
+    rows = [(b"k%d" % (i % 37), b"v%05d" % i) for i in range(n)]
+    with Producer(cluster.bootstrap) as producer:
+        futures = [
+            producer.send(topic, value, key=key, headers={"h": key}, priority=i % 3)
+            for i, (key, value) in enumerate(rows)
+        ]
+        producer.flush()
+    assert all(not f.exception() for f in futures)
+    return rows
+
+
+def values_once(admin: Admin, topic: str, expected: list[bytes]) -> None:
+    """Each expected value is in ``topic`` exactly once, and nothing else is."""
+    seen = collections.Counter(r.record.value for _, r in read_all(admin, topic))
+    duplicated = sorted(v for v, c in seen.items() if c > 1)
+    missing = sorted(set(expected) - set(seen))
+    extra = sorted(set(seen) - set(expected))
+    assert not duplicated and not missing and not extra, (
+        f"{len(duplicated)} duplicated (e.g. {duplicated[:3]}), {len(missing)} missing "
+        f"(e.g. {missing[:3]}), {len(extra)} unexpected"
+    )
+    assert sum(seen.values()) == len(expected)
+
+
+# --- 4. the source reads what was produced; maxOffsetsPerTrigger --------------------------------
+
+
+@pytest.mark.slow
+def test_batch_read_equals_what_was_produced_and_write_partitions_by_murmur2(
+    spark: Any, cluster: ProcessCluster, admin: Admin
+) -> None:
+    src = make_topic(cluster, admin, "spark-read")
+    rows = produce(cluster, src, 500)
+
+    def reader() -> Any:  # DataFrameReader.option mutates the reader: a fresh one each time
+        return (
+            spark.read.format("raftq").option("bootstrap", cluster.bootstrap).option("topic", src)
+        )
+
+    got = reader().load().collect()
+    stored = {(p, r.offset): r for p, r in read_all(admin, src)}
+    assert len(got) == len(rows) == len(stored)
+    for row in got:
+        record = stored[(row.partition, row.offset)]
+        assert (row.key, row.value) == (record.record.key, record.record.value)
+        assert row.headers == {"h": row.key} and row.priority == record.record.priority
+        assert row.topic == src and row.timestamp is not None and row.deliver_at is None
+    assert sorted((r.key, r.value) for r in got) == sorted(rows)
+    ranged = (
+        reader()
+        .option("startingOffsets", '{"spark-read": {"0": 5}}')
+        .option("endingOffsets", '{"spark-read": {"0": 9, "1": -2, "2": -2}}')
+    )
+    assert sorted(r.offset for r in ranged.load().collect()) == [5, 6, 7, 8]
+
+    # and back out through the writer: same rows, keys on the broker's murmur2 partition
+    out = make_topic(cluster, admin, "spark-written")
+    written = reader().load().selectExpr("key", "value", "headers", "priority")
+    (
+        written.write.format("raftq")
+        .option("bootstrap", cluster.bootstrap)
+        .option("topic", out)
+        .mode("append")
+        .save()
+    )
+    copied = read_all(admin, out)
+    assert sorted((r.record.key, r.record.value) for _, r in copied) == sorted(rows)
+    for partition, r in copied:
+        assert partition == partition_for(r.record.key, 3, 0)
+        assert r.record.headers["h"] == r.record.key
+
+
+def test_streaming_read_honours_max_offsets_per_trigger(
+    spark: Any, cluster: ProcessCluster, admin: Admin, tmp_path: Path
+) -> None:
+    src = make_topic(cluster, admin, "spark-trickle")
+    rows = produce(cluster, src, 350)
+    sizes: list[int] = []
+    seen: list[bytes] = []
+
+    def collect(batch_df: Any, batch_id: int) -> None:
+        values = [r.value for r in batch_df.select("value").collect()]
+        sizes.append(len(values))
+        seen.extend(values)
+
+    query = (
+        spark.readStream.format("raftq")
+        .option("bootstrap", cluster.bootstrap)
+        .option("topic", src)
+        .option("maxOffsetsPerTrigger", 100)
+        .load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert sizes == [100, 100, 100, 50]
+    assert sorted(seen) == sorted(v for _, v in rows)
+
+
+# --- 1. a streaming query that crashes in its sink commit and restarts ---------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["before", "after"])
+def test_streaming_sink_crash_in_commit_then_restart_writes_each_row_once(
+    spark: Any, cluster: ProcessCluster, admin: Admin, tmp_path: Path, point: str
+) -> None:
+    """``before``: tasks wrote batch 1, the watermark did not move: the replay resumes each
+    task after its producer's last applied batch (more than the 5 the broker remembers, so a
+    resend from sequence 0 would be refused). ``after``: the watermark moved: the replay is
+    skipped."""
+    src = make_topic(cluster, admin, f"spark-crash-in-{point}")
+    out = make_topic(cluster, admin, f"spark-crash-out-{point}")
+    rows = produce(cluster, src, 600)
+    marker = tmp_path / "crash-once"
+    marker.touch()
+
+    def run() -> Any:
+        query = (
+            spark.readStream.format("raftq")
+            .option("bootstrap", cluster.bootstrap)
+            .option("topic", src)
+            .option("maxOffsetsPerTrigger", 200)
+            .load()
+            .selectExpr("key", "value")
+            .writeStream.format("raftq_crashy")
+            .option("bootstrap", cluster.bootstrap)
+            .option("topic", out)
+            .option("batchRecords", 3)  # ~8 batches per producer and partition
+            .option("crashFile", str(marker))
+            .option("crashBatch", 1)
+            .option("crashPoint", point)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            query.awaitTermination(120)
+        except Exception as exc:  # StreamingQueryException: the injected crash
+            assert "injected crash" in str(exc)
+        return query
+
+    first = run()
+    assert first.exception() is not None and not marker.exists()
+    in_topic_after_crash = len(read_all(admin, out))
+    assert in_topic_after_crash >= 400  # batches 0 and 1 were written before the crash
+    second = run()
+    assert second.exception() is None
+    assert second.id == first.id  # same checkpoint, same query id: same app id
+    values_once(admin, out, [v for _, v in rows])
+    assert admin.get_txn(f"query-{second.id}") == 2
+
+
+# --- 2. a task forced to fail and retried --------------------------------------------------------
+
+
+def test_retried_task_resumes_after_what_its_first_attempt_wrote(
+    spark: Any, cluster: ProcessCluster, admin: Admin, tmp_path: Path
+) -> None:
+    out = make_topic(cluster, admin, "spark-retry")
+    fail, report = tmp_path / "fail-once", tmp_path / "report.json"
+    fail.touch()
+    df = spark.range(0, 3000, numPartitions=2).selectExpr(
+        "cast(id % 101 as string) as key", "concat('v', cast(id as string)) as value"
+    )
+    (
+        df.write.format("raftq_flaky")
+        .option("bootstrap", cluster.bootstrap)
+        .option("topic", out)
+        .option("batchRecords", 10)
+        .option("failFile", str(fail))
+        .option("failAfterRows", 900)  # ~30 batches per raftq partition before the failure
+        .option("reportFile", str(report))
+        .mode("append")
+        .save()
+    )
+    assert not fail.exists()  # attempt 0 of partition 0 failed
+    values_once(admin, out, [b"v%d" % i for i in range(3000)])
+
+    summaries = json.loads(report.read_text())
+    assert sum(s["records_written"] + s["records_skipped"] for s in summaries) == 3000
+    assert max(s["records_skipped"] for s in summaries) >= 600  # the retry skipped, not resent
+
+
+# --- 3. foreachBatch with txnAppId / txnVersion ---------------------------------------------------
+
+
+@pytest.mark.slow
+def test_foreach_batch_with_txn_ids_is_replay_safe(
+    spark: Any, cluster: ProcessCluster, admin: Admin, tmp_path: Path
+) -> None:
+    src = make_topic(cluster, admin, "spark-feb-in")
+    out = make_topic(cluster, admin, "spark-feb-out")
+    rows = produce(cluster, src, 300)
+    marker = tmp_path / "fail-after-write"
+    marker.touch()
+    app = "feb-app"
+    bootstrap = cluster.bootstrap
+
+    def write(batch_df: Any, batch_id: int) -> None:
+        (
+            batch_df.selectExpr("key", "value")
+            .write.format("raftq")
+            .option("bootstrap", bootstrap)
+            .option("topic", out)
+            .option("txnAppId", app)
+            .option("txnVersion", batch_id)
+            .mode("append")
+            .save()
+        )
+        if batch_id == 1 and marker.exists():  # wrote and committed, then died
+            marker.unlink()
+            raise RuntimeError("injected failure after the write")
+
+    def run() -> Any:
+        query = (
+            spark.readStream.format("raftq")
+            .option("bootstrap", bootstrap)
+            .option("topic", src)
+            .option("maxOffsetsPerTrigger", 100)
+            .load()
+            .writeStream.foreachBatch(write)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            query.awaitTermination(120)
+        except Exception as exc:
+            assert "injected failure" in str(exc)
+        return query
+
+    assert run().exception() is not None
+    assert run().exception() is None  # batch 1 replayed: skipped by the watermark
+    values_once(admin, out, [v for _, v in rows])
+    assert admin.get_txn(app) == 2
+    # an old version written again (a late replay) adds nothing
+    again = spark.createDataFrame([(b"k", b"late")], "key binary, value binary")
+    write(again, 0)
+    values_once(admin, out, [v for _, v in rows])

@@ -1,0 +1,188 @@
+"""The Spark writer's engine and the broker calls it relies on, without Spark: a real 3-broker
+cluster, ``broker/spark/sink.py`` driven directly, and the pure offset planning of
+``broker/spark/source.py``. Data is deterministic, except the shuffle test (seed printed)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+from collections.abc import Iterator
+
+import pytest
+
+from broker.client import Admin
+from broker.spark import sink, source
+from proto import errors
+from tests.cluster import ProcessCluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]:
+    with ProcessCluster(tmp_path_factory.mktemp("sink-cluster"), brokers=3) as c:
+        c.wait_ready()
+        yield c
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: ProcessCluster) -> Admin:
+    return cluster.admin()
+
+
+def topic(cluster: ProcessCluster, admin: Admin, name: str) -> str:
+    admin.create_topic(name, partitions=3, replication_factor=3)
+    cluster.wait_leaders(name)
+    return name
+
+
+def options(cluster: ProcessCluster, name: str, **extra: str) -> sink.SinkOptions:
+    return sink.SinkOptions.parse({"bootstrap": cluster.bootstrap, "topic": name, **extra})
+
+
+def values(admin: Admin, name: str) -> collections.Counter[bytes]:
+    seen: collections.Counter[bytes] = collections.Counter()
+    for bounds in admin.list_offsets(name):
+        offset = bounds.log_start
+        while offset < bounds.end:
+            fetched = admin.fetch(name, bounds.partition, offset, 1000)
+            seen.update(r.record.value for r in fetched.records)
+            offset = fetched.records[-1].offset + 1
+    return seen
+
+
+def rows(n: int) -> list[tuple[bytes, bytes]]:
+    return [(b"k%d" % (i % 29), b"v%04d" % i) for i in range(n)]
+
+
+def write(
+    cluster: ProcessCluster,
+    opts: sink.SinkOptions,
+    producer_id: str | None,
+    data: list[tuple[bytes, bytes]],
+    *,
+    finish: bool = True,
+) -> sink.TaskSummary:
+    task = sink.TaskSink(
+        sink.connection(cluster.bootstrap), opts, producer_id=producer_id, spark_partition=0
+    )
+    for key, value in data:
+        task.add(value, key=key)
+    return task.finish() if finish else task.summary
+
+
+def test_txn_watermark_rises_and_never_falls(admin: Admin) -> None:
+    assert admin.get_txn("app-w") is None
+    assert admin.commit_txn("app-w", 3) == 3
+    assert admin.commit_txn("app-w", 2) == 3  # a stale version is a no-op
+    assert admin.commit_txn("app-w", 4) == 4
+    assert admin.get_txn("app-w") == 4
+    with pytest.raises(errors.InvalidArgument):
+        admin.commit_txn("app-w", -1)
+
+
+def test_a_retried_task_resumes_after_the_producers_last_applied_batch(
+    cluster: ProcessCluster, admin: Admin
+) -> None:
+    name = topic(cluster, admin, "sink-resume")
+    opts = options(cluster, name, batchRecords="4")
+    data = rows(400)
+    # attempt 0 dies after 250 rows: ~20 batches per partition applied, the tail in flight
+    write(cluster, opts, "spark:app:7:0", data[:250], finish=False)
+    first = admin.producer_state(name, "spark:app:7:0")
+    assert all(s.known and s.last_sequence >= 5 for s in first.values())  # > the 5 remembered
+    summary = write(cluster, opts, "spark:app:7:0", data)
+    assert summary.records_skipped >= 200 and summary.records_written <= 200
+    assert values(admin, name) == collections.Counter(v for _, v in data)
+    # a third attempt (a replay) writes nothing
+    again = write(cluster, opts, "spark:app:7:0", data)
+    assert again.records_written == 0 and again.records_skipped == 400
+    assert values(admin, name) == collections.Counter(v for _, v in data)
+
+
+def test_a_retry_with_its_rows_in_another_order_fails_loudly(
+    cluster: ProcessCluster, admin: Admin
+) -> None:
+    seed = int(os.environ.get("RAFTQ_SEED", random.randrange(2**32)))
+    print(f"RAFTQ_SEED={seed}")
+    name = topic(cluster, admin, "sink-shuffled")
+    opts = options(cluster, name, batchRecords="5")
+    data = rows(120)
+    write(cluster, opts, "spark:app:1:0", data)
+    shuffled = list(data)
+    random.Random(seed).shuffle(shuffled)
+    with pytest.raises(sink.NondeterministicInput):
+        write(cluster, opts, "spark:app:1:0", shuffled)
+    with pytest.raises(sink.NondeterministicInput):  # fewer rows than the first attempt wrote
+        write(cluster, opts, "spark:app:1:0", data[:60])
+
+
+def test_at_least_once_and_bad_rows(cluster: ProcessCluster, admin: Admin) -> None:
+    name = topic(cluster, admin, "sink-alo")
+    opts = options(cluster, name, deliveryGuarantee="at_least_once")
+    summary = write(cluster, opts, None, rows(50))
+    assert summary.records_written == 50 and sum(values(admin, name).values()) == 50
+    task = sink.TaskSink(sink.connection(cluster.bootstrap), opts, producer_id=None)
+    with pytest.raises(errors.InvalidArgument):
+        task.add(b"x", partition=7)
+    with pytest.raises(errors.UnknownTopic):
+        task.add(b"x", topic="no-such-topic")
+
+
+def test_sink_options_are_checked() -> None:
+    with pytest.raises(errors.InvalidArgument, match="bootstrap"):
+        sink.SinkOptions.parse({"topic": "t"})
+    with pytest.raises(errors.InvalidArgument, match="deliveryGuarantee"):
+        sink.SinkOptions.parse({"bootstrap": "h:1", "deliveryguarantee": "maybe"})
+    with pytest.raises(errors.InvalidArgument, match="together"):
+        sink.SinkOptions.parse({"bootstrap": "h:1", "txnappid": "a"})
+    parsed = sink.SinkOptions.parse({"bootstrap": "h:1", "txnappid": "a", "txnversion": "4"})
+    assert (parsed.app_id, parsed.version, parsed.guarantee) == ("a", 4, "exactly_once")
+    long_id = sink.producer_id_for("x" * 400, 3, 1)
+    assert len(long_id) <= 255 and long_id.endswith(":3:1")
+    assert sink.producer_id_for("a", 3, 1) == "spark:a:3:1"
+
+
+# --- offsets (pure) ---------------------------------------------------------------------------
+
+
+def test_limit_offsets_shares_the_budget_fairly_and_never_past_latest() -> None:
+    start = {"t": {"0": 0, "1": 10, "2": 5}}
+    latest = {"t": {"0": 100, "1": 12, "2": 5}}
+    assert source.limit_offsets(start, latest, None) == latest
+    # partition 1 has 2 records, 2 has none: the rest of the budget goes to partition 0
+    assert source.limit_offsets(start, latest, 30) == {"t": {"0": 28, "1": 12, "2": 5}}
+    assert source.limit_offsets(start, latest, 1000) == latest
+    two = {"t": {"0": 0, "1": 0}}
+    assert source.limit_offsets(two, {"t": {"0": 50, "1": 50}}, 100) == {"t": {"0": 50, "1": 50}}
+    assert source.limit_offsets(two, {"t": {"0": 50, "1": 50}}, 3) in (
+        {"t": {"0": 2, "1": 1}},
+        {"t": {"0": 1, "1": 2}},
+    )
+
+
+def test_resolve_ranges_and_cap() -> None:
+    bounds = {"t": {"0": source.PartitionBounds(3, 10), "1": source.PartitionBounds(0, 4)}}
+    assert source.resolve("earliest", bounds) == {"t": {"0": 3, "1": 0}}
+    assert source.resolve("latest", bounds) == {"t": {"0": 10, "1": 4}}
+    assert source.resolve({"t": {"0": 5, "1": -1}}, bounds) == {"t": {"0": 5, "1": 4}}
+    assert source.resolve({"t": {"0": -2}}, bounds) == {"t": {"0": 3, "1": 0}}
+    got = source.ranges({"t": {"0": 5, "1": 4}}, {"t": {"0": 10, "1": 4}})
+    assert got == [source.Range("t", 0, 5, 10)]
+    assert source.cap({"t": {"0": 10, "1": 4}}, {"t": {"0": 7}}) == {"t": {"0": 7, "1": 4}}
+
+
+def test_source_options_are_checked() -> None:
+    parsed = source.SourceOptions.parse(
+        {"bootstrap": "h:1", "topic": "a, b", "startingoffsets": '{"a": {"0": 4}}'}
+    )
+    assert parsed.topics == ("a", "b") and parsed.starting == {"a": {"0": 4}}
+    assert parsed.ending == "latest" and parsed.fail_on_data_loss
+    for bad in (
+        {"topic": ""},
+        {"topic": "a", "startingoffsets": "{oops"},
+        {"topic": "a", "startingoffsets": '{"z": {"0": 1}}'},
+        {"topic": "a", "maxoffsetspertrigger": "0"},
+        {"topic": "a", "failondataloss": "perhaps"},
+    ):
+        with pytest.raises(errors.InvalidArgument):
+            source.SourceOptions.parse({"bootstrap": "h:1", **bad})
