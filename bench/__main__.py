@@ -18,6 +18,7 @@ BENCHMARKS = [
     "bench.partition_apply",
     "bench.replicated_append",
     "bench.failover",
+    "bench.tls_overhead",
     "bench.spark_write",
 ]
 

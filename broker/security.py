@@ -41,6 +41,26 @@ def member_topics_from(table: Callable[[], Table]) -> MemberTopics:
     return lookup
 
 
+def peer_security(config: BrokerConfig) -> ChannelSecurity | None:
+    """How a broker reaches other brokers' client ports: TLS with ``security.tls_ca_file``,
+    presenting its own certificate under mutual TLS. None when TLS is off."""
+    sec = config.security
+    if not sec.tls:
+        return None
+    mutual = bool(sec.tls_client_ca_file)
+    return ChannelSecurity.from_files(
+        tls_ca_file=sec.tls_ca_file,
+        tls_cert_file=sec.tls_cert_file if mutual else None,
+        tls_key_file=sec.tls_key_file if mutual else None,
+    )
+
+
+def peer_channels(config: BrokerConfig) -> Callable[[str], grpc.Channel]:
+    """The ``channel_factory`` for an InternalClient made outside a Broker (e.g. joining)."""
+    security = peer_security(config)
+    return lambda address: open_channel(address, security)
+
+
 @dataclass(frozen=True)
 class BrokerSecurity:
     credentials: grpc.ServerCredentials | None  # the client port's TLS; None = plaintext
@@ -51,17 +71,12 @@ class BrokerSecurity:
     def from_config(cls, config: BrokerConfig, table: Callable[[], Table]) -> BrokerSecurity:
         """Raises ConfigError (auth file) or InvalidArgument (unreadable PEM files)."""
         sec = config.security
-        credentials = peers = None
+        credentials = None
         if sec.tls:
             credentials = server_credentials(
                 sec.tls_cert_file, sec.tls_key_file, sec.tls_client_ca_file
             )
-            mutual = bool(sec.tls_client_ca_file)  # then brokers show their own certificate
-            peers = ChannelSecurity.from_files(
-                tls_ca_file=sec.tls_ca_file,
-                tls_cert_file=sec.tls_cert_file if mutual else None,
-                tls_key_file=sec.tls_key_file if mutual else None,
-            )
+        peers = peer_security(config)
         interceptor = None
         if sec.auth_required:
             policy = load_auth_policy(sec.auth_file)
@@ -73,4 +88,4 @@ class BrokerSecurity:
         return open_channel(address, self.peers)
 
 
-__all__ = ["BrokerSecurity", "member_topics_from"]
+__all__ = ["BrokerSecurity", "member_topics_from", "peer_channels", "peer_security"]
