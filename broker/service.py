@@ -57,6 +57,10 @@ DEFAULT_TIMEOUT_S = 10.0
 TABLE_CATCH_UP_S = 2.0
 LEADER_WAIT_S = 10.0
 POLL_SLICE_S = 0.1
+# A Lease whose wait times out may still apply, leaving its records leased to a member that never
+# got them until lease_ms runs out. So a poll waits up to this long for a proposed lease's
+# outcome, even past its own max_wait_ms (within the call's deadline).
+LEASE_OUTCOME_WAIT_S = 5.0
 # A revoked partition is released at once and once more this much later: a Lease proposed by a
 # poll that passed the generation check just before the rebalance may apply after the first
 # Release (see _release_revoked).
@@ -522,10 +526,14 @@ class BrokerService:
     ) -> api_pb2.PollResponse:
         _, member = self._member(request.group, request.member_id, request.generation)
         partitions = list(member.assignment)
-        deadline = time.monotonic() + min(request.max_wait_ms / 1000, _timeout(timeout_s))
+        now = time.monotonic()
+        deadline = now + min(request.max_wait_ms / 1000, _timeout(timeout_s))
+        outcome_deadline = now + min(LEASE_OUTCOME_WAIT_S, max(0.5, _timeout(timeout_s) - 0.5))
         start = self._next_counter()
         while True:
-            out = self._lease_round(request, partitions, start, deadline, member.start_from)
+            out = self._lease_round(
+                request, partitions, start, max(deadline, outcome_deadline), member.start_from
+            )
             if out or time.monotonic() >= deadline:
                 return api_pb2.PollResponse(records=out)
             with self.data_arrived:
