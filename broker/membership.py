@@ -48,6 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from broker.security import peer_channels
 from metadata.machine import check_addr
 from metadata.table import Table
 from proto import api_pb2, errors, internal_pb2, metadata_pb2
@@ -116,7 +117,7 @@ def initial_voters(
             f"broker.raft_addr {me} is not in broker.seeds and this broker never joined: set "
             "broker.join_addrs to the client addresses of running brokers"
         )
-    client = InternalClient(config.broker.cluster_secret)
+    client = InternalClient(config.broker.cluster_secret, channel_factory=peer_channels(config))
     try:
         while stop is None or not stop.is_set():
             for addr in config.broker.join_addrs:

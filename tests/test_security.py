@@ -392,15 +392,19 @@ def test_cli_takes_tls_ca_and_token_from_flags_or_environment(
 ) -> None:
     from broker import cli
 
-    bootstrap = ["--bootstrap", secured.cluster.bootstrap, "--request-timeout-ms", "5000"]
+    bootstrap = ["--bootstrap", secured.cluster.bootstrap, "--request-timeout-ms", "15000"]
     flags = ["--tls-ca", str(secured.pki.ca), "--token", secured.tokens["reader"]]
-    assert cli.main(["topic", "list", *bootstrap, *flags]) == 0
+
+    def succeeds(argv: list[str]) -> bool:  # a command may meet an election: it does not retry
+        return cli.main(argv) == 0
+
+    wait_until(lambda: succeeds(["topic", "list", *bootstrap, *flags]), 60, "topic list")
     assert TOPIC in capsys.readouterr().out
     assert cli.main(["topic", "create", "cli-made", *bootstrap, *flags]) == 1
     assert "PERMISSION_DENIED" in capsys.readouterr().err
     monkeypatch.setenv(cli.TLS_CA_ENV, str(secured.pki.ca))
     monkeypatch.setenv(cli.TOKEN_ENV, secured.tokens["admin"])
-    assert cli.main(["topic", "describe", TOPIC, *bootstrap]) == 0
+    wait_until(lambda: succeeds(["topic", "describe", TOPIC, *bootstrap]), 60, "describe")
     monkeypatch.setenv(cli.TOKEN_ENV, "")
     assert cli.main(["topic", "list", *bootstrap]) == 1
     assert "UNAUTHENTICATED: no credentials" in capsys.readouterr().err
@@ -425,3 +429,12 @@ def test_mutual_tls_refuses_clients_without_a_certificate(tmp_path: Path) -> Non
         with Admin(cluster.bootstrap, **certified) as admin:
             admin.create_topic("with-cert")
             assert [t.name for t in admin.list_topics()] == ["with-cert"]
+
+
+def test_a_broker_joins_a_tls_cluster_over_tls(secured: Secured) -> None:
+    """A non-seed broker asks the seeds to join over their TLS client ports (membership)."""
+    cluster = secured.cluster
+    joined = cluster.add_broker()
+    cluster.start(joined)
+    alive = cluster.wait_ready(timeout_s=90)
+    assert joined in {b.id for b in alive.brokers if b.alive}
