@@ -72,7 +72,6 @@ import grpc
 
 from assignors.partitioner import partition_for
 from broker.config import ClientSettings
-from partitions.machine import record_size
 from proto import api_pb2, api_pb2_grpc, common_pb2, errors, partition_pb2
 from proto.common_pb2 import ErrorCode
 from transport.grpc_errors import from_rpc_error
@@ -88,6 +87,8 @@ RETRY_BACKOFF_MAX_MS = 2_000
 # Seconds a broker that did not answer (UNAVAILABLE) is avoided as a partition leader: sends
 # go to another broker, which forwards them to the partition's (new) leader.
 DOWN_S = 2.0
+_OK = int(ErrorCode.OK)  # enum attribute lookups are slow per record
+_OUT_OF_ORDER_SEQUENCE = int(ErrorCode.OUT_OF_ORDER_SEQUENCE)
 POLL_WAIT_MS_MAX = 300_000  # the broker's longest long poll; poll() loops for longer waits
 
 
@@ -503,15 +504,20 @@ class Producer:
         error once retries are spent). The first send to a topic fetches its metadata
         (blocking, up to request_timeout_ms). Raises RuntimeError after close()."""
         future: Future[RecordMetadata] = Future()
-        record = common_pb2.Record(
-            value=value,
-            headers=dict(headers or {}),
-            priority=priority,
-            deliver_at_ms=deliver_at_ms,
-            idempotency_key=idempotency_key,
-        )
+        record = common_pb2.Record(value=value)  # only the fields set: cheaper per record
+        size = len(value)
         if key is not None:
             record.key = key
+            size += len(key)
+        if headers:
+            record.headers.update(headers)
+            size += sum(len(name.encode()) + len(v) for name, v in headers.items())
+        if priority:
+            record.priority = priority
+        if deliver_at_ms:
+            record.deliver_at_ms = deliver_at_ms
+        if idempotency_key:
+            record.idempotency_key = idempotency_key
         try:
             meta = self._cached_metadata(topic)
             if partition is None:
@@ -520,8 +526,7 @@ class Producer:
                 raise errors.UnknownPartition(
                     f"topic {topic!r} has partitions 0..{meta.partitions - 1}, not {partition}"
                 )
-            size = record_size(record)
-            if size > meta.max_record_bytes:
+            if size > meta.max_record_bytes:  # size: as partitions.machine.record_size counts
                 raise errors.RecordTooLarge(
                     f"record is {size} bytes, over topic {topic!r}'s max_record_bytes "
                     f"({meta.max_record_bytes}): split it"
@@ -715,7 +720,6 @@ class Producer:
     ) -> None:
         """Resolve the batch's futures, or queue it again (same sequence) to retry."""
         tp = (batch.topic, batch.partition)
-        outcomes: list[tuple[Future[RecordMetadata], RecordMetadata | errors.RaftqError]] = []
         if response is not None:
             if len(response.results) != len(batch.records):
                 error = errors.Internal(
@@ -723,7 +727,7 @@ class Producer:
                     f"{len(batch.records)} records"
                 )
             else:
-                failed = [r for r in response.results if r.error != ErrorCode.OK]
+                failed = [r for r in response.results if r.error != _OK]
                 if failed and len(failed) == len(response.results):
                     first = failed[0]
                     if errors.error_class(first.error).kind.retriable:
@@ -735,9 +739,28 @@ class Producer:
             self._stale(batch.topic, batch.partition, error.leader_hint)  # before any retry
             if isinstance(error, errors.Unavailable) and batch.address:
                 rerouted = self._channels.mark_down(batch.address)  # retry elsewhere at once
+        # Each record's outcome is built outside the lock (send() contends for it per record).
+        outcomes: list[RecordMetadata | errors.RaftqError] = []
+        applied = out_of_order = False
+        if error is None:
+            assert response is not None
+            for r in response.results:
+                code = r.error
+                if code == _OK:
+                    applied = True
+                    outcomes.append(
+                        RecordMetadata(
+                            batch.topic, r.partition, r.offset, r.timestamp_ms, r.duplicate
+                        )
+                    )
+                else:
+                    outcomes.append(errors.error_for(code, r.message))
+                    out_of_order = out_of_order or code == _OUT_OF_ORDER_SEQUENCE
+        retrying = False
         with self._cond:
             self._in_flight.discard(tp)
             if error is not None and error.retriable and batch.attempts < self.retries:
+                retrying = True
                 batch.attempts += 1
                 backoff_ms = min(RETRY_BACKOFF_MS * 2 ** (batch.attempts - 1), RETRY_BACKOFF_MAX_MS)
                 if rerouted:
@@ -747,32 +770,25 @@ class Producer:
                 self._cond.notify_all()
                 log.info("[topic/partition=%s/%d] retrying batch: %s", *tp, error)
             elif error is not None:
-                outcomes = [(f, error) for f in batch.futures]
+                outcomes = [error] * len(batch.futures)
                 if error.retriable or isinstance(error, errors.OutOfOrderSequence):
                     self._new_epoch(tp)  # outcome unknown: never reuse this sequence
             else:
-                assert response is not None
-                applied = False
-                for f, r in zip(batch.futures, response.results, strict=True):
-                    if r.error == ErrorCode.OK:
-                        applied = True
-                        meta = RecordMetadata(
-                            batch.topic, r.partition, r.offset, r.timestamp_ms, r.duplicate
-                        )
-                        outcomes.append((f, meta))
-                    else:
-                        outcomes.append((f, errors.error_for(r.error, r.message)))
-                        if r.error == ErrorCode.OUT_OF_ORDER_SEQUENCE:
-                            self._new_epoch(tp)
+                if out_of_order:
+                    self._new_epoch(tp)
                 if applied and batch.sequence is not None:
                     self._next_sequence[tp] = batch.sequence + 1
-            self._outstanding -= len(outcomes)
             self._cond.notify_all()
-        for f, outcome in outcomes:  # outside the lock: callbacks run user code
+        if retrying:
+            return
+        for f, outcome in zip(batch.futures, outcomes, strict=True):  # user callbacks: unlocked
             if isinstance(outcome, RecordMetadata):
                 f.set_result(outcome)
             else:
                 f.set_exception(outcome)
+        with self._cond:  # only now: flush() returns with every future done
+            self._outstanding -= len(outcomes)
+            self._cond.notify_all()
 
     def _new_epoch(self, tp: tuple[str, int]) -> None:
         self._epoch[tp] = self._epoch.get(tp, 0) + 1
