@@ -39,8 +39,17 @@ logger = logging.getLogger("raftq.broker.backend")
 
 REPORT_INTERVAL_S = 0.5
 RETAIN_INTERVAL_S = 5.0
+# A partition whose state did not change since its last Retain is retained this seldom (only
+# time can expire its records or dedup state); one never appended to is never retained.
+IDLE_RETAIN_INTERVAL_S = 60.0
 DLQ_INTERVAL_S = 0.5
+# Leader duties run this often (and at once when the table changes): at 1,000 partitions a
+# pass over every led replica each 0.1 s step was a measurable share of an idle broker's CPU.
+LEAD_INTERVAL_S = 0.5
 BALANCE_INTERVAL_S = 5.0
+# Seconds one step may spend opening replicas; the rest open in the next steps, so a broker
+# given hundreds of new partitions still reports (stays alive for the metadata leader).
+OPEN_BUDGET_S = 0.5
 DLQ_BATCH = 200
 
 
@@ -54,6 +63,9 @@ class Backend:
         self._due: dict[str, float] = {}
         self._was_meta_leader = False
         self._registered: tuple[str, str, str] | None = None
+        self._led_table: Table | None = None
+        self._retained_at: dict[str, int] = {}  # replica name -> raft applied index after Retain
+        self._outbox_empty_at: dict[str, int] = {}  # replica name -> outbox_seq seen empty
 
     def start(self) -> None:
         self._thread.start()
@@ -92,9 +104,11 @@ class Backend:
         self._guarded("members", self.broker.membership.persist)
         if self._every("report", REPORT_INTERVAL_S):
             self._guarded("report", self._report)
-        for replica in list(self.broker.replicas.values()):
-            if replica.is_leader():
-                self._guarded(replica.where, lambda r=replica: self._lead(r, table))  # type: ignore[misc]
+        if self._every("lead", LEAD_INTERVAL_S) or table is not self._led_table:
+            self._led_table = table
+            for replica in list(self.broker.replicas.values()):
+                if replica.is_leader():
+                    self._guarded(replica.where, lambda r=replica: self._lead(r, table))  # type: ignore[misc]
         self._guarded("sessions", lambda: self._coordinate(table))
 
     def _guarded(self, what: str, fn: Callable[[], None]) -> None:
@@ -136,8 +150,12 @@ class Backend:
                     self._remove(key, replica, delete_files=True)
                 continue
             self._remove(key, replica)
+        started = time.monotonic()
         for key, (topic_id, addrs) in wanted.items():
             if key not in b.replicas:
+                if time.monotonic() - started > OPEN_BUDGET_S:
+                    self._wake.set()  # open the rest in the next step, after its report
+                    break
                 self._guarded(f"open {key}", lambda k=key, t=topic_id, a=addrs: self._open(k, t, a))  # type: ignore[misc]
 
     def _partition_dir(self, topic: str, topic_id: int) -> Path:
@@ -191,9 +209,9 @@ class Backend:
         b = self.broker
         report = internal_pb2.BrokerReport(broker_id=b.id, sent_ms=b.service.now_ms())
         for (topic, partition), replica in list(b.replicas.items()):
-            try:
-                offsets = replica.offsets()
-                status = replica.node.status()
+            try:  # in-memory state, read without locks: a report is a hint, not a read
+                offsets = replica.machine.offsets()
+                applied_index, term = replica.node.applied_index, replica.node.term
             except Exception:  # a replica closing under us
                 continue
             report.replicas.add(
@@ -204,9 +222,9 @@ class Backend:
                 leader_raft_addr=replica.leader() or "",
                 log_start=offsets.log_start,
                 end=offsets.end,
-                applied_index=int(status["applied_index"]),
+                applied_index=applied_index,
                 healthy=replica.healthy,
-                term=int(status["term"]),
+                term=term,
                 members=replica.node.members() if replica.is_leader() else [],
             )
         if b.meta.is_leader():
@@ -228,8 +246,15 @@ class Backend:
             )
             replica.propose(partition_pb2.PartitionCommand(configure=configure), 5.0)
             logger.info("%s config replicated", replica.where)
-        if self._every(f"retain {replica.name}", RETAIN_INTERVAL_S):
+        # an idle partition is still retained at least once per retention_ms (5 s at least)
+        retention_s = info.config.retention_ms / 1000 or IDLE_RETAIN_INTERVAL_S
+        idle_s = max(RETAIN_INTERVAL_S, min(IDLE_RETAIN_INTERVAL_S, retention_s))
+        if self._every(f"retain {replica.name}", RETAIN_INTERVAL_S) and self._retain_due(
+            replica, idle_s
+        ):
             replica.propose(partition_pb2.PartitionCommand(retain=partition_pb2.Retain()), 5.0)
+            self._retained_at[replica.name] = replica.node.applied_index
+            self._due[f"idle retain {replica.name}"] = time.monotonic() + idle_s
         if self._every(f"dlq {replica.name}", DLQ_INTERVAL_S):
             self._forward_dead_letters(replica, table)
         if self.broker.membership.lead_partition(replica, table):
@@ -237,9 +262,23 @@ class Backend:
         if self._every(f"balance {replica.name}", BALANCE_INTERVAL_S):
             self._prefer_leader(replica, table)
 
+    def _retain_due(self, replica: PartitionReplica, idle_s: float) -> bool:
+        """Whether a Retain may change something. Never for a partition that was never appended
+        to (no records, no dedup state); every ``idle_s`` when nothing was applied since the
+        last Retain; else every RETAIN_INTERVAL_S."""
+        if replica.machine.offsets().end == 0:
+            return False
+        if self._retained_at.get(replica.name) != replica.node.applied_index:
+            return True
+        return self._every(f"idle retain {replica.name}", idle_s)
+
     def _forward_dead_letters(self, replica: PartitionReplica, table: Table) -> None:
+        seq = replica.machine.meta.outbox_seq  # dead letters ever; unchanged = still none
+        if self._outbox_empty_at.get(replica.name) == seq:
+            return
         rows = replica.outbox(DLQ_BATCH)
         if not rows:
+            self._outbox_empty_at[replica.name] = seq
             return
         b = self.broker
         info = table.topics[replica.topic]

@@ -36,6 +36,7 @@ import contextlib
 import enum
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -66,6 +67,8 @@ def monotonic_time() -> float:
 
 
 RAW_V1 = b"R"  # command format marker after the pysyncobj type byte; append-only
+# Seconds within which a follower campaigns after the link to its leader closed.
+DISCONNECT_ELECTION_SPREAD_S = 0.2
 _REGULAR = bytes([_COMMAND_TYPE.REGULAR])
 _NO_OP = bytes([_COMMAND_TYPE.NO_OP])
 _STATE_NAMES = {
@@ -168,6 +171,7 @@ class _HardenedSyncObj(SyncObj):
     """
 
     _SyncObj__raftLeader: Any
+    _SyncObj__raftElectionDeadline: float
     _SyncObj__needLoadDumpFile: bool
     _SyncObj__onReadyCalled: bool
 
@@ -214,6 +218,26 @@ class _HardenedSyncObj(SyncObj):
             logger.error("[group=%s] entry %d has an unknown command format", self._group, index)
             return ApplyError(index, "unknown command format")
         return SyncObj._SyncObj__doApplyCommand(self, command)
+
+    # ------------------------------------------------------------- connections
+    def _SyncObj__onNodeDisconnected(self, node: Any) -> None:
+        """The link to a peer broker closed (on kill -9 the kernel closes its sockets at
+        once). If that peer leads this group, stand for election within
+        ``DISCONNECT_ELECTION_SPREAD_S`` instead of waiting out the election timeout: a
+        follower may campaign at any time without harming safety, and a leader we cannot reach
+        cannot keep us anyway. The random spread keeps the surviving followers from splitting
+        the vote. A crashed host or a partition (no close seen) still waits for the timeout."""
+        self._SyncObj__connectedNodes.discard(node)
+        if node == self._SyncObj__raftLeader and self._SyncObj__raftState != _RAFT_STATE.LEADER:
+            soon = monotonic_time() + DISCONNECT_ELECTION_SPREAD_S * random.random()
+            if soon < self._SyncObj__raftElectionDeadline:
+                self._SyncObj__raftElectionDeadline = soon
+                logger.info(
+                    "[group=%s] link to leader %s closed: election within %.0f ms",
+                    self._group,
+                    node.id,
+                    DISCONNECT_ELECTION_SPREAD_S * 1000,
+                )
 
     # ----------------------------------------------------------------- messages
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
