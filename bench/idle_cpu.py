@@ -10,6 +10,15 @@ groups and measures how long its groups take to elect a new leader on the surviv
     .venv/bin/python -m bench.idle_cpu --groups 100 --window-s 5
 
 The child mode (`--child`) is also used by tests/test_raft_mux.py for its kill -9 test.
+
+Registered as ``python -m bench idle_cpu`` (``run`` below), the same figure is measured with
+REAL broker processes (tests/cluster.py, default raft timings, fsync on): topics of
+``--idle-topic-partitions`` partitions each at RF 3, totalling ``--idle-partitions`` (1,000;
+100 with --quick), on 3 brokers; once every partition is led by its preferred leader (the
+backend's balancing), each broker process's CPU (utime+stime from /proc/<pid>/stat) is taken
+over ``--idle-window-s`` (20 s; 5 with --quick) while no client does anything.
+
+    python -m bench idle_cpu [--idle-partitions 1000] [--idle-window-s 20]
 """
 
 from __future__ import annotations
@@ -25,7 +34,15 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import IO, Any
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bench.common import Result
+    from tests.cluster import ProcessCluster
+
+NAME = "idle_cpu"
+GOAL_CORES = 0.1
 
 SECRET_HEX = "72616674712d62656e63682d73656372657421"  # "raftq-bench-secret!"
 
@@ -282,6 +299,139 @@ def main(argv: list[str] | None = None) -> int:
         for b in brokers:
             b.close()
     return 0
+
+
+# ------------------------------------------------------------------------------------------------
+# Registered benchmark: real broker processes.
+# ------------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse._ArgumentGroup) -> None:
+    parser.add_argument("--idle-partitions", type=int, default=1000, help="partitions in all")
+    parser.add_argument("--idle-topic-partitions", type=int, default=100, help="per topic")
+    parser.add_argument("--idle-window-s", type=float, default=20.0, help="CPU window")
+
+
+def process_cpu_s(pid: int) -> float:
+    """utime + stime of a process so far, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def create_topics(
+    cluster: ProcessCluster, partitions: int, per_topic: int, prefix: str = "idle"
+) -> list[str]:
+    """Topics of ``per_topic`` partitions at RF 3 totalling ``partitions``; their names."""
+    admin = cluster.admin()
+    names = []
+    for i in range(0, partitions, per_topic):
+        name = f"{prefix}-{i // per_topic:03d}"
+        admin.create_topic(name, partitions=min(per_topic, partitions - i), replication_factor=3)
+        cluster.wait_leaders(name, timeout_s=300)
+        names.append(name)
+    return names
+
+
+def leaders_per_broker(cluster: ProcessCluster, topics: list[str]) -> dict[int, int] | None:
+    """Partitions each broker leads, once every partition of ``topics`` has a live leader."""
+    from proto import errors
+
+    admin = cluster.admin(cluster.live_bootstrap())
+    counts = dict.fromkeys((i for i in cluster.procs if cluster.alive(i)), 0)
+    for topic in topics:
+        try:
+            described = admin.describe_topic(topic)
+        except errors.RaftqError:
+            return None
+        for p in described.partitions:
+            if p.leader not in counts:
+                return None
+            counts[p.leader] += 1
+    return counts
+
+
+def wait_preferred_leaders(cluster: ProcessCluster, topics: list[str], timeout_s: float) -> bool:
+    """Until every partition is led by its preferred (first) replica; False on timeout."""
+    from proto import errors
+
+    admin = cluster.admin(cluster.live_bootstrap())
+
+    def settled() -> bool:
+        for topic in topics:
+            try:
+                described = admin.describe_topic(topic)
+            except errors.RaftqError:
+                return False
+            if any(p.leader != p.replicas[0] for p in described.partitions):
+                return False
+        return True
+
+    deadline = time.monotonic() + timeout_s
+    while not settled():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def measure_brokers(root: Path, partitions: int, per_topic: int, window_s: float) -> dict[str, Any]:
+    from tests.cluster import ProcessCluster
+
+    with ProcessCluster(root, brokers=3, fast=False) as cluster:
+        cluster.wait_ready()
+        t0 = time.monotonic()
+        topics = create_topics(cluster, partitions, per_topic)
+        led_s = time.monotonic() - t0
+        balanced = wait_preferred_leaders(cluster, topics, timeout_s=120)
+        settled_s = time.monotonic() - t0
+        leaders = leaders_per_broker(cluster, topics) or {}
+        print(
+            f"{partitions} partitions led after {led_s:.1f}s, balanced={balanced} after "
+            f"{settled_s:.1f}s; leaders per broker {leaders}",
+            flush=True,
+        )
+        time.sleep(2.0)  # let the catch-up traffic after the last transfers drain
+        pids = {i: cluster.procs[i].pid for i in sorted(cluster.procs)}
+        cpu0 = {i: process_cpu_s(pid) for i, pid in pids.items()}
+        w0 = time.monotonic()
+        time.sleep(window_s)
+        wall = time.monotonic() - w0
+        cores = {i: (process_cpu_s(pid) - cpu0[i]) / wall for i, pid in pids.items()}
+        for i, c in cores.items():
+            print(f"broker {i}: {c:.3f} cores over {wall:.1f}s", flush=True)
+        return {"cores": cores, "leaders": leaders, "balanced": balanced, "settled_s": settled_s}
+
+
+def run(options: argparse.Namespace) -> list[Result]:
+    import tempfile
+
+    from bench.common import Result
+
+    partitions = 100 if options.quick else options.idle_partitions
+    window_s = 5.0 if options.quick else options.idle_window_s
+    per_topic = min(options.idle_topic_partitions, partitions)
+    samples = []
+    for _ in range(options.repeat):
+        with tempfile.TemporaryDirectory(prefix="raftq-idle-") as tmp:
+            samples.append(measure_brokers(Path(tmp), partitions, per_topic, window_s))
+    busiest = statistics.median(max(s["cores"].values()) for s in samples)
+    mean = statistics.median(statistics.mean(s["cores"].values()) for s in samples)
+    note = (
+        f"{partitions} partitions RF 3, 3 broker processes, {window_s:.0f} s window, "
+        f"default raft timings; leaders per broker {samples[-1]['leaders']}"
+    )
+    return [
+        Result(
+            "idle cpu: busiest broker",
+            busiest,
+            "cores",
+            f"<= {GOAL_CORES}",
+            busiest <= GOAL_CORES,
+            note,
+        ),
+        Result("idle cpu: mean broker", mean, "cores"),
+    ]
 
 
 if __name__ == "__main__":
