@@ -61,6 +61,7 @@ def test_leaders_spread_and_return_after_a_restart(tmp_path: Path) -> None:
         for topic in TOPICS:
             admin.create_topic(topic, partitions=PARTITIONS, replication_factor=3)
         counts = wait_until(lambda: settled(cluster), 60, "leaders on preferred leaders")
+        assert counts is not None
         print("settled leaders per broker:", counts)
         assert max(counts.values()) <= cap, counts
         assert min(counts.values()) >= 1, counts
@@ -70,6 +71,7 @@ def test_leaders_spread_and_return_after_a_restart(tmp_path: Path) -> None:
         cluster.start(1)
         cluster.wait_ready()
         counts = wait_until(lambda: settled(cluster), 60, "leaderships back after the restart")
+        assert counts is not None
         print("after restarting broker 1:", counts)
         assert max(counts.values()) <= cap, counts
         assert counts[1] >= 1, counts
