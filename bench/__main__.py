@@ -19,6 +19,7 @@ BENCHMARKS = [
     "bench.replicated_append",
     "bench.failover",
     "bench.tls_overhead",
+    "bench.e2e",
     "bench.idle_cpu",
     "bench.spark_write",
 ]
