@@ -10,6 +10,7 @@ fsync) and is consulted at the instant an acknowledgement leaves.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -23,7 +24,9 @@ import pytest
 
 from proto import errors
 from transport.raft import RaftNode, RaftTimings
-from transport.raft.journal import parse_journal
+from transport.raft.hub import ManualClock, pysyncobj_time
+from transport.raft.journal import DurableJournal, parse_journal
+from transport.raft.snapshot import read_snapshot, write_snapshot
 from transport.raft.testing import (
     RecordingTransport,
     StockNode,
@@ -34,10 +37,12 @@ from transport.raft.testing import (
     match_index,
     next_index,
     read_stock_journal,
+    serializer_busy,
     syncobj_of,
     tick,
     transport_of,
     wait_until,
+    write_stock_journal,
 )
 
 A, B, C = "127.0.0.1:7001", "127.0.0.2:7001", "127.0.0.3:7001"
@@ -571,3 +576,331 @@ def test_pipelined_load_never_loses_acknowledged_entries(tmp_path: Path) -> None
     assert pipelined_load("raftq", tmp_path / "raftq", seed) == []
     stock_runs = [pipelined_load("stock", tmp_path / f"stock{k}", seed + k) for k in range(2)]
     assert any(stock_runs), "stock pysyncobj kept every acknowledged entry in 2 seeded runs"
+
+
+# ------------------------------------------------- 6. snapshots, restarts, catch-up
+class ListState:
+    """A state machine for snapshot tests: the applied indexes, snapshotted as JSON."""
+
+    def __init__(self) -> None:
+        self.applied: list[int] = []
+        self.restores = 0
+
+    def apply(self, data: bytes, index: int) -> int:
+        self.applied.append(index)
+        return index
+
+    def snapshot(self, path: str) -> None:
+        Path(path).write_text(json.dumps(self.applied))
+
+    def restore(self, path: str) -> None:
+        self.applied = json.loads(Path(path).read_text())
+        self.restores += 1
+
+
+def snapshot_file(tmp: Path, prev_idx: int, term: int, applied: list[int]) -> Path:
+    """A raftq snapshot file whose last entries are (prev_idx, term), (prev_idx + 1, term)."""
+    state = ListState()
+    state.applied = applied
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / "g.snapshot"
+    last, prev = entry(prev_idx + 1, term), entry(prev_idx, term)
+    write_snapshot(str(path) + ".tmp", (last, prev, [A, B, C]), state.snapshot, fsync=False)
+    os.replace(str(path) + ".tmp", path)
+    return path
+
+
+def with_snapshots(kind: str, tmp: Path, state: ListState, **kw: Any) -> Any:
+    if kind == "raftq":
+        return hardened(
+            tmp, apply=state.apply, snapshot=state.snapshot, restore=state.restore, **kw
+        )
+
+    def deserialize(path: str) -> tuple[Any, ...]:
+        last, prev, cluster = read_snapshot(path, state.restore, fsync=False)
+        return last, prev, [n for n in cluster if n != tmp_self]  # stock compares Node to str
+
+    tmp_self = kw.get("self_addr", A)
+
+    def serialize(path: str, data: tuple[Any, ...]) -> None:
+        write_snapshot(path, data, state.snapshot, fsync=False)
+
+    return stock(
+        tmp,
+        apply=state.apply,
+        fullDumpFile=str(tmp / "g.snapshot"),
+        serializer=serialize,
+        deserializer=deserialize,
+        useFork=False,
+        **kw,
+    )
+
+
+def journal_file(kind: str, tmp: Path, entries: list[Any], commit: int) -> None:
+    if kind == "raftq":
+        journal = DurableJournal(tmp / "g.journal", fsync=False)
+        for e in entries:
+            journal.add(*e)
+        journal.setRaftCommitIndex(commit)
+        journal._destroy()
+    else:
+        write_stock_journal(str(tmp / "g.journal"), entries, commit)
+
+
+@pytest.mark.parametrize("kind", ["raftq", "stock"])
+def test_restart_between_snapshot_and_compaction_keeps_the_journal_tail(
+    kind: str, tmp_path: Path
+) -> None:
+    """Crash point: the snapshot at 9 was renamed into place, the journal (1..20, all
+    acknowledged, commit 20) not yet compacted. The restart must keep 10..20."""
+    snapshot_file(tmp_path, 8, 1, applied=list(range(2, 10)))
+    journal_file(kind, tmp_path, [entry(1, 0)] + [entry(i, 1) for i in range(2, 21)], 20)
+    state = ListState()
+    node = with_snapshots(kind, tmp_path, state)
+    tick(node)
+    indexes = [e[1] for e in log_entries(node)]
+    applied = syncobj_of(node).raftLastApplied
+    destroy(node)
+    assert state.restores == 1
+    if kind == "raftq":
+        assert indexes == list(range(8, 21))
+        assert applied == 20  # the snapshot's 9, then 10..20 replayed from the journal
+    else:  # stock clears the journal down to the snapshot's two entries
+        assert indexes == [8, 9]
+
+
+@pytest.mark.parametrize(
+    ("journal", "expected"),
+    [
+        ([entry(i, 1) for i in range(8, 15)], list(range(8, 15))),  # compacted: kept
+        ([entry(i, 1) for i in range(9, 15)], list(range(9, 15))),  # starts at last: kept
+        ([entry(1, 0)] + [entry(i, 1) for i in range(2, 6)], [8, 9]),  # ends before it
+        ([entry(1, 0)] + [entry(i, 1) for i in range(2, 9)] + [entry(9, 2)], [8, 9]),  # term
+        ([entry(i, 1) for i in range(10, 15)], [8, 9]),  # starts after it: unusable
+    ],
+)
+def test_restart_reconciles_snapshot_and_journal_by_index_and_term(
+    journal: list[Any], expected: list[int], tmp_path: Path
+) -> None:
+    snapshot_file(tmp_path, 8, 1, applied=list(range(2, 10)))
+    journal_file("raftq", tmp_path, journal, commit=journal[-1][1])
+    state = ListState()
+    node = with_snapshots("raftq", tmp_path, state)
+    tick(node)
+    assert [e[1] for e in log_entries(node)] == expected
+    assert node.applied_index == expected[-1]
+    assert node.commit_index >= 9  # the snapshot holds committed entries only
+    destroy(node)
+    again = with_snapshots("raftq", tmp_path, ListState())  # and the reconciled files reload
+    tick(again)
+    assert [e[1] for e in log_entries(again)] == expected
+    destroy(again)
+
+
+def snapshot_messages(path: Path, chunk: int) -> list[dict[str, Any]]:
+    data = path.read_bytes()
+    out = []
+    for offset in range(0, len(data), chunk):
+        piece = data[offset : offset + chunk]
+        last = offset + chunk >= len(data)
+        out.append(
+            {
+                "type": "append_entries",
+                "term": 2,
+                "commit_index": 9,
+                "serialized": (piece, offset == 0, False),
+                "offset": offset,
+            }
+        )
+        if last:  # stock finishes on an empty chunk; raftq on the last non-empty one
+            out[-1]["serialized"] = (piece, offset == 0, True)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["raftq", "stock"])
+def test_snapshot_from_leader_keeps_acknowledged_entries_after_it(
+    kind: str, tmp_path: Path
+) -> None:
+    """A follower holding (and having acknowledged) 2..20 gets the leader's snapshot at 9."""
+    source = snapshot_file(tmp_path / "leader", 8, 1, applied=list(range(2, 10)))
+    state = ListState()
+    node = with_snapshots(kind, tmp_path / "f", state)
+    transport = transport_of(node)
+    transport.connect_all()
+    transport.deliver(B, append(1, (1, 0), [entry(i, 1) for i in range(2, 21)], commit=1))
+    transport.take()
+    if kind == "stock":  # stock's receive: (data, first, last) with an empty final chunk
+        transport.deliver(
+            B,
+            {
+                **snapshot_messages(source, 1 << 20)[0],
+                "serialized": (source.read_bytes(), True, False),
+            },
+        )
+        transport.deliver(
+            B, {**snapshot_messages(source, 1 << 20)[0], "serialized": (b"", False, True)}
+        )
+    else:
+        for message in snapshot_messages(source, 64):
+            transport.deliver(B, message)
+    acks = transport.take("next_node_idx", to=B)
+    indexes = [e[1] for e in log_entries(node)]
+    destroy(node)
+    if kind == "raftq":
+        assert [(a["success"], a["next_node_idx"]) for a in acks] == [(True, 10)]
+        assert indexes == list(range(8, 21))
+        assert (tmp_path / "f" / "g.snapshot").read_bytes() == source.read_bytes()
+    else:
+        assert indexes == [8, 9]  # 10..20 were acknowledged, and are gone
+
+
+def test_snapshot_chunk_lost_restarts_the_transfer(tmp_path: Path) -> None:
+    source = snapshot_file(tmp_path / "leader", 8, 1, applied=list(range(2, 10)))
+    node = with_snapshots("raftq", tmp_path / "f", ListState())
+    transport = transport_of(node)
+    transport.connect_all()
+    messages = snapshot_messages(source, 32)
+    assert len(messages) >= 3
+    for message in messages[:1] + messages[2:]:  # the second chunk is lost
+        transport.deliver(B, message)
+    acks = transport.take("next_node_idx", to=B)
+    assert acks and all(not a["success"] and a["reset"] for a in acks)
+    assert not (tmp_path / "f" / "g.snapshot").exists()  # nothing half-received installed
+    for message in messages:  # the leader starts over
+        transport.deliver(B, message)
+    assert [a["next_node_idx"] for a in transport.take("next_node_idx", to=B)] == [10]
+    assert [e[1] for e in log_entries(node)] == [8, 9]
+    destroy(node)
+
+
+def test_stale_snapshot_does_not_roll_back_a_follower(tmp_path: Path) -> None:
+    source = snapshot_file(tmp_path / "leader", 3, 1, applied=[2, 3, 4])
+    state = ListState()
+    node = with_snapshots("raftq", tmp_path / "f", state)
+    transport = transport_of(node)
+    transport.connect_all()
+    transport.deliver(B, append(1, (1, 0), [entry(i, 1) for i in range(2, 21)], commit=12))
+    tick(node)
+    assert node.applied_index == 12
+    for message in snapshot_messages(source, 1 << 20):
+        transport.deliver(B, message)
+    assert state.restores == 0 and node.applied_index == 12
+    assert [e[1] for e in log_entries(node)] == list(range(1, 21))
+    destroy(node)
+
+
+@pytest.mark.parametrize("kind", ["raftq", "stock"])
+def test_leader_send_round_is_bounded_when_a_follower_needs_a_snapshot(
+    kind: str, tmp_path: Path
+) -> None:
+    """The tick after a leader wrote a snapshot its serializer reports busy; a follower whose
+    nextIndex fell below the compacted journal then needs that snapshot. On a clock that does
+    not move within the round (the simulation's), stock's send loop never ends."""
+    snapshot_file(tmp_path, 8, 1, applied=list(range(2, 10)))
+    journal_file(kind, tmp_path, [entry(i, 1) for i in range(8, 21)], 20)
+    node = with_snapshots(kind, tmp_path, ListState())
+    tick(node)
+    make_leader(node)
+    transport = transport_of(node)
+    transport.take()
+    transport.deliver(B, ack(3, success=False))  # B lost entries (e.g. its disk)
+    assert next_index(node, B) == 3
+
+    def on_send(to: str, message: dict[str, Any]) -> None:
+        if len(transport.sent) > 10_000:
+            raise RuntimeError("unbounded send loop")
+
+    transport.on_send = on_send
+    serializer_busy(node)
+    clock = ManualClock(time.monotonic())  # continues the real clock the node started on
+    with pysyncobj_time(clock, random.Random(1)):
+        clock.advance(FAST.heartbeat_s * 2)  # a heartbeat is due, a quorum is still fresh
+        if kind == "stock":
+            with pytest.raises(RuntimeError, match="unbounded"):
+                tick(node)
+            destroy(node)
+            return
+        tick(node)
+    to_b = transport.take("append_entries", to=B)
+    destroy(node)
+    assert 1 <= len(to_b) <= 2 * 8
+    chunks = [m for m in to_b if m.get("serialized") is not None]
+    assert chunks and chunks[0]["serialized"][1] and chunks[-1]["serialized"][2]
+    assert [m["offset"] for m in chunks] == sorted(m["offset"] for m in chunks)
+
+
+def test_every_crash_point_of_snapshot_and_compaction_keeps_acknowledged_entries(
+    tmp_path: Path, disk: DiskModel
+) -> None:
+    """A follower appends, applies, snapshots and compacts several times; the disk as a power
+    cut would leave it is captured at every fsync. Each image must restart into a journal and
+    snapshot that hold every entry acknowledged before the next fsync."""
+    data_dir = tmp_path / "node"
+    timings = RaftTimings.fast(compaction_min_entries=4)
+    state = ListState()
+    node = RaftNode(
+        A,
+        [A, B, C],
+        apply=state.apply,
+        snapshot=state.snapshot,
+        restore=state.restore,
+        data_dir=data_dir,
+        name="g",
+        auto_tick=False,
+        transport_class=RecordingTransport,
+        timings=timings,
+    )
+    acked = [0]
+    images: list[tuple[dict[str, bytes], int]] = []
+    model_fsync = os.fsync
+
+    def fsync_and_capture(fd: int) -> None:
+        model_fsync(fd)
+        images.append((disk.crash_image(data_dir), acked[0]))
+
+    def on_send(to: str, message: dict[str, Any]) -> None:
+        if message["type"] == "next_node_idx" and message["success"]:
+            acked[0] = max(acked[0], message["next_node_idx"] - 1)
+
+    os.fsync = fsync_and_capture
+    try:
+        transport = transport_of(node)
+        transport.connect_all()
+        transport.on_send = on_send
+        prev = (1, 0)
+        for start in range(2, 40, 3):
+            batch = [entry(i, 1) for i in range(start, start + 3)]
+            transport.deliver(B, append(1, prev, batch, commit=prev[0]))
+            prev = (start + 2, 1)
+            tick(node)
+        destroy(node)
+    finally:
+        os.fsync = model_fsync
+    assert len(list(data_dir.glob("g.snapshot"))) == 1 and syncobj_of(node).raftLastApplied > 30
+    assert log_entries(node)[0][1] > 20, "the journal was compacted several times"
+
+    for k, (image, _) in enumerate(images):
+        must_hold = images[k + 1][1] if k + 1 < len(images) else acked[0]
+        restart_dir = tmp_path / f"crash{k}"
+        restart_dir.mkdir()
+        for name, content in image.items():
+            (restart_dir / name).write_bytes(content)
+        again = RaftNode(
+            A,
+            [A, B, C],
+            apply=lambda data, index: index,
+            snapshot=ListState().snapshot,
+            restore=ListState().restore,
+            data_dir=restart_dir,
+            name="g",
+            auto_tick=False,
+            transport_class=RecordingTransport,
+            timings=timings,
+            fsync=False,
+        )
+        tick(again)
+        log = log_entries(again)
+        applied = syncobj_of(again).raftLastApplied
+        destroy(again)
+        assert log[-1][1] >= must_hold, f"crash point {k}: acked {must_hold}, journal {log[-1]}"
+        assert log[0][1] <= applied + 1, f"crash point {k}: gap after the snapshot"

@@ -17,9 +17,92 @@ import pytest
 from proto import errors
 from transport.raft import FailReason, RaftNode, RaftTimings
 from transport.raft.journal import MAGIC, DurableJournal, read_journal
+from transport.raft.snapshot import (
+    SnapshotReceiver,
+    SnapshotSender,
+    journal_keep_from,
+    write_snapshot,
+)
 from transport.raft.testing import free_addr, wait_until
 
 FAST = RaftTimings.fast(compaction_min_entries=8)
+
+
+# ---------------------------------------------------------------- snapshots
+def _e(idx: int, term: int) -> tuple[bytes, int, int]:
+    return (b"x", idx, term)
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "terms", "keep_from"),
+    [
+        (1, 20, {}, 7),  # journal 1..20 holds (9, 1): keep from 8 (the snapshot's prev)
+        (8, 20, {}, 0),  # already compacted at the snapshot
+        (9, 20, {}, 0),  # starts at the snapshot's last entry
+        (1, 5, {}, None),  # ends before the snapshot: all of it is in the snapshot
+        (10, 20, {}, None),  # starts after it: cannot continue it
+        (1, 20, {9: 2}, None),  # a different entry at 9: overwritten, uncommitted
+    ],
+)
+def test_journal_keep_from_plans_by_index_and_term(
+    first: int, last: int, terms: dict[int, int], keep_from: int | None
+) -> None:
+    log = [_e(i, terms.get(i, 1)) for i in range(first, last + 1)]
+    assert journal_keep_from(log, _e(9, 1)) == keep_from
+    assert journal_keep_from([], _e(9, 1)) is None
+
+
+def _snapshot(tmp_path: Path, size: int) -> Path:
+    path = tmp_path / "g.snapshot"
+    write_snapshot(
+        str(path) + ".tmp",
+        (_e(9, 1), _e(8, 1), ["a:1"]),
+        lambda p: Path(p).write_bytes(os.urandom(size)),
+        fsync=False,
+    )
+    os.replace(str(path) + ".tmp", path)
+    return path
+
+
+def test_snapshot_sender_bounds_each_round_and_resumes(tmp_path: Path) -> None:
+    path = _snapshot(tmp_path, 1000)
+    sender = SnapshotSender(str(path), chunk_bytes=100, max_chunks=4)
+    rounds = []
+    while True:
+        chunks, last_index = sender.chunks("b")
+        assert 1 <= len(chunks) <= 4
+        rounds.append(chunks)
+        if last_index is not None:
+            break
+    assert last_index == 9 and not sender.active("b")
+    flat = [c for r in rounds for c in r]
+    assert b"".join(c[0] for c in flat) == path.read_bytes()
+    assert [c[3] for c in flat] == list(range(0, path.stat().st_size, 100))
+    assert [c[1] for c in flat] == [True] + [False] * (len(flat) - 1)
+    assert [c[2] for c in flat] == [False] * (len(flat) - 1) + [True]
+    assert SnapshotSender(str(tmp_path / "none"), 100, 4).chunks("b") == ([], None)
+
+
+def test_snapshot_receiver_installs_only_a_gapless_transfer(tmp_path: Path) -> None:
+    (tmp_path / "leader").mkdir()
+    source = _snapshot(tmp_path / "leader", 500)
+    data = source.read_bytes()
+    chunks = [
+        (data[o : o + 100], o == 0, o + 100 >= len(data), o) for o in range(0, len(data), 100)
+    ]
+    target = tmp_path / "f.snapshot"
+    rx = SnapshotReceiver(str(target), fsync=True)
+    with pytest.raises(ValueError, match="expected"):
+        for chunk in chunks[:2] + chunks[3:]:
+            rx.add(*chunk)
+    with pytest.raises(ValueError, match="expected None"):
+        rx.add(*chunks[-1])  # the rest of the broken transfer
+    assert not target.exists()
+    done = [rx.add(*chunk) for chunk in chunks]
+    assert done == [False] * (len(chunks) - 1) + [True]
+    assert rx.header()[0][1] == 9
+    rx.install()
+    assert target.read_bytes() == data and not Path(rx.tmp_path).exists()
 
 
 # ------------------------------------------------------------------ journal

@@ -52,12 +52,14 @@ def test_replay(tmp_path: Path) -> None:
     assert run_schedule(seed, tmp_path / "b") == first
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="transport/raft: a restart between a snapshot and the journal compaction that "
-    "follows it clears the journal (pysyncobj __loadDumpFile: journal[0:2] != snapshot's "
-    "(prev, last)), dropping committed entries after the snapshot; a power cut then loses "
-    "an acknowledged append",
-)
 def test_regression_snapshot_then_crash_before_journal_compaction(tmp_path: Path) -> None:
+    """A restart between a snapshot and the journal compaction after it kept the journal tail
+    (it was cleared to the snapshot's two entries; a later power cut lost acked p0/4)."""
     run_schedule(4116286151, tmp_path)
+
+
+def test_regression_leader_snapshot_send_loop(tmp_path: Path) -> None:
+    """A follower needing a snapshot the tick after the leader wrote one: pysyncobj's send loop
+    never advanced on the manual clock (memory ran out)."""
+    with memory_cap():
+        run_schedule(1085, tmp_path)

@@ -22,6 +22,14 @@ the pysyncobj 0.3.17 defects that break "acknowledged = durable" (see ../shared/
    exception from it is logged and turned into an :class:`ApplyError` result instead of
    wedging the group. Snapshots go through the ``serializer``/``deserializer`` hooks with
    ``useFork=False`` and call the user's ``snapshot(path)`` / ``restore(path)``.
+5. **Snapshots and restarts.** Loading a snapshot (at start-up or from the leader) keeps the
+   journal entries after it whenever the journal holds the snapshot's last (index, term)
+   instead of clearing the journal (pysyncobj's ``__loadDumpFile`` cleared it unless it began
+   exactly at the snapshot, losing acknowledged entries after a crash between snapshot and
+   compaction). Snapshots travel in offset-checked chunks and are made durable before the
+   journal changes; the leader's send loop always advances, so a follower that needs a
+   snapshot while none can be read (pysyncobj's serializer is busy for one tick after each
+   snapshot) gets a heartbeat, not an unbounded loop.
 
 Threading: everything pysyncobj does (message handling, apply, callbacks, snapshots) runs on
 the tick thread: the node's own thread with ``auto_tick=True``, the caller of :meth:`tick`
@@ -53,7 +61,13 @@ from pysyncobj.transport import TCPTransport, TransportNotReadyError
 
 from proto import errors
 from transport.raft.journal import DurableJournal
-from transport.raft.snapshot import read_snapshot, write_snapshot
+from transport.raft.snapshot import (
+    SnapshotReceiver,
+    SnapshotSender,
+    journal_keep_from,
+    read_snapshot,
+    write_snapshot,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +85,7 @@ RAW_V1 = b"R"  # command format marker after the pysyncobj type byte; append-onl
 DISCONNECT_ELECTION_SPREAD_S = 0.2
 _REGULAR = bytes([_COMMAND_TYPE.REGULAR])
 _NO_OP = bytes([_COMMAND_TYPE.NO_OP])
+SNAPSHOT_CHUNKS_PER_ROUND = 8  # snapshot bytes per follower per heartbeat: 8 chunks at most
 _STATE_NAMES = {
     _RAFT_STATE.FOLLOWER: "follower",
     _RAFT_STATE.CANDIDATE: "candidate",
@@ -186,6 +201,11 @@ class _HardenedSyncObj(SyncObj):
     ) -> None:
         self._raftq = owner
         self._raftq_journal = journal
+        assert conf.fullDumpFile is not None
+        self._snapshot_tx = SnapshotSender(
+            conf.fullDumpFile, conf.logCompactionBatchSize, SNAPSHOT_CHUNKS_PER_ROUND
+        )
+        self._snapshot_rx = SnapshotReceiver(conf.fullDumpFile, fsync=journal.fsync_enabled)
         super().__init__(self_addr, list(peers), conf, transportClass=transport_class)
         # SyncObj built a MemoryJournal (conf.journalFile is None); swap in the durable one
         # and redo what SyncObj.__init__ derived from it (syncobj.py:166-176).
@@ -273,12 +293,7 @@ class _HardenedSyncObj(SyncObj):
         if "prevLogIdx" in message:
             verified = self._append_from_leader(node, message)
         elif message.get("serialized") is not None:
-            if not self._SyncObj__serializer.setTransmissionData(message["serialized"]):
-                return
-            self._SyncObj__loadDumpFile(clearJournal=True)
-            self._sync_before_reply()
-            self._SyncObj__sendNextNodeIdx(node, success=True)
-            verified = self._last_index()
+            verified = self._on_snapshot_chunk(node, message)
         else:
             return
         if verified is None:
@@ -345,6 +360,106 @@ class _HardenedSyncObj(SyncObj):
         self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=verified + 1, success=True)
         return int(verified)
 
+    def _on_snapshot_chunk(self, node: Any, message: dict[str, Any]) -> int | None:
+        """Follower side of a snapshot chunk; returns the snapshot's last index once installed.
+
+        Replaces pysyncobj's receive (serializer.setTransmissionData + ``__loadDumpFile(
+        clearJournal=True)``), which wrote chunks blindly, renamed the file without fsync and
+        cleared the whole journal.
+        """
+        data, is_first, is_last = message["serialized"]
+        rx = self._snapshot_rx
+        try:
+            if not rx.add(bytes(data), bool(is_first), bool(is_last), message.get("offset")):
+                return None
+        except ValueError as exc:
+            logger.warning("[group=%s] snapshot from %s restarts: %s", self._group, node, exc)
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return None
+        try:
+            last, _prev, _cluster = rx.header()
+        except (OSError, ValueError):
+            logger.exception("[group=%s] snapshot from %s is unreadable", self._group, node)
+            rx.discard()
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return None
+        if last[1] <= self.raftLastApplied:
+            # A stale or duplicate transfer: what it holds is applied (so committed) here, and
+            # installing it would move state backwards or drop a journal compacted past it.
+            rx.discard()
+            logger.info(
+                "[group=%s] snapshot at %d from %s is not newer than applied %d: ignored",
+                self._group,
+                last[1],
+                node,
+                self.raftLastApplied,
+            )
+            self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=last[1] + 1, success=True)
+            return int(last[1])
+        rx.install()  # durable before the journal or the state machine change
+        try:
+            self._SyncObj__loadDumpFile(clearJournal=True)
+        except Exception:
+            logger.exception("[group=%s] cannot load the snapshot from %s", self._group, node)
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return None
+        self._sync_before_reply()
+        self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=last[1] + 1, success=True)
+        return int(last[1])
+
+    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:
+        """Load the snapshot file and reconcile the journal with it (replaces syncobj.py:1472).
+
+        Raft §7: journal entries after the snapshot's last entry are kept when the journal holds
+        that entry with the same term, whether this is a restart (the crash may have fallen
+        between the snapshot's rename and the compaction) or a snapshot from the leader;
+        otherwise the journal is replaced by the snapshot's (prev, last). Raises when the
+        snapshot cannot be read or restored (at start-up the group then does not run).
+        """
+        _data, last, prev, cluster = self._SyncObj__serializer.deserialize()
+        log = self._raftq_journal
+        before = (log[0][1], log[-1][1]) if len(log) else None
+        keep_from = journal_keep_from(log.entries(), last)
+        if keep_from is None:
+            # Catching up (the journal ends before the snapshot) is routine; a journal that
+            # starts after it or holds another term there is worth a look.
+            routine = before is None or before[1] < last[1]
+            logger.log(
+                logging.INFO if routine else logging.WARNING,
+                "[group=%s] journal %s does not hold snapshot entry (%d, term %d): replaced "
+                "by the snapshot",
+                self._group,
+                before,
+                last[1],
+                last[2],
+            )
+            log.clear()
+            log.add(*prev)
+            log.add(*last)
+        elif keep_from > 0:
+            log.deleteEntriesTo(keep_from)
+        self._SyncObj__raftLastApplied = last[1]
+        # The snapshot holds applied (so committed) entries only.
+        commit = min(max(self._SyncObj__raftCommitIndex, last[1]), self._last_index())
+        if commit != self._SyncObj__raftCommitIndex:
+            self._SyncObj__raftCommitIndex = commit
+            log.setRaftCommitIndex(commit)
+        logger.info(
+            "[group=%s] snapshot at (%d, term %d) loaded; journal %s -> (%d, %d), commit %d",
+            self._group,
+            last[1],
+            last[2],
+            before,
+            log[0][1],
+            log[-1][1],
+            commit,
+        )
+        if self._SyncObj__conf.dynamicMembershipChange:
+            self._SyncObj__updateClusterConfiguration(
+                [n for n in cluster if n != self._SyncObj__selfNode]
+            )
+        self._SyncObj__onSetCodeVersion(0)
+
     def _truncate_from(self, idx: int) -> None:
         last = self._last_index()
         logger.warning(
@@ -366,8 +481,11 @@ class _HardenedSyncObj(SyncObj):
         match_index = self._SyncObj__raftMatchIndex
         if node not in next_index:
             return
-        reported = message["next_node_idx"]
+        # A follower whose log runs past ours reports an index we cannot send from.
+        reported = min(message["next_node_idx"], self._last_index() + 1)
         match = match_index.get(node, 0)
+        if not message["success"]:
+            self._snapshot_tx.cancel(node)  # the follower lost its place: start over
         if message["success"]:
             # A success for an older, pipelined batch must not move either index backwards.
             if reported - 1 > match:
@@ -387,6 +505,83 @@ class _HardenedSyncObj(SyncObj):
             next_index[node] = reported
         self._SyncObj__lastResponseTime[node] = monotonic_time()
 
+    # ------------------------------------------------------------------- send
+    def _SyncObj__sendAppendEntries(self) -> None:
+        """Leader heartbeat / replication round (replaces syncobj.py:1251-1337).
+
+        Stock loops per follower until nextIndex passes the log end, breaking only on wall time;
+        when a follower needs a snapshot that cannot be read yet (the serializer reports busy
+        for a tick after each snapshot) nextIndex never moves, and on a manual clock the loop
+        never ends. Here every iteration advances nextIndex or stops, snapshot chunks per round
+        are bounded, and entries are never chunked (``append_batch_bytes`` > max entry).
+        """
+        conf = self._SyncObj__conf
+        self._SyncObj__newAppendEntriesTime = monotonic_time() + conf.appendEntriesPeriod
+        connected = self._SyncObj__connectedNodes
+        for node in self._SyncObj__otherNodes | self._SyncObj__readonlyNodes:
+            if node not in connected:
+                self._snapshot_tx.cancel(node)
+                continue
+            if self._SyncObj__raftNextIndex[node] <= self._SyncObj__raftLog[0][1]:
+                self._send_snapshot(node)
+            else:
+                self._send_entries(node)
+
+    def _append_message(self, **fields: Any) -> dict[str, Any]:
+        return {
+            "type": "append_entries",
+            "term": self._SyncObj__raftCurrentTerm,
+            "commit_index": self._SyncObj__raftCommitIndex,
+            **fields,
+        }
+
+    def _send_entries(self, node: Any) -> None:
+        last = self._last_index()
+        next_index = min(self._SyncObj__raftNextIndex[node], last + 1)
+        batch_bytes = self._SyncObj__conf.appendEntriesBatchSizeBytes
+        while True:
+            prev = self._SyncObj__getEntries(next_index - 1, 1)  # next_index > log[0][1]
+            entries = []
+            if next_index <= last:
+                entries = list(self._SyncObj__getEntries(next_index, None, batch_bytes))
+            message = self._append_message(
+                entries=entries, prevLogIdx=prev[0][1], prevLogTerm=prev[0][2]
+            )
+            self._SyncObj__transport.send(node, message)
+            if not entries or node not in self._SyncObj__connectedNodes:
+                return
+            next_index = entries[-1][1] + 1
+            self._SyncObj__raftNextIndex[node] = next_index
+            if next_index > last:
+                return
+
+    def _send_snapshot(self, node: Any) -> None:
+        chunks, snapshot_last = self._snapshot_tx.chunks(node)
+        if not chunks:
+            if self._SyncObj__raftLog[0][1] == 1:  # never compacted: index 1 is the same no-op
+                self._SyncObj__raftNextIndex[node] = 2  # everywhere; entries can be sent
+                self._send_entries(node)
+                return
+            # No readable snapshot right now: keep the follower's election timer quiet.
+            logger.warning("[group=%s] %s needs a snapshot; none to send yet", self._group, node)
+            self._SyncObj__transport.send(node, self._append_message(serialized=None))
+            return
+        for data, is_first, is_last, offset in chunks:
+            message = self._append_message(serialized=(data, is_first, is_last), offset=offset)
+            self._SyncObj__transport.send(node, message)
+            if node not in self._SyncObj__connectedNodes:
+                self._snapshot_tx.cancel(node)
+                return
+        if snapshot_last is not None:
+            self._SyncObj__raftNextIndex[node] = max(
+                self._SyncObj__raftNextIndex[node], snapshot_last + 1
+            )
+
+    def _doDestroy(self) -> None:
+        self._snapshot_tx.cancel_all()
+        self._snapshot_rx.abort()
+        super()._doDestroy()
+
     # --------------------------------------------------------------------- tick
     def _onTick(self, timeToWait: float = 0.0) -> None:
         """SyncObj._onTick (syncobj.py:611-706) with durable-only self votes for commit."""
@@ -394,12 +589,13 @@ class _HardenedSyncObj(SyncObj):
         if not transport.ready:
             with contextlib.suppress(TransportNotReadyError):
                 transport.tryGetReady()
+        conf = self._SyncObj__conf
         if not transport.ready:
             time.sleep(timeToWait)
-            self._SyncObj__applyLogEntries()
+            if not self._SyncObj__needLoadDumpFile:  # apply nothing before the snapshot
+                self._SyncObj__applyLogEntries()
             return
 
-        conf = self._SyncObj__conf
         if self._SyncObj__needLoadDumpFile:
             if conf.fullDumpFile is not None and os.path.isfile(conf.fullDumpFile):
                 self._SyncObj__loadDumpFile(clearJournal=False)
@@ -419,7 +615,9 @@ class _HardenedSyncObj(SyncObj):
         ):
             self._start_election()
 
-        if self._SyncObj__raftState == _RAFT_STATE.LEADER:
+        if self._SyncObj__raftState != _RAFT_STATE.LEADER:
+            self._snapshot_tx.cancel_all()
+        else:
             self._advance_leader_commit()
             deadline = monotonic_time() - conf.leaderFallbackTimeout
             alive = 1 + sum(1 for n in others if self._SyncObj__lastResponseTime[n] > deadline)

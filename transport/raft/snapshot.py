@@ -11,19 +11,31 @@ The header carries pysyncobj's bookkeeping (the last two applied entries and the
 addresses); the user's bytes come from the group's ``snapshot(path)`` callback (the partition
 store writes an SQLite backup there) and go back through ``restore(path)``. Nothing is pickled:
 no DB connection or lock can leak into a snapshot.
+
+Crash safety. A local snapshot is written to a tmp file and fsync'd, pysyncobj renames it over
+``fullDumpFile``, and the journal fsyncs the directory before it compacts (journal.py), so a
+crash at any point leaves either the old snapshot with the full journal, or the new snapshot
+with a journal that may still start before it. Loading reconciles the two by (index, term)
+(:func:`journal_keep_from`, Raft §7): journal entries after the snapshot are never dropped
+when the journal holds the snapshot's last entry. A snapshot arriving from the leader goes
+through :class:`SnapshotReceiver` (chunks checked by offset, tmp → fsync → rename → directory
+fsync) before the same reconciliation; :class:`SnapshotSender` streams the file to a follower
+a bounded number of chunks per heartbeat.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
 import shutil
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from transport.raft.journal import fsync_dir
 
@@ -103,8 +115,173 @@ def read_snapshot(
         restore(user_path)
     finally:
         os.unlink(user_path)
+    return _bookkeeping(header)
+
+
+def read_snapshot_header(path: str) -> tuple[Entry, Entry, list[str]]:
+    """The bookkeeping of the snapshot at ``path`` (last, prev, cluster), without restoring it.
+
+    Raises ``OSError`` or ``ValueError`` for a missing or malformed file.
+    """
+    with open(path, "rb") as f:
+        return _read_header(f, path)
+
+
+def _read_header(f: IO[bytes], path: str) -> tuple[Entry, Entry, list[str]]:
+    if f.read(len(MAGIC)) != MAGIC:
+        raise ValueError(f"{path} is not a raftq snapshot")
+    raw = f.read(_LEN.size)
+    if len(raw) != _LEN.size:
+        raise ValueError(f"{path}: truncated snapshot header")
+    (length,) = _LEN.unpack(raw)
+    data = f.read(length)
+    if len(data) != length:
+        raise ValueError(f"{path}: truncated snapshot header")
+    return _bookkeeping(json.loads(data))
+
+
+def _bookkeeping(header: dict[str, Any]) -> tuple[Entry, Entry, list[str]]:
     return (
         _entry_from_json(header["last"]),
         _entry_from_json(header["prev"]),
         list(header["cluster"]),
     )
+
+
+def journal_keep_from(log: Sequence[Entry], last: Entry) -> int | None:
+    """Plan how a journal continues a snapshot whose last entry is ``last`` (Raft §7).
+
+    Returns the list position from which to keep ``log`` (the entry before the snapshot's last
+    one when the journal holds it, so the journal starts at the snapshot's (prev, last) as
+    after a compaction), or None when the journal does not hold ``last`` with its term and is
+    to be replaced by the snapshot's two entries: it ends before the snapshot, starts after it,
+    or holds a different (uncommitted, overwritten) entry at that index.
+    """
+    if not log:
+        return None
+    pos = last[1] - log[0][1]
+    if pos < 0 or pos >= len(log) or log[pos][2] != last[2]:
+        return None
+    assert log[pos][1] == last[1], (log[pos][1], last[1])
+    return max(pos - 1, 0)
+
+
+@dataclass
+class _Outgoing:
+    file: IO[bytes]
+    size: int
+    offset: int
+    last_index: int
+
+
+class SnapshotSender:
+    """Leader side of snapshot transfer: one open snapshot file per follower being sent to.
+
+    :meth:`chunks` yields at most ``max_chunks`` messages' worth per call, so a heartbeat round
+    is bounded whatever the snapshot's size; the transfer resumes at the next round.
+    """
+
+    def __init__(self, path: str, chunk_bytes: int, max_chunks: int) -> None:
+        self.path = path
+        self.chunk_bytes = chunk_bytes
+        self.max_chunks = max_chunks
+        self._out: dict[Any, _Outgoing] = {}
+
+    def active(self, node: Any) -> bool:
+        return node in self._out
+
+    def chunks(self, node: Any) -> tuple[list[tuple[bytes, bool, bool, int]], int | None]:
+        """The next chunks for ``node`` as (data, is_first, is_last, offset), and the snapshot's
+        last index once its final chunk is among them. No snapshot file: ``([], None)``."""
+        out = self._out.get(node)
+        if out is None:
+            try:
+                f = open(self.path, "rb")  # noqa: SIM115 - held across heartbeats, closed in cancel
+            except OSError:
+                return [], None
+            try:
+                last, _prev, _cluster = _read_header(f, self.path)
+            except ValueError:
+                f.close()
+                logger.exception("cannot send snapshot %s", self.path)
+                return [], None
+            f.seek(0)
+            out = self._out[node] = _Outgoing(f, os.fstat(f.fileno()).st_size, 0, last[1])
+        result: list[tuple[bytes, bool, bool, int]] = []
+        for _ in range(self.max_chunks):
+            offset = out.offset
+            data = out.file.read(self.chunk_bytes)
+            out.offset += len(data)
+            is_last = out.offset >= out.size or not data
+            result.append((data, offset == 0, is_last, offset))
+            if is_last:
+                self.cancel(node)
+                return result, out.last_index
+        return result, None
+
+    def cancel(self, node: Any) -> None:
+        out = self._out.pop(node, None)
+        if out is not None:
+            out.file.close()
+
+    def cancel_all(self) -> None:
+        for node in list(self._out):
+            self.cancel(node)
+
+
+class SnapshotReceiver:
+    """Follower side of snapshot transfer: chunks must arrive in order, without gaps.
+
+    The file is assembled at ``<path>.rx``; :meth:`add` returns True once the final chunk made
+    it durable at ``path`` (tmp fsync → rename → directory fsync). A chunk whose offset is not
+    where the file stands (a lost or reordered message) aborts the transfer: the caller asks
+    the leader to start over.
+    """
+
+    def __init__(self, path: str, *, fsync: bool) -> None:
+        self.path = path
+        self.tmp_path = path + ".rx"
+        self.fsync = fsync
+        self._file: IO[bytes] | None = None
+        self._received = 0
+
+    def add(self, data: bytes, is_first: bool, is_last: bool, offset: int | None) -> bool:
+        """Raises ``ValueError`` when the chunk does not continue the transfer (aborted)."""
+        if is_first:
+            self.abort()
+            self._file = open(self.tmp_path, "wb")  # noqa: SIM115 - spans messages
+            self._received = 0
+        if self._file is None or offset != self._received:
+            where = self._received if self._file is not None else None
+            self.abort()
+            raise ValueError(f"snapshot chunk at offset {offset}, expected {where}")
+        self._file.write(data)
+        self._received += len(data)
+        if not is_last:
+            return False
+        f, self._file = self._file, None
+        with f:
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+        return True
+
+    def header(self) -> tuple[Entry, Entry, list[str]]:
+        """The bookkeeping of the completely received (not yet installed) snapshot."""
+        return read_snapshot_header(self.tmp_path)
+
+    def install(self) -> None:
+        """Move the received snapshot over ``path`` durably."""
+        os.replace(self.tmp_path, self.path)
+        if self.fsync:
+            fsync_dir(Path(self.path).parent)
+
+    def discard(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp_path)
+
+    def abort(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._received = 0

@@ -153,6 +153,28 @@ def read_stock_journal(data: bytes, scratch_dir: str) -> list[tuple[bytes, int, 
         journal._destroy()
 
 
+def write_stock_journal(
+    path: str, entries: Sequence[tuple[bytes, int, int]], commit_index: int
+) -> None:
+    """Write a stock pysyncobj FileJournal holding ``entries`` (a crafted on-disk state)."""
+    from pysyncobj.journal import FileJournal
+
+    journal = FileJournal(path)
+    try:
+        for entry in entries:
+            journal.add(*entry)
+        journal.setRaftCommitIndex(commit_index)
+        journal.flush()
+    finally:
+        journal._destroy()
+
+
+def serializer_busy(node: RaftNode | SyncObj) -> None:
+    """Put pysyncobj's serializer in the state it is in for one tick after every snapshot
+    (useFork=False: ``pid == -1`` until the next ``checkSerializing``)."""
+    syncobj_of(node)._SyncObj__serializer._Serializer__pid = -1
+
+
 def free_addr(ip: str) -> str:
     """An 'ip:port' whose port the kernel just handed out (127.0.0.x are all loopback)."""
     import socket
