@@ -544,6 +544,80 @@ class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
     GetTxn = _unary("get_txn", check_get_txn)
 
 
+class _Malformed:
+    """What a request that does not parse as its protobuf type deserializes to."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = errors.InvalidArgument(
+            f"the request is not a valid protobuf message of its type: {error!r}"[:300]
+        )
+
+
+def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserialize is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as exc:  # DecodeError and whatever else the parser raises
+            return _Malformed(exc)
+
+    return parse
+
+
+class MalformedRequestInterceptor(grpc.ServerInterceptor):
+    """Answers a request whose bytes do not parse with a typed INVALID_ARGUMENT (raftq-code
+    trailer) instead of gRPC's own untyped INTERNAL "Exception deserializing request!".
+
+    It is the outermost interceptor: the ones inside it (metrics, auth) and the servicers only
+    ever see parsed requests. A malformed request is refused before authentication: it is
+    answered without being read, so that reveals nothing and changes nothing."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        h: Any = handler
+        kwargs = {
+            "request_deserializer": _tolerant(h.request_deserializer),
+            "response_serializer": h.response_serializer,
+        }
+        if h.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(_checked_unary(h.unary_unary), **kwargs)
+        if h.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(_checked_unary(h.unary_stream), **kwargs)
+        if h.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(_checked_stream(h.stream_unary), **kwargs)
+        return grpc.stream_stream_rpc_method_handler(_checked_stream(h.stream_stream), **kwargs)
+
+
+def _checked_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    def checked(request: Any, context: grpc.ServicerContext) -> Any:
+        if isinstance(request, _Malformed):
+            abort(context, request.error)
+        return behavior(request, context)
+
+    return checked
+
+
+def _checked_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    def requests_of(iterator: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        for request in iterator:
+            if isinstance(request, _Malformed):
+                abort(context, request.error)  # ends the call; the servicer's loop stops
+            yield request
+
+    def checked(iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        return behavior(requests_of(iterator, context), context)
+
+    return checked
+
+
 def serve(
     facade: BrokerFacade,
     address: str,
@@ -563,7 +637,7 @@ def serve(
     """
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="raftq-grpc"),
-        interceptors=tuple(interceptors),
+        interceptors=(MalformedRequestInterceptor(), *interceptors),
         options=tuple(options),
     )
     api_pb2_grpc.add_ProducerServicer_to_server(ProducerServicer(facade), server)
@@ -599,6 +673,7 @@ __all__ = [
     "BrokerFacade",
     "ConsumerServicer",
     "LogServicer",
+    "MalformedRequestInterceptor",
     "ProducerServicer",
     "serve",
 ]
