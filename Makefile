@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/*.proto)
 
-.PHONY: venv test test-slow bench lint proto run clean
+.PHONY: venv test test-slow bench lint proto run clean chaos fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,17 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+## Chaos: 3 brokers under load with seeded faults, then the offline checker (tests/chaos/).
+## RAFTQ_SEED=<seed> replays a fault schedule; CHAOS_ARGS="--root DIR" keeps the run directory.
+DURATION ?= 600
+chaos: $(STAMP)
+	$(PY) -m tests.chaos run --duration $(DURATION) $(CHAOS_ARGS)
+
+## Fuzz every RPC of proto/api.proto against 3 brokers (tests/rpc_fuzz.py); RAFTQ_SEED replays.
+FUZZ_REQUESTS ?= 10000
+fuzz: $(STAMP)
+	$(PY) -m tests.rpc_fuzz --requests $(FUZZ_REQUESTS) $(FUZZ_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m bench $(BENCH_ARGS)

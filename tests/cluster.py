@@ -40,6 +40,8 @@ FAST_RAFT = {
 
 
 class ProcessCluster:
+    serve_module = "broker.cli"  # tests/chaos runs a shim that binds raft elsewhere
+
     def __init__(
         self,
         root: Path,
@@ -113,7 +115,7 @@ class ProcessCluster:
             assert i not in self.procs or self.procs[i].poll() is not None, f"broker {i} runs"
             log = (self.root / f"broker-{i}.log").open("ab")
             self.procs[i] = subprocess.Popen(
-                [sys.executable, "-m", "broker.cli", "serve", "--log-level", "INFO"],
+                [sys.executable, "-m", self.serve_module, "serve", "--log-level", "INFO"],
                 env=self.env(i),
                 stdout=log,
                 stderr=subprocess.STDOUT,
