@@ -354,7 +354,7 @@ class Checker:
     # 8: replicas ------------------------------------------------------------------------------
 
     def check_replicas(self) -> None:
-        compared = uneven = 0
+        compared = uneven = single = 0
         if not self.replicas:
             self.fail("no replica stores in replicas.json: replicas were not compared")
         else:
@@ -368,12 +368,17 @@ class Checker:
                             f"{name}: replicas at applied index {index} differ "
                             f"({len(hashes)} dumps: {brokers})"
                         )
-                if len(by_index) == 1 and len(brokers) > 1:
+                if len(brokers) == 1:
+                    single += 1
+                elif len(by_index) == 1:
                     compared += 1
                 else:
                     uneven += 1
         self.report.figures["replica_groups_identical"] = compared
         self.report.figures["replica_groups_at_different_indexes"] = uneven
+        # e.g. a dead-letter topic created while brokers were down (metadata/frontend.py:
+        # its RF is min(source RF, live brokers)): nothing to compare
+        self.report.figures["replica_groups_with_one_replica"] = single
 
     # figures ----------------------------------------------------------------------------------
 

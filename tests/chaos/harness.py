@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,7 +134,7 @@ class Harness:
         self.options = options
         root.mkdir(parents=True, exist_ok=True)
         self.log = JsonLog(root / "workload.jsonl")
-        self.cluster = ChaosCluster(root / "cluster", 3, env=BROKER_ENV)
+        self.cluster = ChaosCluster(root / "cluster", 3, env=BROKER_ENV, metrics=True)
         self.proxy = RaftProxy(self.cluster.routes())
         self.consumers = Consumers(root, self.cluster.bootstrap, self.log)
         self.schedule = make_schedule(options.seed, options.duration_s, 3, options.consumers)
@@ -354,14 +356,35 @@ class Harness:
                 return False
             return True
 
+        def applied_equal() -> bool:
+            indexes: dict[str, set[int]] = {}
+            for i in self.cluster.client_ports:
+                for group, index in applied_indexes(self.cluster.metrics_url(i)).items():
+                    indexes.setdefault(group, set()).add(index)
+            return bool(indexes) and all(len(v) == 1 for k, v in indexes.items() if k != "meta")
+
         try:
             wait_until(in_sync, 60, "replicas in sync", interval_max_s=0.5)
-        except AssertionError:
-            self.say("replicas not all in sync before the stop")
+            wait_until(applied_equal, 30, "equal applied indexes", interval_max_s=0.2)
+        except (AssertionError, OSError):
+            self.say("replicas not all at one applied index before the stop")
         self.consumers.stop_all()
         self.cluster.stop()
         replicas = replica_digests(self.cluster.root, sorted(self.cluster.client_ports))
         (self.root / "replicas.json").write_text(json.dumps(replicas, indent=1))
+
+
+def applied_indexes(metrics_url: str) -> dict[str, int]:
+    """Raft group -> applied index, from a broker's Prometheus text."""
+    out: dict[str, int] = {}
+    with urllib.request.urlopen(metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith("raftq_raft_applied_index{"):
+            match = re.search(r'raft_group="([^"]*)"', line)
+            if match:
+                out[match.group(1)] = int(float(line.rsplit(" ", 1)[1]))
+    return out
 
 
 def replica_digests(root: Path, brokers: list[int]) -> dict[str, dict[str, dict[str, Any]]]:
