@@ -438,3 +438,42 @@ def test_a_broker_joins_a_tls_cluster_over_tls(secured: Secured) -> None:
     cluster.start(joined)
     alive = cluster.wait_ready(timeout_s=90)
     assert joined in {b.id for b in alive.brokers if b.alive}
+
+
+def test_the_spark_sink_writes_over_tls_with_a_token_and_is_refused_without(
+    secured: Secured,
+) -> None:
+    """Spark executors reach a secured cluster through the writer's tlsCaFile/token options."""
+    from broker.spark import sink
+
+    base = {
+        "bootstrap": secured.cluster.bootstrap,
+        "topic": TOPIC,
+        "tlsCaFile": str(secured.pki.ca),
+    }
+    with secured.admin() as admin:
+        before = sum(p.end for p in admin.list_offsets(TOPIC))
+    opts = sink.SinkOptions.parse({**base, "token": secured.tokens["producer"]})
+    task = sink.TaskSink(
+        sink.connection(opts.bootstrap, opts.request_timeout_ms, opts.security),
+        opts,
+        producer_id="spark:tls-test:0:0",
+        spark_partition=0,
+    )
+    for i in range(30):
+        task.add(b"spark-%d" % i, key=b"k%d" % i)
+    task.finish()
+    with secured.admin() as admin:
+        assert sum(p.end for p in admin.list_offsets(TOPIC)) == before + 30
+    refused = sink.SinkOptions.parse({**base, "token": "not-a-token", "requestTimeoutMs": "3000"})
+    with pytest.raises(errors.Unauthenticated):
+        task = sink.TaskSink(
+            sink.connection(refused.bootstrap, refused.request_timeout_ms, refused.security),
+            refused,
+            producer_id="spark:tls-test:1:0",
+            spark_partition=0,
+        )
+        task.add(b"never", key=b"k")
+        task.finish()
+    with secured.admin() as admin:
+        assert sum(p.end for p in admin.list_offsets(TOPIC)) == before + 30

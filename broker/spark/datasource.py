@@ -171,7 +171,7 @@ def _write_task(
     Spark partition). The message names the app whose watermark commit() raises (if any)."""
     context = TaskContext.get()
     spark_partition = context.partitionId() if context is not None else 0
-    conn = sink.connection(options.bootstrap, options.request_timeout_ms)
+    conn = sink.connection(options.bootstrap, options.request_timeout_ms, options.security)
     committed_app = app_id if watermark else None
     if watermark and app_id is not None and version is not None:
         committed = conn.admin.get_txn(app_id)
@@ -189,7 +189,7 @@ def _write_task(
 
 def _commit(options: sink.SinkOptions, app_id: str | None, version: int | None) -> None:
     if app_id is not None and version is not None:
-        conn = sink.connection(options.bootstrap, options.request_timeout_ms)
+        conn = sink.connection(options.bootstrap, options.request_timeout_ms, options.security)
         conn.admin.commit_txn(app_id, version)
 
 
@@ -268,7 +268,7 @@ def _timestamp(ms: int) -> datetime | None:
 
 def _read(options: source.SourceOptions, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
     assert isinstance(partition, RangePartition)
-    conn = sink.connection(options.bootstrap, options.request_timeout_ms)
+    conn = sink.connection(options.bootstrap, options.request_timeout_ms, options.security)
     wanted = source.Range(partition.topic, partition.partition, partition.start, partition.end)
     for stored in source.read_range(conn.admin, wanted, options.fail_on_data_loss):
         record = stored.record
@@ -293,7 +293,9 @@ class RaftqBatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        conn = sink.connection(self.options.bootstrap, self.options.request_timeout_ms)
+        conn = sink.connection(
+            self.options.bootstrap, self.options.request_timeout_ms, self.options.security
+        )
         bounds = source.list_bounds(conn.admin, self.options.topics)
         start = source.resolve(self.options.starting, bounds)
         end = source.resolve(self.options.ending, bounds)
@@ -313,7 +315,9 @@ class RaftqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: source.Offsets | None = None
 
     def _bounds(self) -> dict[str, dict[str, source.PartitionBounds]]:
-        conn = sink.connection(self.options.bootstrap, self.options.request_timeout_ms)
+        conn = sink.connection(
+            self.options.bootstrap, self.options.request_timeout_ms, self.options.security
+        )
         return source.list_bounds(conn.admin, self.options.topics)
 
     def initialOffset(self) -> dict[str, Any]:

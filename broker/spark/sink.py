@@ -35,6 +35,7 @@ from partitions.machine import record_size
 from proto import api_pb2, api_pb2_grpc, common_pb2, errors
 from proto.common_pb2 import ErrorCode
 from transport.grpc_errors import from_rpc_error
+from transport.tls import ChannelSecurity, open_channel
 
 log = logging.getLogger("raftq.spark")
 
@@ -66,6 +67,35 @@ def _int_option(options: Mapping[str, str], name: str, default: int, low: int) -
 
 
 @dataclass(frozen=True)
+class Security:
+    """How workers reach the brokers: options tlsCaFile, tlsCertFile, tlsKeyFile, token (all
+    optional; the files must be readable on every executor). Never printed with the token."""
+
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def parse(cls, opts: Mapping[str, str]) -> Security:
+        return cls(
+            tls_ca_file=opts.get("tlscafile") or None,
+            tls_cert_file=opts.get("tlscertfile") or None,
+            tls_key_file=opts.get("tlskeyfile") or None,
+            token=opts.get("token") or None,
+        )
+
+    def channel_security(self) -> ChannelSecurity:
+        """Raises InvalidArgument for an unreadable file or a certificate without its key."""
+        return ChannelSecurity.from_files(
+            tls_ca_file=self.tls_ca_file,
+            tls_cert_file=self.tls_cert_file,
+            tls_key_file=self.tls_key_file,
+            token=self.token,
+        )
+
+
+@dataclass(frozen=True)
 class SinkOptions:
     """The writer's options (Spark lower-cases option names)."""
 
@@ -77,6 +107,7 @@ class SinkOptions:
     batch_records: int = 500
     batch_bytes: int = 1 << 20
     request_timeout_ms: int = 30_000
+    security: Security = field(default_factory=Security)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -102,6 +133,7 @@ class SinkOptions:
             batch_records=_int_option(opts, "batchRecords", 500, 1),
             batch_bytes=_int_option(opts, "batchBytes", 1 << 20, 1),
             request_timeout_ms=_int_option(opts, "requestTimeoutMs", 30_000, 1),
+            security=Security.parse(opts),
         )
 
 
@@ -122,10 +154,21 @@ class Connection:
     """Admin calls plus one Producer stub per broker address. Created inside a Spark worker,
     reused by every task that worker runs (``connection()``); never pickled."""
 
-    def __init__(self, bootstrap: str, request_timeout_ms: int) -> None:
+    def __init__(
+        self, bootstrap: str, request_timeout_ms: int, security: Security | None = None
+    ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.timeout_s = request_timeout_ms / 1000
-        self.admin = Admin(bootstrap, request_timeout_ms=request_timeout_ms)
+        security = security or Security()
+        self._security = security.channel_security()
+        self.admin = Admin(
+            bootstrap,
+            request_timeout_ms=request_timeout_ms,
+            tls_ca_file=security.tls_ca_file,
+            tls_cert_file=security.tls_cert_file,
+            tls_key_file=security.tls_key_file,
+            token=security.token,
+        )
         self._lock = threading.Lock()
         self._stubs: dict[str, api_pb2_grpc.ProducerStub] = {}
         self._channels: list[grpc.Channel] = []
@@ -134,7 +177,7 @@ class Connection:
         with self._lock:
             stub = self._stubs.get(address)
             if stub is None:
-                channel = grpc.insecure_channel(address)
+                channel = open_channel(address, self._security)
                 self._channels.append(channel)
                 stub = self._stubs[address] = api_pb2_grpc.ProducerStub(channel)
             return stub
@@ -147,18 +190,21 @@ class Connection:
         self.admin.close()
 
 
-_CONNECTIONS: dict[tuple[int, str, int], Connection] = {}
+_CONNECTIONS: dict[tuple[int, str, int, Security], Connection] = {}
 _CONNECTIONS_LOCK = threading.Lock()
 
 
-def connection(bootstrap: str, request_timeout_ms: int = 30_000) -> Connection:
+def connection(
+    bootstrap: str, request_timeout_ms: int = 30_000, security: Security | None = None
+) -> Connection:
     """This process's connection to ``bootstrap`` (PySpark forks and reuses workers: keyed by
     pid, so a forked child never uses its parent's channels)."""
-    key = (os.getpid(), bootstrap, request_timeout_ms)
+    security = security or Security()
+    key = (os.getpid(), bootstrap, request_timeout_ms, security)
     with _CONNECTIONS_LOCK:
         found = _CONNECTIONS.get(key)
         if found is None:
-            found = _CONNECTIONS[key] = Connection(bootstrap, request_timeout_ms)
+            found = _CONNECTIONS[key] = Connection(bootstrap, request_timeout_ms, security)
         return found
 
 

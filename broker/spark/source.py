@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from broker.client import Admin, parse_bootstrap
+from broker.spark.sink import Security
 from proto import common_pb2, errors
 
 log = logging.getLogger("raftq.spark")
@@ -32,6 +33,7 @@ class SourceOptions:
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     request_timeout_ms: int = 30_000
+    security: Security = field(default_factory=Security)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -59,6 +61,7 @@ class SourceOptions:
             ending=_offsets_option(opts.get("endingoffsets"), "latest", topics),
             max_offsets_per_trigger=max_offsets,
             fail_on_data_loss=fail == "true",
+            security=Security.parse(opts),
         )
 
 
