@@ -21,6 +21,7 @@ BENCHMARKS = [
     "bench.tls_overhead",
     "bench.e2e",
     "bench.idle_cpu",
+    "bench.cluster_append",
     "bench.spark_write",
 ]
 
