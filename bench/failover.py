@@ -42,6 +42,12 @@ def add_arguments(parser: argparse._ArgumentGroup) -> None:
         "--failover-trials", type=int, default=10, help="leader kills (median reported)"
     )
     parser.add_argument(
+        "--failover-stop",
+        action="store_true",
+        help="SIGSTOP the leader instead of SIGKILL: its sockets stay open, so the survivors "
+        "notice only by election timeout (a hung or cut-off host), then SIGKILL it",
+    )
+    parser.add_argument(
         "--failover-fast",
         action="store_true",
         help="the test cluster's fast raft timings instead of the broker defaults",
@@ -110,26 +116,34 @@ def wait_preferred_leader(cluster: ProcessCluster, topic: str, partition: int) -
 
 
 def kill_leader(
-    cluster: ProcessCluster, sender: ContinuousSender, timeout_s: float = 60.0
+    cluster: ProcessCluster,
+    sender: ContinuousSender,
+    timeout_s: float = 60.0,
+    sig: int = signal.SIGKILL,
 ) -> tuple[int, float]:
-    """SIGKILL the partition's (preferred) leader while ``sender`` runs; returns the victim
-    and the seconds from the signal to the first acknowledgement after the process died."""
+    """SIGKILL (or SIGSTOP) the partition's (preferred) leader while ``sender`` runs; returns
+    the victim and the seconds from the signal to the first acknowledgement after it. A
+    stopped victim is killed afterwards."""
     victim = wait_preferred_leader(cluster, sender.topic, sender.partition)
     before = len(sender.ack_times)
     wait_until(lambda: len(sender.ack_times) >= before + 20, 30, "sends flowing before the kill")
     killed_at = time.monotonic()
-    cluster.kill(victim, signal.SIGKILL)  # waits until the process is gone
+    cluster.kill(victim, sig)  # SIGKILL: waits until the process is gone
+    if sig == signal.SIGSTOP:
+        time.sleep(0.01)  # in-flight acks already on the wire land; none come from it after
     dead_at = time.monotonic()
     first: float = wait_until(
         lambda: min(sender.acks_after(dead_at), default=0.0),
         timeout_s,
         f"a send acknowledged after broker {victim} was killed",
     )
+    if sig == signal.SIGSTOP:
+        cluster.kill(victim, signal.SIGKILL)
     return victim, first - killed_at
 
 
 def run_trials(
-    root: Path, trials: int, *, fast: bool, progress: bool = True
+    root: Path, trials: int, *, fast: bool, sig: int = signal.SIGKILL, progress: bool = True
 ) -> tuple[list[float], ContinuousSender]:
     topic = "failover"
     with ProcessCluster(root, brokers=3, fast=fast) as cluster:
@@ -141,7 +155,7 @@ def run_trials(
             for trial in range(trials):
                 sender = ContinuousSender(producer, topic, trial % 3).start()
                 try:
-                    victim, gap = kill_leader(cluster, sender)
+                    victim, gap = kill_leader(cluster, sender, sig=sig)
                 finally:
                     sender.stop()
                 gaps.append(gap)
@@ -164,14 +178,17 @@ def percentile(samples: list[float], q: float) -> float:
 def run(options: argparse.Namespace) -> list[Result]:
     trials = 2 if options.quick else options.failover_trials
     fast = bool(getattr(options, "failover_fast", False))
+    stop = bool(getattr(options, "failover_stop", False))
+    sig = signal.SIGSTOP if stop else signal.SIGKILL
     with tempfile.TemporaryDirectory(prefix="raftq-failover-") as tmp:
-        gaps, _ = run_trials(Path(tmp), trials, fast=fast)
+        gaps, _ = run_trials(Path(tmp), trials, fast=fast, sig=sig)
     median = statistics.median(gaps)
     timing = "fast test timings" if fast else "defaults: heartbeat 250 ms, elections 800-1300 ms"
-    note = f"{len(gaps)} kill -9 of a partition leader; {timing}"
+    how = "SIGSTOP (election timeout path)" if stop else "kill -9"
+    note = f"{len(gaps)} x {how} of a partition leader; {timing}"
     return [
         Result(
-            "failover: kill -9 -> first ack (median)",
+            f"failover: {'SIGSTOP' if stop else 'kill -9'} -> first ack (median)",
             median,
             "s",
             f"<= {GOAL_S}",
