@@ -1032,10 +1032,15 @@ class Consumer:
             refs=[m.ref for m in messages],
             **extra,
         )
+        brokers_tried = 0
+
+        def call(s: _Stubs, t: float) -> Any:
+            nonlocal brokers_tried
+            brokers_tried += 1
+            return getattr(s.consumer, method)(request, timeout=t)
+
         try:
-            response = self._channels.call_any(
-                lambda s, t: getattr(s.consumer, method)(request, timeout=t)
-            )
+            response = self._channels.call_any(call)
         except (errors.Fenced, errors.UnknownMember) as exc:
             # A rebalance. Rejoin; after UNKNOWN_MEMBER nothing leased is ours any more.
             try:
@@ -1045,7 +1050,14 @@ class Consumer:
             if isinstance(exc, errors.Fenced) and rejoins < 3:
                 return self._settle(method, messages, rejoins=rejoins + 1, **extra)
             return [exc for _ in messages]
-        return list(response.results)
+        results = list(response.results)
+        if method == "Ack" and brokers_tried > 1:
+            # A broker failed under an earlier attempt (UNAVAILABLE: outcome unknown) and may
+            # have applied the ack; a record it acked is no longer pending: not an error.
+            for r in results:
+                if r.error == ErrorCode.RECORD_NOT_FOUND:
+                    r.error, r.message = _OK, ""
+        return results
 
     def ack(self, messages: Sequence[Message]) -> list[errors.RaftqError | None]:
         """Acknowledge a batch; one entry per message: None when acked, else the typed error

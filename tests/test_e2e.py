@@ -45,6 +45,7 @@ class Deliveries:
     delivered: list[tuple[bytes, int, int, int]] = field(default_factory=list)  # value, p, o, n
     acked: set[bytes] = field(default_factory=set)
     ack_failures: int = 0
+    failed_acks: list[tuple[bytes, str]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
@@ -66,6 +67,7 @@ def consume(consumer: Consumer, seen: Deliveries, stop: threading.Event) -> None
                     seen.acked.add(message.value)
                 else:  # the lease moved on (rebalance, expiry): it is redelivered
                     seen.ack_failures += 1
+                    seen.failed_acks.append((message.value, repr(error)))
 
 
 def read_log(cluster: ProcessCluster) -> dict[bytes, tuple[int, int]]:
@@ -152,7 +154,23 @@ def run_e2e(tmp_path: Path, records: int, *, restart: bool) -> None:
                 with seen.lock:
                     return stored.keys() <= seen.acked
 
-            wait_until(all_acked, 180, "every stored record acked by a consumer", interval_max_s=1)
+            try:
+                wait_until(all_acked, 180, "every stored record acked", interval_max_s=1)
+            except AssertionError:
+                with seen.lock:
+                    missing = sorted(stored[v] for v in stored.keys() - seen.acked)
+                    gone = {v for v in stored.keys() - seen.acked}
+                    problems = seen.errors[-5:]
+                    deliveries = [d for d in seen.delivered if d[0] in gone][:5]
+                    failed = [f for f in seen.failed_acks if f[0] in gone][:5]
+                group = cluster.admin(cluster.live_bootstrap()).describe_group(GROUP)
+                raise AssertionError(
+                    f"{len(missing)} stored records never acked, e.g. {missing[:10]}; "
+                    f"their deliveries {deliveries}, failed acks {failed}; "
+                    f"consumer errors {problems}; members "
+                    f"{[(m.member_id, list(m.assignment)) for m in group.members]}; "
+                    f"lags {group.partitions}"
+                ) from None
             admin = cluster.admin(cluster.live_bootstrap())
             lags = admin.describe_group(GROUP).partitions  # while the members are still in
             assert len(lags) == PARTITIONS
