@@ -159,9 +159,7 @@ class Membership:
 
     def start(self) -> None:
         if self.joining:
-            self._join_thread = threading.Thread(
-                target=self._join, name="raftq-join", daemon=True
-            )
+            self._join_thread = threading.Thread(target=self._join, name="raftq-join", daemon=True)
             self._join_thread.start()
 
     def stop(self) -> None:

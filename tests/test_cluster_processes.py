@@ -21,8 +21,9 @@ def test_three_brokers_serve_a_topic_from_any_broker(tmp_path: Path) -> None:
         admin.create_topic("orders", partitions=3)
         cluster.wait_leaders("orders")
         wait_until(  # leadership settles on the preferred leaders, one per broker
-            lambda: sorted(p.leader for p in admin.describe_topic("orders").partitions)
-            == [1, 2, 3],
+            lambda: (
+                sorted(p.leader for p in admin.describe_topic("orders").partitions) == [1, 2, 3]
+            ),
             30,
             "leaders spread over the brokers",
         )
@@ -40,6 +41,7 @@ def test_three_brokers_serve_a_topic_from_any_broker(tmp_path: Path) -> None:
         assert sum(ends.values()) == 300
         seen = set()
         with Consumer(cluster.client_addr(2), "g1", ["orders"]) as consumer:
+
             def drained() -> bool:
                 for message in consumer.poll(100, 500):
                     seen.add(message.value)

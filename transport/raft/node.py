@@ -852,9 +852,7 @@ class RaftNode:
             self._standby = False
             logger.info("[group=%s] joined: leader %s reached us", self.name, self.leader())
             return
-        obj._SyncObj__raftElectionDeadline = (
-            monotonic_time() + self.timings.election_timeout_max_s
-        )
+        obj._SyncObj__raftElectionDeadline = monotonic_time() + self.timings.election_timeout_max_s
 
     @property
     def standby(self) -> bool:
