@@ -854,7 +854,7 @@ def test_every_crash_point_of_snapshot_and_compaction_keeps_acknowledged_entries
     images: list[tuple[dict[str, bytes], int]] = []
     model_fsync = os.fsync
 
-    def fsync_and_capture(fd: int) -> None:
+    def fsync_and_capture(fd: Any) -> None:
         model_fsync(fd)
         images.append((disk.crash_image(data_dir), acked[0]))
 

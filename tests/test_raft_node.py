@@ -54,10 +54,14 @@ def test_journal_keep_from_plans_by_index_and_term(
 
 def _snapshot(tmp_path: Path, size: int) -> Path:
     path = tmp_path / "g.snapshot"
+
+    def fill(target: str) -> None:
+        Path(target).write_bytes(os.urandom(size))
+
     write_snapshot(
         str(path) + ".tmp",
         (_e(9, 1), _e(8, 1), ["a:1"]),
-        lambda p: Path(p).write_bytes(os.urandom(size)),
+        fill,
         fsync=False,
     )
     os.replace(str(path) + ".tmp", path)
