@@ -46,6 +46,8 @@ DLQ_INTERVAL_S = 0.5
 # Leader duties run this often (and at once when the table changes): at 1,000 partitions a
 # pass over every led replica each 0.1 s step was a measurable share of an idle broker's CPU.
 LEAD_INTERVAL_S = 0.5
+# Replicas are reconciled on every table change and, for retries, this often.
+RECONCILE_INTERVAL_S = 1.0
 BALANCE_INTERVAL_S = 5.0
 # Seconds one step may spend opening replicas; the rest open in the next steps, so a broker
 # given hundreds of new partitions still reports (stays alive for the metadata leader).
@@ -64,6 +66,7 @@ class Backend:
         self._was_meta_leader = False
         self._registered: tuple[str, str, str] | None = None
         self._led_table: Table | None = None
+        self._reconciled_table: Table | None = None
         self._retained_at: dict[str, int] = {}  # replica name -> raft applied index after Retain
         self._outbox_empty_at: dict[str, int] = {}  # replica name -> outbox_seq seen empty
 
@@ -100,7 +103,9 @@ class Backend:
     def step(self) -> None:
         table = self.broker.meta.table
         self._guarded("register", lambda: self._register(table))
-        self._reconcile(table)
+        if table is not self._reconciled_table or self._every("reconcile", RECONCILE_INTERVAL_S):
+            self._reconciled_table = table  # a retry (failed open) waits for the next interval
+            self._reconcile(table)
         self._guarded("members", self.broker.membership.persist)
         if self._every("report", REPORT_INTERVAL_S):
             self._guarded("report", self._report)
@@ -154,7 +159,8 @@ class Backend:
         for key, (topic_id, addrs) in wanted.items():
             if key not in b.replicas:
                 if time.monotonic() - started > OPEN_BUDGET_S:
-                    self._wake.set()  # open the rest in the next step, after its report
+                    self._reconciled_table = None  # open the rest in the next step,
+                    self._wake.set()  # after its report
                     break
                 self._guarded(f"open {key}", lambda k=key, t=topic_id, a=addrs: self._open(k, t, a))  # type: ignore[misc]
 
