@@ -492,26 +492,42 @@ class PartitionMachine:
         group = self._group(cmd.group, cmd.start_from)
         self._catch_up(group, now_ms)
         deadline = min(now_ms + (cmd.lease_ms or self.config.lease_ms), INT64_MAX)
-        chosen = self.store.select_ready(group.gid, cmd.max_records)
-        if self.config.max_deliveries:  # only after max_deliveries was lowered
-            spent = [p for p in chosen if p.delivery_count >= self.config.max_deliveries]
+        chosen = self.store.select_ready_records(group.gid, cmd.max_records)
+        limit = self.config.max_deliveries
+        if limit:  # only after max_deliveries was lowered
+            spent = [r[0] for r in chosen if r[1] >= limit]
             if spent:
-                self._dead_letter(group, spent, "max_deliveries", now_ms)
-                chosen = [p for p in chosen if p.delivery_count < self.config.max_deliveries]
-        records = self.store.get_records([p.offset for p in chosen])
+                rows = self.store.pending_get(group.gid, spent)
+                self._dead_letter(group, list(rows.values()), "max_deliveries", now_ms)
+                chosen = [r for r in chosen if r[1] < limit]
         result = partition_pb2.CommandResult()
         add = result.deliveries.add
         max_bytes = cmd.max_bytes
         taken: list[int] = []
         total = 0
-        for p in chosen:
-            row = records[p.offset]
-            if max_bytes and taken and total + row.size > max_bytes:
+        # One Delivery per record, initialised from a dict in one call: setting the nested
+        # fields one by one costs about 1.6x more (the lease's largest Python cost).
+        for offset, count, ts, key, value, headers, priority, at_ms, idem, size in chosen:
+            if max_bytes and taken and total + size > max_bytes:
                 break
-            total += row.size
-            taken.append(p.offset)
-            delivery = add(delivery_count=p.delivery_count + 1, lease_deadline_ms=deadline)
-            fill_stored_record(delivery.record, row)
+            total += size
+            taken.append(offset)
+            record: dict[str, Any] = {"value": value}
+            if priority:  # proto3 scalars: a zero left unset is the same message
+                record["priority"] = priority
+            if at_ms:
+                record["deliver_at_ms"] = at_ms
+            if idem:
+                record["idempotency_key"] = idem
+            if key is not None:
+                record["key"] = key
+            delivery = add(
+                record={"offset": offset, "timestamp_ms": ts, "record": record},
+                delivery_count=count + 1,
+                lease_deadline_ms=deadline,
+            )
+            if headers:
+                delivery.record.record.MergeFromString(headers)  # a Record of only the headers
         self.store.lease(group.gid, taken, cmd.member, deadline)
         return result
 
@@ -537,7 +553,19 @@ class PartitionMachine:
         add = result.refs.add
         for ref in refs:
             offset = ref.offset
-            error, message = self._ref_error(ref, rows.get(offset), member, now_ms)
+            row = rows.get(offset)
+            if (  # the usual case, tested inline: _ref_error would answer OK
+                row is not None
+                and row.owner == member
+                and row.delivery_count == ref.delivery_count != 0
+                and not row.ready
+                and row.visible_at_ms > now_ms
+                and offset not in held
+            ):
+                held[offset] = row
+                add(offset=offset)
+                continue
+            error, message = self._ref_error(ref, row, member, now_ms)
             if error == _OK and offset in held:
                 error, message = ErrorCode.INVALID_ARGUMENT, "offset named twice"
             if error == _OK:

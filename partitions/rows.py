@@ -49,6 +49,13 @@ class PendingRow:
     delivery_count: int
 
 
+# One ready record as Lease reads it (PartitionStore.select_ready_records), a plain tuple: a
+# lease of thousands of records builds no row object per record. The fields, in order:
+# (offset, delivery_count, timestamp_ms, key, value, headers, priority, deliver_at_ms,
+#  idempotency_key, size) -- delivery_count from the group's pending row, the rest from the record.
+ReadyRecord = tuple[int, int, int, bytes | None, bytes, bytes | None, int, int, str | None, int]
+
+
 @dataclass(slots=True)
 class GroupRow:
     gid: int

@@ -28,7 +28,7 @@ from typing import Any
 
 import apsw
 
-from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, RecordRow
+from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, ReadyRecord, RecordRow
 from partitions.store import canonical_dump
 
 SCHEMA = """
@@ -93,8 +93,10 @@ def _blob_offsets(blob: bytes) -> list[int]:
 
 def _int64s(values: Sequence[int]) -> Any:  # an apsw carray binding
     """Bind a list of integers as one parameter: ``WHERE ofs IN carray(?)`` (one statement
-    instead of one per value; SQLite reads the array without calling back into Python)."""
-    return apsw.carray(array.array("q", values))
+    instead of one per value; SQLite reads the array without calling back into Python).
+    Sorted: SQLite searches the B-tree once per value in array order, and offsets in key order
+    walk neighbouring pages (a priority-ordered lease or ack names them scattered)."""
+    return apsw.carray(array.array("q", sorted(values)))
 
 
 def _pending(row: tuple[Any, ...]) -> PendingRow:
@@ -358,6 +360,16 @@ class SqliteStore:
                 (gid, max(limit, 0)),
             )
         ]
+
+    def select_ready_records(self, gid: int, limit: int) -> list[ReadyRecord]:
+        # CROSS JOIN keeps pending (walked in pending_ready order, no sort) the outer loop.
+        return self._rows(
+            "SELECT p.ofs, p.delivery_count, r.timestamp_ms, r.key, r.value, r.headers, "
+            "r.priority, r.deliver_at_ms, r.idempotency_key, r.size "
+            "FROM pending p CROSS JOIN records r ON r.ofs = p.ofs "
+            "WHERE p.gid = ? AND p.ready = 1 ORDER BY p.k1, p.k2, p.ofs LIMIT ?",
+            (gid, max(limit, 0)),
+        )
 
     def lease(self, gid: int, offsets: Sequence[int], owner: str, deadline_ms: int) -> None:
         assert len(set(offsets)) == len(offsets), f"group {gid} leases an offset twice"

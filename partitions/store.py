@@ -29,7 +29,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
-from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, RecordRow
+from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, ReadyRecord, RecordRow
 
 
 class PartitionStore(Protocol):
@@ -70,6 +70,8 @@ class PartitionStore(Protocol):
     def due_offsets(self, gid: int, now_ms: int, min_count: int) -> list[int]: ...
     def promote(self, gid: int, now_ms: int) -> int: ...
     def select_ready(self, gid: int, limit: int) -> list[PendingRow]: ...
+    # select_ready joined with the records (rows.ReadyRecord): what a Lease delivers, one read
+    def select_ready_records(self, gid: int, limit: int) -> list[ReadyRecord]: ...
     def lease(self, gid: int, offsets: Sequence[int], owner: str, deadline_ms: int) -> None: ...
     def pending_get(self, gid: int, offsets: Sequence[int]) -> dict[int, PendingRow]: ...
     def pending_put(self, gid: int, rows: Sequence[PendingRow]) -> None: ...
@@ -307,6 +309,31 @@ class MemoryStore:
         ready = [p for p in self._pending.get(gid, {}).values() if p.ready]
         ready.sort(key=lambda p: (p.k1, p.k2, p.offset))
         return [copy.copy(p) for p in ready[: max(limit, 0)]]
+
+    def select_ready_records(self, gid: int, limit: int) -> list[ReadyRecord]:
+        ready = [p for p in self._pending.get(gid, {}).values() if p.ready]
+        ready.sort(key=lambda p: (p.k1, p.k2, p.offset))
+        out: list[ReadyRecord] = []
+        for p in ready:
+            if len(out) >= limit:
+                break
+            r = self._records.get(p.offset)
+            if r is not None:  # a pending row always has its record; an inner join, like SQLite
+                out.append(
+                    (
+                        p.offset,
+                        p.delivery_count,
+                        r.timestamp_ms,
+                        r.key,
+                        r.value,
+                        r.headers,
+                        r.priority,
+                        r.deliver_at_ms,
+                        r.idempotency_key,
+                        r.size,
+                    )
+                )
+        return out
 
     def lease(self, gid: int, offsets: Sequence[int], owner: str, deadline_ms: int) -> None:
         pending = self._pending[gid]

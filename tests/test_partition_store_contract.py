@@ -463,6 +463,53 @@ def test_select_ready_priority_orders_by_priority_deliver_at_offset(
     assert [p.offset for p in store.select_ready(gid, 10)] == [3, 5, 2, 4, 1, 0]
 
 
+def test_select_ready_records_joins_each_ready_row_with_its_record(
+    store: PartitionStore,
+) -> None:
+    with store.transaction():
+        store.insert_records(
+            [
+                rec(0, priority=2, key=b"k0", idem="i0"),
+                rec(1, priority=1, deliver_at=50, headers=b"\x1a\x00"),
+                rec(2, priority=1, deliver_at=10, ts=7),
+                rec(3, priority=0, deliver_at=500),  # not ready yet
+            ]
+        )
+    gid = group(store)
+    with store.transaction():
+        store.materialize(gid, 0, 100, ORDER_PRIORITY)
+        store.lease(gid, [1], "m1", 100)
+        store.promote(gid, 100)  # offset 1 is ready again, at delivery 1
+    assert store.select_ready_records(gid, 10) == [
+        (2, 0, 7, None, b"v2", None, 1, 10, None, 2),
+        (1, 1, 1000, None, b"v1", b"\x1a\x00", 1, 50, None, 4),
+        (0, 0, 1000, b"k0", b"v0", None, 2, 0, "i0", 4),
+    ]
+    # the same rows, in the same order, as select_ready and get_records answer separately
+    ready = store.select_ready(gid, 10)
+    records = store.get_records([p.offset for p in ready])
+    assert [r[:2] for r in store.select_ready_records(gid, 10)] == [
+        (p.offset, p.delivery_count) for p in ready
+    ]
+    assert [r[2:] for r in store.select_ready_records(gid, 10)] == [
+        (
+            records[p.offset].timestamp_ms,
+            records[p.offset].key,
+            records[p.offset].value,
+            records[p.offset].headers,
+            records[p.offset].priority,
+            records[p.offset].deliver_at_ms,
+            records[p.offset].idempotency_key,
+            records[p.offset].size,
+        )
+        for p in ready
+    ]
+    assert [r[0] for r in store.select_ready_records(gid, 2)] == [2, 1]
+    assert store.select_ready_records(gid, 0) == []
+    assert store.select_ready_records(gid, -1) == []
+    assert store.select_ready_records(gid + 1, 10) == []
+
+
 def test_lease(store: PartitionStore) -> None:
     fill(store, [0, 1, 2])
     gid = group(store)
@@ -844,6 +891,7 @@ def _random_ops(rng: random.Random) -> Iterator[tuple[str, tuple[Any, ...]]]:
                 ("release", (gid, rng.choice([None, "a", "b"]), now)),
                 ("due_offsets", (gid, now, rng.randrange(0, 3))),
                 ("select_ready", (gid, rng.randrange(0, 8))),
+                ("select_ready_records", (gid, rng.randrange(0, 8))),
                 ("count_leased", (gid, now)),
                 ("count_pending", (gid,)),
                 ("lowest_pending", (gid,)),
