@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import sys
 import tempfile
 import threading
@@ -255,6 +256,17 @@ def tame(method: str, msg: Message) -> None:
             msg.max_wait_ms = 200
 
 
+def tame_bytes(method: str, cls: type[Message], payload: bytes) -> bytes:
+    """``payload`` unchanged unless it parses as a request that `tame` would change."""
+    try:
+        parsed = cls.FromString(payload)
+    except Exception:  # DecodeError: malformed, as intended
+        return payload
+    tamed = cls.FromString(payload)
+    tame(method, tamed)
+    return payload if tamed == parsed else tamed.SerializeToString()
+
+
 # -- calling --------------------------------------------------------------------------------------
 
 
@@ -481,6 +493,8 @@ def fuzz_method(
             requests = [build(cls, v) for v in values]
             for r in requests:
                 tame(method, r)
+        else:  # bytes that happen to parse are tamed too (a cut DeleteTopic may name "fz")
+            requests = [tame_bytes(method, cls, b) for b in requests]
         slots.acquire()
         pool.submit(call, requests)
 
@@ -525,7 +539,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--methods", default="", help="comma-separated; default: every RPC")
     parser.add_argument("--root", type=Path, default=None)
+    parser.add_argument("--concurrency", type=int, default=16, help="requests in flight")
     args = parser.parse_args(argv)
+    # SIGTERM (timeout, CI cancel) unwinds like Ctrl-C: the broker processes are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     seed = args.seed if args.seed is not None else fuzz_seed()
     root = args.root or Path(tempfile.mkdtemp(prefix=f"raftq-fuzz-{seed}-"))
     print(f"fuzz: seed={seed} (replay: RAFTQ_SEED={seed}) dir={root}", flush=True)
@@ -534,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     with FuzzCluster(root) as fc:
         for method in iter_methods(args.methods):
             fc.refresh()
-            report = fuzz_method(fc.client, method, args.requests, seed)
+            report = fuzz_method(fc.client, method, args.requests, seed, args.concurrency)
             problems = fc.problems()
             failures += len(report.failures) + len(problems)
             top = ", ".join(f"{k}={v}" for k, v in report.statuses.most_common(4))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -29,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     again = sub.add_parser("check", help="check a run directory again, offline")
     again.add_argument("root", type=Path)
     args = parser.parse_args(argv)
+    # SIGTERM (timeout, CI cancel) unwinds like Ctrl-C: the broker processes are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.command == "check":
         report = check(args.root)
         print(report.render())
