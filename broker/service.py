@@ -499,8 +499,9 @@ class BrokerService:
     def _member(
         self, group_name: str, member_id: str, generation: int
     ) -> tuple[GroupInfo, MemberInfo]:
-        """The member, fenced by generation; waits briefly when this broker's table is behind."""
-        deadline = time.monotonic() + TABLE_CATCH_UP_S
+        """The member, fenced by generation; a follower of the metadata group waits briefly
+        when its table may be behind (the metadata leader's table is the truth: no wait)."""
+        deadline = time.monotonic() + (0.0 if self.meta.is_leader() else TABLE_CATCH_UP_S)
         while True:
             group = self.meta.table.group(group_name)
             member = group.members.get(member_id) if group is not None else None
