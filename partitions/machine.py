@@ -597,10 +597,24 @@ class PartitionMachine:
         return _OK, ""
 
     def _on_ack(self, cmd: partition_pb2.Settle, now_ms: int) -> partition_pb2.CommandResult:
+        """Acks are idempotent: acking a record the group has already finished (acked, or
+        dead-lettered) succeeds again, so a retry whose first attempt applied — a leader that
+        died after committing it — is not answered RECORD_NOT_FOUND."""
         result = partition_pb2.CommandResult()
         group, held = self._check_refs(cmd.group, cmd.member, cmd.refs, now_ms, result)
         self.store.pending_delete(group.gid, list(held))
         result.count = len(held)
+        missing = [r for r in result.refs if r.error == ErrorCode.RECORD_NOT_FOUND]
+        if missing:
+            start = self.meta.log_start
+            upto = group.materialized_upto
+            candidates = [r.offset for r in missing if start <= r.offset < upto]
+            finished = set(self.store.get_records(candidates)) if candidates else set()
+            pending = self.store.pending_get(group.gid, candidates) if candidates else {}
+            for ref in missing:
+                if ref.offset in finished and ref.offset not in pending:
+                    ref.error = _OK
+                    ref.message = "already acknowledged or dead-lettered for this group"
         return result
 
     def _on_nack(self, cmd: partition_pb2.Nack, now_ms: int) -> partition_pb2.CommandResult:

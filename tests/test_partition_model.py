@@ -205,6 +205,9 @@ class Model:
         for o in held:
             g.acked.add(o)
             del g.states[o]
+        for r in results:  # idempotent: a record the group finished acks again
+            if r[1] == ErrorCode.RECORD_NOT_FOUND and r[0] in g.acked and r[0] in self.records:
+                r[1] = ErrorCode.OK
         return ("refs", results)
 
     def nack(self, name: str, member: str, refs: list[tuple[int, int]], delay, now: int):
