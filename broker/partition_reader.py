@@ -11,15 +11,8 @@ from __future__ import annotations
 
 import threading
 
-from partitions.machine import GroupLag, Offsets
-from partitions.reader import (
-    FetchResult,
-    ProducerState,
-    fetch_from,
-    lag_of,
-    might_have_ready,
-    producer_state,
-)
+from partitions.machine import GroupLag, Offsets, fetch_from, lag_of
+from partitions.reader import FetchResult, ProducerState, might_have_ready, producer_state
 from partitions.rows import OutboxRow
 from partitions.store import PartitionStore
 

@@ -34,7 +34,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from assignors.partitioner import partition_for
 from broker.coordinator import BrokerReports, SessionTable
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from broker.replica import PartitionReplica
 
 logger = logging.getLogger("raftq.broker.service")
+
+T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 10.0
 TABLE_CATCH_UP_S = 2.0
@@ -171,28 +173,44 @@ class BrokerService:
     def meta_leader_addr(self) -> str:
         return client_addr_of_raft(self.meta.table, self.meta.leader())
 
-    def _leader_only(self, method: str, request: Any, timeout_s: float | None) -> Any:
-        """Run ``method`` here if this broker leads the metadata group, else forward it once."""
-        timeout = _timeout(timeout_s)
-        deadline = time.monotonic() + timeout
+    def _on_meta_leader(
+        self,
+        timeout_s: float,
+        local: Callable[[float], T],
+        remote: Callable[[str, float], T],
+        retry: tuple[type[errors.RaftqError], ...],
+    ) -> T:
+        """``local(left_s)`` if this broker leads the metadata group, else ``remote(address,
+        left_s)`` at the leader; ``retry`` errors (leadership moved, leader died) look again
+        until the deadline while the survivors elect a new metadata leader."""
+        deadline = time.monotonic() + timeout_s
         while True:
-            if self.meta.is_leader():
-                return getattr(self, "_" + method)(request, deadline - time.monotonic())
-            target = self.meta_leader_addr()
             left = deadline - time.monotonic()
+            if self.meta.is_leader():
+                return local(max(left, 0.001))
+            target = self.meta_leader_addr()
             if target and target != self.client_addr:
                 try:
-                    raw = self.internal.forward(
-                        target, method, request.SerializeToString(), max(left, 0.001)
-                    )
-                    return RESPONSES[method].FromString(raw)
-                except (errors.NotLeader, errors.Unavailable):
-                    # Leadership moved, or the leader died (killed broker): look again until
-                    # the deadline; the survivors elect a new metadata leader meanwhile.
+                    return remote(target, max(left, 0.001))
+                except retry:
                     pass
             if left <= 0:
                 raise errors.Unavailable("no metadata leader: the cluster has no quorum")
             time.sleep(min(0.05, max(left, 0.0)))
+
+    def _leader_only(self, method: str, request: Any, timeout_s: float | None) -> Any:
+        """Run ``method`` here if this broker leads the metadata group, else forward it once."""
+
+        def remote(target: str, left: float) -> Any:
+            raw = self.internal.forward(target, method, request.SerializeToString(), left)
+            return RESPONSES[method].FromString(raw)
+
+        return self._on_meta_leader(
+            _timeout(timeout_s),
+            lambda left: getattr(self, "_" + method)(request, left),
+            remote,
+            (errors.NotLeader, errors.Unavailable),
+        )
 
     def forward_local(self, method: str, request: bytes, *, timeout_s: float) -> bytes:
         """Internal.Forward: run a leader-only call here or refuse (never forward again)."""
@@ -207,20 +225,12 @@ class BrokerService:
     def meta_propose(self, command_bytes: bytes, timeout_s: float) -> metadata_pb2.MetaResult:
         """Propose planned MetaCommand bytes on the metadata leader (here or forwarded)."""
         command = metadata_pb2.MetaCommand.FromString(command_bytes)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            left = deadline - time.monotonic()
-            if self.meta.is_leader():
-                return self.meta.propose(command, max(left, 0.001))
-            target = self.meta_leader_addr()
-            if target and target != self.client_addr:
-                try:
-                    return self._checked(self.internal.meta_propose(target, command, left))
-                except errors.NotLeader:
-                    pass
-            if left <= 0:
-                raise errors.Unavailable("no metadata leader: the cluster has no quorum")
-            time.sleep(min(0.05, max(left, 0.0)))
+        return self._on_meta_leader(
+            timeout_s,
+            lambda left: self.meta.propose(command, left),
+            lambda target, left: self._checked(self.internal.meta_propose(target, command, left)),
+            (errors.NotLeader,),
+        )
 
     @staticmethod
     def _checked(result: metadata_pb2.MetaResult) -> metadata_pb2.MetaResult:

@@ -29,7 +29,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from partitions.rows import GroupRow, OutboxRow, PendingRow, RecordRow
+from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, RecordRow
 from partitions.store import PartitionStore, order_keys
 from proto import common_pb2, partition_pb2
 from proto.common_pb2 import ErrorCode
@@ -231,6 +231,42 @@ def fill_stored_record(stored: common_pb2.StoredRecord, row: RecordRow) -> None:
 
 def _error(code: int, message: str) -> partition_pb2.CommandResult:
     return partition_pb2.CommandResult(error=code, message=message)  # type: ignore[arg-type]
+
+
+def lag_of(store: PartitionStore, meta: Meta, group: str) -> GroupLag | None:
+    """A group's committed offset (lowest unacknowledged), lag, pending and leased counts."""
+    row = store.group_get(group)
+    if row is None:
+        return None
+    lowest = store.lowest_pending(row.gid)
+    committed = row.materialized_upto if lowest is None else min(lowest, row.materialized_upto)
+    committed = max(committed, meta.log_start)
+    end = meta.next_offset
+    return GroupLag(
+        group,
+        committed,
+        end,
+        end - committed,
+        store.count_pending(row.gid) + max(0, end - row.materialized_upto),
+        store.count_leased(row.gid, meta.clock_ms),
+    )
+
+
+def fetch_from(
+    store: PartitionStore, meta: Meta, offset: int, max_records: int, max_bytes: int = 0
+) -> list[common_pb2.StoredRecord]:
+    """Records from ``offset`` (or the log start, if later) in offset order; at least one record
+    when any exists, however small ``max_bytes``."""
+    if max_records <= 0:
+        return []
+    out: list[common_pb2.StoredRecord] = []
+    total = 0
+    for row in store.records_from(max(offset, meta.log_start), max_records):
+        if max_bytes and out and total + row.size > max_bytes:
+            break
+        total += row.size
+        out.append(stored_record(row))
+    return out
 
 
 class PartitionMachine:
@@ -767,34 +803,10 @@ class PartitionMachine:
     ) -> list[common_pb2.StoredRecord]:
         """Records from ``offset`` (or the log start, if later) in offset order; cancelled
         records leave gaps. At least one record is returned when any exists."""
-        if max_records <= 0:
-            return []
-        rows = self.store.records_from(max(offset, self.meta.log_start), max_records)
-        out: list[common_pb2.StoredRecord] = []
-        total = 0
-        for row in rows:
-            if max_bytes and out and total + row.size > max_bytes:
-                break
-            total += row.size
-            out.append(stored_record(row))
-        return out
+        return fetch_from(self.store, self.meta, offset, max_records, max_bytes)
 
     def lag(self, group: str) -> GroupLag | None:
-        row = self.store.group_get(group)
-        if row is None:
-            return None
-        lowest = self.store.lowest_pending(row.gid)
-        committed = row.materialized_upto if lowest is None else min(lowest, row.materialized_upto)
-        committed = max(committed, self.meta.log_start)
-        end = self.meta.next_offset
-        return GroupLag(
-            group,
-            committed,
-            end,
-            end - committed,
-            self.store.count_pending(row.gid) + max(0, end - row.materialized_upto),
-            self.store.count_leased(row.gid, self.meta.clock_ms),
-        )
+        return lag_of(self.store, self.meta, group)
 
     def groups(self) -> list[str]:
         return [g.name for g in self.store.groups()]

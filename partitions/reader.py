@@ -1,5 +1,6 @@
-"""Reads of a partition's state over any store: fetch, lag, "could a lease find work", and an
-idempotent producer's last applied batch.
+"""Reads of a partition's state over any store: "could a lease find work" and an idempotent
+producer's last applied batch (fetch and lag are ``partitions.machine.fetch_from`` /
+``lag_of``, shared with the machine).
 
 Pure functions of (store, meta): the caller decides which store they read — the applier's own,
 or a second connection on the same file (broker/partition_reader.py), which sees the last
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from partitions.machine import GroupLag, stored_record
 from partitions.rows import Meta
 from partitions.store import PartitionStore
 from proto import common_pb2
@@ -41,42 +41,6 @@ def producer_state(store: PartitionStore, producer_id: str) -> ProducerState | N
     offsets = store.producer_batch(producer_id, last)
     assert offsets is not None, f"producer {producer_id!r}: last batch {last} has no offsets"
     return ProducerState(last, list(offsets))
-
-
-def lag_of(store: PartitionStore, meta: Meta, group: str) -> GroupLag | None:
-    """A group's committed offset (lowest unacknowledged), lag, pending and leased counts."""
-    row = store.group_get(group)
-    if row is None:
-        return None
-    lowest = store.lowest_pending(row.gid)
-    committed = row.materialized_upto if lowest is None else min(lowest, row.materialized_upto)
-    committed = max(committed, meta.log_start)
-    end = meta.next_offset
-    return GroupLag(
-        group,
-        committed,
-        end,
-        end - committed,
-        store.count_pending(row.gid) + max(0, end - row.materialized_upto),
-        store.count_leased(row.gid, meta.clock_ms),
-    )
-
-
-def fetch_from(
-    store: PartitionStore, meta: Meta, offset: int, max_records: int, max_bytes: int = 0
-) -> list[common_pb2.StoredRecord]:
-    """Records from ``offset`` (or the log start, if later) in offset order; at least one record
-    when any exists, however small ``max_bytes``."""
-    if max_records <= 0:
-        return []
-    out: list[common_pb2.StoredRecord] = []
-    total = 0
-    for row in store.records_from(max(offset, meta.log_start), max_records):
-        if max_bytes and out and total + row.size > max_bytes:
-            break
-        total += row.size
-        out.append(stored_record(row))
-    return out
 
 
 def might_have_ready(store: PartitionStore, meta: Meta, group: str, now_ms: int) -> bool:
