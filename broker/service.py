@@ -21,8 +21,11 @@ new owner gets the records without waiting for lease expiry; the member's late a
 LEASE_EXPIRED. (Kept-until-expiry would let a slow old owner finish, but would stall the new
 owner for up to lease_ms; Kafka's share groups release on revocation too.) A poll that passed
 the generation check just before a rebalance can have its Lease applied after that Release, so
-a poll re-checks ownership after each lease (and releases what it may no longer hold), and the
-coordinator releases revoked partitions a second time RELEASE_AGAIN_S later.
+every Lease carries the poll's generation and every revoking Release the group's new
+generation: the partition machine raises the group's fence to it and refuses FENCED a Lease from
+an older generation, so a late Lease can never hold records of a revoked partition. (A poll still
+re-checks ownership after each lease, and the coordinator releases revoked partitions a second
+time RELEASE_AGAIN_S later in case the first Release failed.)
 """
 
 from __future__ import annotations
@@ -460,29 +463,38 @@ class BrokerService:
             still = set(kept.assignment) if kept is not None else set()
             revoked += [(t, p, member_id) for t, p in member.assignment if (t, p) not in still]
         group = before.name
+        generation = after.generation if after is not None else before.generation + 1
         for topic, partition, member_id in revoked:
-            self._background.submit(self._release, topic, partition, group, member_id)
+            self._background.submit(self._release, topic, partition, group, member_id, generation)
         if revoked:
-            again = threading.Timer(RELEASE_AGAIN_S, self._release_again, (group, revoked))
+            again = threading.Timer(
+                RELEASE_AGAIN_S, self._release_again, (group, revoked, generation)
+            )
             again.daemon = True
             again.start()
 
-    def _release_again(self, group: str, revoked: list[tuple[str, int, str]]) -> None:
+    def _release_again(
+        self, group: str, revoked: list[tuple[str, int, str]], generation: int
+    ) -> None:
         """The second release of revoked partitions, skipping any the member owns again. A
         poll that checked the member's generation before the rebalance can have its Lease
         applied after the first Release; without this its records would wait for lease_ms."""
         for topic, partition, member_id in revoked:
             if (topic, partition) not in assigned_partitions(self.meta.table, group, member_id):
                 try:
-                    self._background.submit(self._release, topic, partition, group, member_id)
+                    self._background.submit(
+                        self._release, topic, partition, group, member_id, generation
+                    )
                 except RuntimeError:  # shut down
                     return
 
-    def _release(self, topic: str, partition: int, group: str, member_id: str) -> None:
+    def _release(
+        self, topic: str, partition: int, group: str, member_id: str, generation: int = 0
+    ) -> None:
         """End every lease ``member_id`` holds on the partition (best effort: leases also
-        expire on their own)."""
+        expire on their own); a ``generation`` also fences Leases from older generations."""
         command = partition_pb2.PartitionCommand(
-            release=partition_pb2.Release(group=group, member=member_id)
+            release=partition_pb2.Release(group=group, member=member_id, generation=generation)
         )
         try:
             response = self.router.propose(topic, partition, command, DEFAULT_TIMEOUT_S)
@@ -573,6 +585,7 @@ class BrokerService:
                 lease_ms=request.lease_ms if request.HasField("lease_ms") else 0,
                 max_bytes=request.max_bytes,
                 start_from=start_from,  # type: ignore[arg-type]
+                generation=request.generation,
             )
             try:
                 response = self.router.propose(

@@ -520,10 +520,17 @@ class PartitionMachine:
             raise Rejected(
                 ErrorCode.INVALID_ARGUMENT, f"max_records must be 1..{MAX_LEASE_RECORDS}"
             )
-        if not 0 <= cmd.lease_ms <= MAX_LEASE_MS or cmd.max_bytes < 0:
+        if not 0 <= cmd.lease_ms <= MAX_LEASE_MS or cmd.max_bytes < 0 or cmd.generation < 0:
             raise Rejected(
                 ErrorCode.INVALID_ARGUMENT,
-                f"lease_ms must be 0..{MAX_LEASE_MS} (0 = the topic's) and max_bytes >= 0",
+                f"lease_ms must be 0..{MAX_LEASE_MS} (0 = the topic's), max_bytes and generation"
+                " >= 0",
+            )
+        if cmd.generation and cmd.generation < self.store.fence_get(cmd.group):
+            raise Rejected(
+                ErrorCode.FENCED,
+                f"generation {cmd.generation} is older than group {cmd.group!r}'s fence on this "
+                "partition: a rebalance revoked it; rejoin to get the current assignment",
             )
         group = self._group(cmd.group, cmd.start_from)
         self._catch_up(group, now_ms)
@@ -692,6 +699,8 @@ class PartitionMachine:
         return result
 
     def _on_release(self, cmd: partition_pb2.Release, now_ms: int) -> partition_pb2.CommandResult:
+        if cmd.generation > self.store.fence_get(cmd.group):  # fences only rise
+            self.store.fence_set(cmd.group, cmd.generation)
         group = self.store.group_get(cmd.group)
         if group is None:
             return partition_pb2.CommandResult(count=0)

@@ -10,6 +10,7 @@ One file per partition replica, WAL mode, ``synchronous=FULL`` by default. The l
     pending     per group, every record it has not acknowledged: ready (ordered by
                 (k1, k2, offset)) or waiting until visible_at_ms (delay, nack or lease)
     outbox      dead-lettered records waiting to be forwarded to the dead-letter topic
+    fences      per group, the lowest generation a Lease may carry (raised by a revoking Release)
 
 ``applied_index`` is written in the same transaction as the change it belongs to, so a replay
 after a crash skips exactly the entries already applied.
@@ -59,6 +60,8 @@ CREATE INDEX IF NOT EXISTS pending_waiting ON pending(gid, visible_at_ms) WHERE 
 CREATE TABLE IF NOT EXISTS outbox(
     seq INTEGER PRIMARY KEY, grp TEXT NOT NULL, ofs INTEGER NOT NULL, reason TEXT NOT NULL,
     delivery_count INTEGER NOT NULL, dead_at_ms INTEGER NOT NULL, record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS fences(grp TEXT PRIMARY KEY, generation INTEGER NOT NULL)
+    WITHOUT ROWID;
 """
 
 _RECORD_COLUMNS = (
@@ -323,6 +326,17 @@ class SqliteStore:
             )
         ]
 
+    def fence_get(self, name: str) -> int:
+        rows = self._rows("SELECT generation FROM fences WHERE grp = ?", (name,))
+        return int(rows[0][0]) if rows else 0
+
+    def fence_set(self, name: str, generation: int) -> None:
+        self._cur.execute(
+            "INSERT INTO fences(grp, generation) VALUES (?, ?) "
+            "ON CONFLICT(grp) DO UPDATE SET generation = excluded.generation",
+            (name, generation),
+        )
+
     def materialize(self, gid: int, from_offset: int, now_ms: int, ordering: int) -> int:
         self._cur.execute(
             "INSERT INTO pending(gid, ofs, k1, k2, visible_at_ms, ready, owner, delivery_count) "
@@ -565,6 +579,7 @@ class SqliteStore:
                     "SELECT seq, grp, ofs, reason, delivery_count, dead_at_ms, record FROM outbox"
                 )
             ),
+            self._rows("SELECT grp, generation FROM fences"),
         )
 
     def close(self) -> None:

@@ -66,6 +66,9 @@ class PartitionStore(Protocol):
     def group_create(self, name: str, materialized_upto: int) -> GroupRow: ...
     def group_set_materialized(self, gid: int, upto: int) -> None: ...
     def groups(self) -> list[GroupRow]: ...
+    # per group name: the lowest generation a Lease may carry (0 = none); no GroupRow needed
+    def fence_get(self, name: str) -> int: ...
+    def fence_set(self, name: str, generation: int) -> None: ...
     def materialize(self, gid: int, from_offset: int, now_ms: int, ordering: int) -> int: ...
     def due_offsets(self, gid: int, now_ms: int, min_count: int) -> list[int]: ...
     def promote(self, gid: int, now_ms: int) -> int: ...
@@ -131,6 +134,7 @@ class MemoryStore:
         self._groups: dict[str, GroupRow] = {}
         self._pending: dict[int, dict[int, PendingRow]] = {}
         self._outbox: dict[int, OutboxRow] = {}
+        self._fences: dict[str, int] = {}
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -143,6 +147,7 @@ class MemoryStore:
             self._groups,
             self._pending,
             self._outbox,
+            self._fences,
         )
 
     @contextlib.contextmanager
@@ -161,6 +166,7 @@ class MemoryStore:
                 self._groups,
                 self._pending,
                 self._outbox,
+                self._fences,
             ) = saved
             raise
 
@@ -276,6 +282,13 @@ class MemoryStore:
 
     def groups(self) -> list[GroupRow]:
         return [copy.copy(r) for r in sorted(self._groups.values(), key=lambda r: r.gid)]
+
+    def fence_get(self, name: str) -> int:
+        return self._fences.get(name, 0)
+
+    def fence_set(self, name: str, generation: int) -> None:
+        _fits(generation)
+        self._fences[name] = generation
 
     def materialize(self, gid: int, from_offset: int, now_ms: int, ordering: int) -> int:
         pending = self._pending[gid]
@@ -441,6 +454,7 @@ class MemoryStore:
             list(self._groups.values()),
             ((gid, row) for gid, rows in self._pending.items() for row in rows.values()),
             self._outbox.values(),
+            self._fences.items(),
         )
 
     def close(self) -> None:
@@ -455,6 +469,7 @@ def canonical_dump(
     groups: Sequence[GroupRow],
     pending: Iterable[tuple[int, PendingRow]],
     outbox: Iterable[OutboxRow],
+    fences: Iterable[tuple[str, int]],
 ) -> dict[str, Any]:
     """A store's whole state as plain sorted data: equal dumps mean equal replicas."""
     names = {g.gid: g.name for g in groups}
@@ -478,4 +493,5 @@ def canonical_dump(
             for g, p in pending
         ),
         "outbox": sorted((copy.copy(o) for o in outbox), key=lambda o: o.seq),
+        "fences": sorted(fences),
     }

@@ -62,20 +62,22 @@ class AppendBatch(_message.Message):
     def __init__(self, appends: _Optional[_Iterable[_Union[Append, _Mapping]]] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("group", "member", "max_records", "lease_ms", "start_from", "max_bytes")
+    __slots__ = ("group", "member", "max_records", "lease_ms", "start_from", "max_bytes", "generation")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MEMBER_FIELD_NUMBER: _ClassVar[int]
     MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
     START_FROM_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     group: str
     member: str
     max_records: int
     lease_ms: int
     start_from: StartFrom
     max_bytes: int
-    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., max_records: _Optional[int] = ..., lease_ms: _Optional[int] = ..., start_from: _Optional[_Union[StartFrom, str]] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+    generation: int
+    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., max_records: _Optional[int] = ..., lease_ms: _Optional[int] = ..., start_from: _Optional[_Union[StartFrom, str]] = ..., max_bytes: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class DeliveryRef(_message.Message):
     __slots__ = ("offset", "delivery_count")
@@ -120,12 +122,14 @@ class ExtendLease(_message.Message):
     def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., refs: _Optional[_Iterable[_Union[DeliveryRef, _Mapping]]] = ..., lease_ms: _Optional[int] = ...) -> None: ...
 
 class Release(_message.Message):
-    __slots__ = ("group", "member")
+    __slots__ = ("group", "member", "generation")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MEMBER_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     group: str
     member: str
-    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ...) -> None: ...
+    generation: int
+    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class UpdateRecord(_message.Message):
     __slots__ = ("offset", "priority", "deliver_at_ms")

@@ -231,6 +231,10 @@ INVALID: dict[str, tuple[bytes, int]] = {
         ErrorCode.OUT_OF_ORDER_SEQUENCE,
     ),
     # lease
+    "lease_negative_generation": (
+        command(lease=partition_pb2.Lease(group="g", member="m2", max_records=1, generation=-1)),
+        ErrorCode.INVALID_ARGUMENT,
+    ),
     "lease_negative_max_records": (
         command(lease=partition_pb2.Lease(group="g", member="m1", max_records=-1)),
         ErrorCode.INVALID_ARGUMENT,
@@ -374,6 +378,48 @@ def test_rejections_agree_across_stores(tmp_path: Path) -> None:
         results = [m.apply(data, m.applied_index + 1) for m in machines]
         assert results[0] == results[1]
     assert machines[0].store.dump() == machines[1].store.dump()
+
+
+# -- a Lease from a generation a revoking Release fenced off ----------------------------------
+
+
+def test_a_lease_older_than_the_fence_is_fenced_and_changes_nothing(
+    machine: PartitionMachine,
+) -> None:
+    """A rebalance revokes the partition at generation 7 (Release with generation 7); a poll's
+    Lease proposed under generation 6 that applies afterwards must not lease anything, or its
+    records would wait out lease_ms held by a member that no longer owns the partition."""
+    release = partition_pb2.Release(group="g", member="m1", generation=7)
+    released = machine.apply(command(NOW, release=release), machine.applied_index + 1)
+    assert released.error == ErrorCode.OK and released.count == 1  # m1's one live lease
+    assert machine.store.fence_get("g") == 7
+    stale = partition_pb2.Lease(group="g", member="m1", max_records=5, generation=6)
+    assert_rejected(machine, command(NOW, lease=stale), ErrorCode.FENCED)
+    lower = partition_pb2.Release(group="g", member="m1", generation=3)
+    machine.apply(command(NOW, release=lower), machine.applied_index + 1)
+    assert machine.store.fence_get("g") == 7  # fences only rise
+    assert machine.store.fence_get("other") == 0  # per group
+    current = partition_pb2.Lease(group="g", member="m2", max_records=5, generation=7)
+    leased = machine.apply(command(NOW, lease=current), machine.applied_index + 1)
+    assert leased.error == ErrorCode.OK and leased.deliveries
+    unfenced = partition_pb2.Lease(group="g", member="m3", max_records=1)  # generation 0
+    assert machine.apply(command(NOW, lease=unfenced), machine.applied_index + 1).error == 0
+
+
+def test_the_fence_survives_reopening_the_sqlite_file(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "p.db"))
+    machine = populated(store)
+    release = partition_pb2.Release(group="g", member="", generation=4)
+    machine.apply(command(NOW, release=release), machine.applied_index + 1)
+    dump = store.dump()
+    assert dump["fences"] == [("g", 4)]
+    store.close()
+    reopened = SqliteStore(str(tmp_path / "p.db"))
+    try:
+        assert reopened.fence_get("g") == 4
+        assert reopened.dump() == dump
+    finally:
+        reopened.close()
 
 
 # -- a lease far in the future is refused, never an overflow that fails the replica ----------

@@ -617,6 +617,22 @@ def test_pending_reorder(store: PartitionStore) -> None:
     assert [p.offset for p in store.select_ready(g2, 10)] == [1, 2]
 
 
+def test_fences_are_per_group_name_and_roll_back(store: PartitionStore) -> None:
+    assert store.fence_get("g") == 0  # no group row needed: a fence can come first
+    with store.transaction():
+        store.fence_set("g", 5)
+        store.fence_set("h", 2)
+    with store.transaction():
+        store.fence_set("g", 9)
+    assert (store.fence_get("g"), store.fence_get("h")) == (9, 2)
+    with pytest.raises(RuntimeError), store.transaction():
+        store.fence_set("g", 11)
+        raise RuntimeError("roll back")
+    assert store.fence_get("g") == 9
+    assert store.dump()["fences"] == [("g", 9), ("h", 2)]
+    assert store.groups() == []
+
+
 def test_release_by_owner_and_for_all(store: PartitionStore) -> None:
     fill(store, list(range(5)))
     g1, g2 = group(store, "g1"), group(store, "g2")
