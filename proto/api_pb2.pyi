@@ -21,23 +21,25 @@ DEGRADED: ClusterHealth
 UNHEALTHY: ClusterHealth
 
 class SendRequest(_message.Message):
-    __slots__ = ("topic", "records", "partition", "producer_id", "sequence", "request_id")
+    __slots__ = ("topic", "records", "partition", "producer_id", "sequence", "request_id", "values")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     records: _containers.RepeatedCompositeFieldContainer[_common_pb2.Record]
     partition: int
     producer_id: str
     sequence: int
     request_id: int
-    def __init__(self, topic: _Optional[str] = ..., records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., partition: _Optional[int] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., request_id: _Optional[int] = ...) -> None: ...
+    values: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, topic: _Optional[str] = ..., records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., partition: _Optional[int] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., request_id: _Optional[int] = ..., values: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class SendResult(_message.Message):
-    __slots__ = ("partition", "offset", "error", "message", "duplicate", "leader_hint", "timestamp_ms")
+    __slots__ = ("partition", "offset", "error", "message", "duplicate", "leader_hint", "timestamp_ms", "count")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +47,7 @@ class SendResult(_message.Message):
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     LEADER_HINT_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
     partition: int
     offset: int
     error: _common_pb2.ErrorCode
@@ -52,7 +55,8 @@ class SendResult(_message.Message):
     duplicate: bool
     leader_hint: str
     timestamp_ms: int
-    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., duplicate: _Optional[bool] = ..., leader_hint: _Optional[str] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+    count: int
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., duplicate: _Optional[bool] = ..., leader_hint: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("results", "request_id", "error", "message", "leader_hint")

@@ -46,14 +46,16 @@ class PartitionCommand(_message.Message):
     def __init__(self, now_ms: _Optional[int] = ..., append: _Optional[_Union[Append, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., ack: _Optional[_Union[Settle, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., extend_lease: _Optional[_Union[ExtendLease, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., update_record: _Optional[_Union[UpdateRecord, _Mapping]] = ..., cancel_record: _Optional[_Union[CancelRecord, _Mapping]] = ..., configure: _Optional[_Union[Configure, _Mapping]] = ..., retain: _Optional[_Union[Retain, _Mapping]] = ..., dead_letter_done: _Optional[_Union[DeadLetterDone, _Mapping]] = ..., append_batch: _Optional[_Union[AppendBatch, _Mapping]] = ...) -> None: ...
 
 class Append(_message.Message):
-    __slots__ = ("records", "producer_id", "sequence")
+    __slots__ = ("records", "producer_id", "sequence", "values")
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
     records: _containers.RepeatedCompositeFieldContainer[_common_pb2.Record]
     producer_id: str
     sequence: int
-    def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...
+    values: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.Record, _Mapping]]] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., values: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class AppendBatch(_message.Message):
     __slots__ = ("appends",)
@@ -202,7 +204,7 @@ class RefResult(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., dead_lettered: _Optional[bool] = ...) -> None: ...
 
 class CommandResult(_message.Message):
-    __slots__ = ("error", "message", "records", "deliveries", "refs", "count", "skipped", "batch_results")
+    __slots__ = ("error", "message", "records", "deliveries", "refs", "count", "skipped", "batch_results", "range")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
@@ -211,6 +213,7 @@ class CommandResult(_message.Message):
     COUNT_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_FIELD_NUMBER: _ClassVar[int]
     BATCH_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    RANGE_FIELD_NUMBER: _ClassVar[int]
     error: _common_pb2.ErrorCode
     message: str
     records: _containers.RepeatedCompositeFieldContainer[RecordResult]
@@ -219,4 +222,15 @@ class CommandResult(_message.Message):
     count: int
     skipped: bool
     batch_results: _containers.RepeatedCompositeFieldContainer[CommandResult]
-    def __init__(self, error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., records: _Optional[_Iterable[_Union[RecordResult, _Mapping]]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., refs: _Optional[_Iterable[_Union[RefResult, _Mapping]]] = ..., count: _Optional[int] = ..., skipped: _Optional[bool] = ..., batch_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ...) -> None: ...
+    range: RecordRange
+    def __init__(self, error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., records: _Optional[_Iterable[_Union[RecordResult, _Mapping]]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., refs: _Optional[_Iterable[_Union[RefResult, _Mapping]]] = ..., count: _Optional[int] = ..., skipped: _Optional[bool] = ..., batch_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., range: _Optional[_Union[RecordRange, _Mapping]] = ...) -> None: ...
+
+class RecordRange(_message.Message):
+    __slots__ = ("first_offset", "count", "duplicate")
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    first_offset: int
+    count: int
+    duplicate: bool
+    def __init__(self, first_offset: _Optional[int] = ..., count: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
