@@ -7,20 +7,29 @@ and every group registered with it. Each loop iteration:
 2. ``endpoint.poll(timeout)``: waits for sockets, then delivers received messages into the
    groups' callbacks, on this thread, so each SyncObj stays single-threaded;
 3. ticks (``node.tick(0)`` if the node has it, else ``node.doTick(0)``) the groups that have
-   something to do: once per `tick_interval_s` round, and right away for groups that received
-   messages, every group whose *due predicate* says so; woken and newly registered groups
-   always; every group at least once per `full_tick_interval_s` (staggered), and all groups in
-   the round after a peer link came up or went down;
+   something to do, and no others: groups whose *tick deadline* has passed (checked once per
+   `tick_interval_s` round, so the ticks of many groups share one flush), groups that received
+   messages and are due after the delivery, woken and newly registered groups, every group at
+   least once per `full_tick_interval_s` (staggered; any tick counts), and all groups in the
+   round after a peer link came up or went down;
 4. calls ``node.sync()`` (group-commit fsync, if the node has it) on every group that was ticked
    or received messages: those are the only places a group writes its journal;
 5. ``endpoint.flush()``: only now do the replies and appends produced in 2-3 go on the wire.
 
-The due predicate (`syncobj_tick_due`) reads a SyncObj's private timers and indices (pysyncobj
-is pinned to 0.3.17): leader heartbeat due or entries uncommitted, follower election deadline
-passed, entries committed but not applied, commands queued, not yet ready. A node may supply its
-own ``tick_due(now)``. Skipping the ticks of idle groups is what keeps 1,000 groups per broker
-within 0.1 core (bench/idle_cpu.py); the price is that anything else a tick does (leader
-fallback, log compaction, journal meta flush) runs at `full_tick_interval_s` resolution.
+Tick deadlines. A group's deadline (`syncobj_tick_deadline`, or the node's own
+``tick_deadline(now)``) is the raft time by which it needs a tick: a leader's next heartbeat, a
+follower's or candidate's election deadline, or ``now`` while it has something to do at once
+(leader entries uncommitted, entries committed but not applied, commands queued, not yet ready).
+It is read from a SyncObj's private timers and indices (pysyncobj is pinned to 0.3.17) after
+every tick of the group and every delivery to it, and kept in a heap: a round pops the groups
+whose deadline has passed, so an idle round costs O(due groups), not O(groups). An entry is
+pushed only when a deadline moves earlier; one that moved later (a follower's election deadline
+after each heartbeat) is found stale when it pops and is pushed again at the new time. A node
+without a deadline is ticked every round. Skipping the ticks of idle groups is what keeps 1,000
+groups per broker near 0.1 core (bench/idle_cpu.py); the price is that anything else a tick
+does (leader fallback, log compaction, journal meta flush) runs at `full_tick_interval_s`
+resolution, and that a command proposed from another thread waits for its group's deadline
+unless the proposer calls `wake(name)` (RaftNode does, through the waker the driver installs).
 
 Because 4 precedes 5, a follower's ``next_node_idx`` ack for an entry never leaves the broker
 before that entry's fsync, and a group whose sync raises has its buffered messages discarded.
@@ -28,6 +37,7 @@ before that entry's fsync, and a group whose sync raises has its buffered messag
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -83,9 +93,10 @@ _SYNCOBJ_FIELDS = tuple(
 )
 
 
-def syncobj_tick_due(node: Any) -> Callable[[float], bool] | None:
-    """A predicate "does `node` need a tick at raft time `now`?" built on SyncObj 0.3.17's
-    private state, or None (tick always) when `node` does not have that state."""
+def syncobj_tick_deadline(node: Any) -> Callable[[float], float] | None:
+    """A function "raft time by which `node` needs a tick, given raft time `now`" (``now`` when
+    it has work at once) built on SyncObj 0.3.17's private state, or None (tick every round)
+    when `node` does not have that state."""
     state = getattr(node, "__dict__", {})
     if not all(f in state for f in _SYNCOBJ_FIELDS):
         return None
@@ -93,21 +104,19 @@ def syncobj_tick_due(node: Any) -> Callable[[float], bool] | None:
     if queue is None:
         return None
 
-    def due(now: float) -> bool:
+    def deadline(now: float) -> float:
+        commit = state[_P + "raftCommitIndex"]
         if state[_P + "raftState"] == _LEADER:
-            if now > state[_P + "newAppendEntriesTime"]:
-                return True
-            if state[_P + "raftCommitIndex"] < state[_P + "raftLog"][-1][1]:
-                return True
-        elif state[_P + "raftElectionDeadline"] < now:
-            return True
-        return (
-            state[_P + "raftCommitIndex"] > state[_P + "raftLastApplied"]
-            or bool(queue)
-            or not state[_P + "onReadyCalled"]
-        )
+            if commit < state[_P + "raftLog"][-1][1]:
+                return now
+            at = state[_P + "newAppendEntriesTime"]
+        else:
+            at = state[_P + "raftElectionDeadline"]
+        if commit > state[_P + "raftLastApplied"] or queue or not state[_P + "onReadyCalled"]:
+            return now
+        return float(at)
 
-    return due
+    return deadline
 
 
 @dataclass(eq=False)
@@ -116,9 +125,13 @@ class _Group:
     node: Any
     tick: Callable[[float], Any]
     sync: Callable[[], Any] | None
-    due: Callable[[float], bool] | None
-    next_full_tick: float
+    deadline: Callable[[float], float] | None  # None: tick every round
+    next_full_tick: float  # driver clock; pushed out by every tick of the group
     failures: int = 0
+    live: bool = True  # False once unregistered: its heap entries are stale
+    due_at: float = 0.0  # raft time: the deadline last read
+    heap_at: float = 0.0  # raft time of the live `_due_heap` entry (if heap_seq is set)
+    heap_seq: int | None = None  # sequence number of the live `_due_heap` entry
 
 
 class RaftDriver:
@@ -147,6 +160,12 @@ class RaftDriver:
         self._calls: list[tuple[Callable[[], Any], Future[Any]]] = []
         self._woken: set[str] = set()
         self._next_round = 0.0
+        # (raft time, seq, group): groups by tick deadline; stale entries are skipped on pop.
+        self._due_heap: list[tuple[float, int, _Group]] = []
+        # (driver clock, seq, group): groups by next full tick; stale entries re-pushed on pop.
+        self._full_heap: list[tuple[float, int, _Group]] = []
+        self._every_round: dict[str, _Group] = {}  # groups without a tick deadline
+        self._seq = 0
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.stats: dict[str, int] = dict.fromkeys(
@@ -154,6 +173,8 @@ class RaftDriver:
                 "iterations",
                 "rounds",
                 "ticks",
+                "ticks_deadline",
+                "ticks_full",
                 "ticks_skipped",
                 "syncs",
                 "tick_errors",
@@ -189,6 +210,8 @@ class RaftDriver:
         iteration instead of waiting for the next round."""
         if name is not None:
             with self._lock:
+                if name in self._woken:
+                    return  # whoever added it wakes the endpoint (or already has)
                 self._woken.add(name)
         self.endpoint.wake()
 
@@ -249,34 +272,80 @@ class RaftDriver:
         if generation != self._seen_peer_generation:
             self._seen_peer_generation = generation
             woken |= groups.keys()  # reconcile connection state everywhere
+        forced = {n: groups[n] for n in woken if n in groups}
         if now >= self._next_round:
             self._next_round = now + self.tick_interval_s
             self.stats["rounds"] += 1
-            candidates: Iterable[_Group] = groups.values()
-        else:
-            candidates = [groups[n] for n in sorted(touched | woken) if n in groups]
+            forced.update(self._every_round)
+            self._pop_due(raft_time, forced)
+            self._pop_full(now, forced)
+        candidates = dict(forced)
+        for name in touched:
+            group = groups.get(name)
+            if group is not None:
+                candidates[name] = group
         ticked: list[_Group] = []
-        for group in candidates:
-            if (
-                group.name in woken
-                or group.due is None
-                or now >= group.next_full_tick
-                or group.due(raft_time)
-            ):
-                if now >= group.next_full_tick:
-                    group.next_full_tick = now + self.full_tick_interval_s
-                self._tick(group)
-                ticked.append(group)
-            else:
-                self.stats["ticks_skipped"] += 1
-        synced = {g.name for g in ticked}
+        for name in sorted(candidates):
+            group = candidates[name]
+            if name not in forced and group.deadline is not None:
+                # It received messages: tick it only if the delivery made it due.
+                due_at = group.deadline(raft_time)
+                if due_at > raft_time:
+                    self._schedule(group, due_at)
+                    self.stats["ticks_skipped"] += 1
+                    continue
+            self._tick(group)
+            group.next_full_tick = now + self.full_tick_interval_s
+            if group.deadline is not None:
+                self._schedule(group, group.deadline(raft_time))
+            ticked.append(group)
         for group in ticked:
             self._sync(group)
-        for name in sorted(touched - synced):
+        for name in sorted(touched.difference(g.name for g in ticked)):
             group_or_none = groups.get(name)
             if group_or_none is not None:
                 self._sync(group_or_none)
         self.endpoint.flush()
+
+    def _schedule(self, group: _Group, due_at: float) -> None:
+        """Record `group`'s tick deadline; push a heap entry only if it moved earlier."""
+        group.due_at = due_at
+        if group.heap_seq is None or due_at < group.heap_at:
+            self._seq += 1
+            group.heap_at, group.heap_seq = due_at, self._seq
+            heapq.heappush(self._due_heap, (due_at, self._seq, group))
+
+    def _pop_due(self, raft_time: float, into: dict[str, _Group]) -> None:
+        """Move the groups whose tick deadline has passed from the heap into `into`."""
+        heap = self._due_heap
+        while heap and heap[0][0] <= raft_time:
+            _at, seq, group = heapq.heappop(heap)
+            if not group.live or seq != group.heap_seq:
+                continue  # unregistered, or superseded by an earlier entry
+            group.heap_seq = None
+            if group.due_at <= raft_time:
+                if group.name not in into:
+                    self.stats["ticks_deadline"] += 1
+                into[group.name] = group
+            else:  # the deadline moved out since this entry was pushed
+                self._schedule(group, group.due_at)
+
+    def _pop_full(self, now: float, into: dict[str, _Group]) -> None:
+        """Move the groups not ticked for `full_tick_interval_s` into `into`."""
+        heap = self._full_heap
+        while heap and heap[0][0] <= now:
+            _at, _seq, group = heapq.heappop(heap)
+            if not group.live:
+                continue
+            self._seq += 1
+            if group.next_full_tick <= now:
+                if group.name not in into:
+                    self.stats["ticks_full"] += 1
+                into[group.name] = group
+                # The tick pushes next_full_tick out by the interval; follow it there.
+                heapq.heappush(heap, (now + self.full_tick_interval_s, self._seq, group))
+            else:  # ticked since: come back when its next full tick is due
+                heapq.heappush(heap, (group.next_full_tick, self._seq, group))
 
     def _apply_requests(self) -> set[str]:
         with self._lock:
@@ -285,24 +354,15 @@ class RaftDriver:
             woken, self._woken = self._woken, set()
         for op, name, node, done in ops:
             if op == "add":
-                if name in self._groups:
-                    logger.error("[group=%s] registered twice; ignoring the second", name)
-                    continue
-                try:
-                    self.endpoint.activate(name)
-                except KeyError:
-                    logger.exception("[group=%s] cannot register", name)
-                    continue
-                tick = getattr(node, "tick", None) or node.doTick
-                due = getattr(node, "tick_due", None) or syncobj_tick_due(node)
-                # Stagger the full ticks over one interval so they do not come in bursts.
-                offset = (len(self._groups) * 0.618034 % 1.0) * self.full_tick_interval_s
-                first_full = self._clock() + offset
-                self._groups[name] = _Group(
-                    name, node, tick, getattr(node, "sync", None), due, first_full
-                )
+                self._add(name, node)
             else:
-                self._groups.pop(name, None)
+                group = self._groups.pop(name, None)
+                if group is not None:
+                    group.live = False
+                    self._every_round.pop(name, None)
+                    setter = getattr(group.node, "set_waker", None)
+                    if setter is not None:
+                        setter(None)
                 self.endpoint.deactivate(name)
                 if done is not None:
                     done.set()
@@ -313,6 +373,30 @@ class RaftDriver:
                 except BaseException as exc:
                     fut.set_exception(exc)
         return woken
+
+    def _add(self, name: str, node: Any) -> None:
+        if name in self._groups:
+            logger.error("[group=%s] registered twice; ignoring the second", name)
+            return
+        try:
+            self.endpoint.activate(name)
+        except KeyError:
+            logger.exception("[group=%s] cannot register", name)
+            return
+        tick = getattr(node, "tick", None) or node.doTick
+        deadline = getattr(node, "tick_deadline", None) or syncobj_tick_deadline(node)
+        # Stagger the full ticks over one interval so they do not come in bursts.
+        offset = (len(self._groups) * 0.618034 % 1.0) * self.full_tick_interval_s
+        group = _Group(name, node, tick, getattr(node, "sync", None), deadline, 0.0)
+        group.next_full_tick = self._clock() + offset
+        self._groups[name] = group
+        self._seq += 1
+        heapq.heappush(self._full_heap, (group.next_full_tick, self._seq, group))
+        if deadline is None:
+            self._every_round[name] = group
+        setter = getattr(node, "set_waker", None)
+        if setter is not None:
+            setter(lambda: self.wake(name))
 
     def _tick(self, group: _Group) -> None:
         self.stats["ticks"] += 1

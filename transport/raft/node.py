@@ -750,6 +750,7 @@ class RaftNode:
         self._inflight = 0
         self._apply_errors = 0
         self._calls: collections.deque[Callable[[], None]] = collections.deque()
+        self._waker: Callable[[], None] | None = None
         self._tick_ident: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -898,6 +899,7 @@ class RaftNode:
             self._call_back(callback, result, err)
 
         self._obj._applyCommand(RAW_V1 + bytes(data), done, _COMMAND_TYPE.REGULAR)
+        self._wake()
 
     def propose_sync(self, data: bytes, timeout: float) -> object:
         """Replicate ``data`` and wait for ``apply``'s result. Must not run on the tick thread.
@@ -979,6 +981,7 @@ class RaftNode:
     # ------------------------------------------------------------ membership
     def _call_soon(self, fn: Callable[[], None]) -> None:
         self._calls.append(fn)
+        self._wake()
 
     def transfer_leadership(self, to: str | None = None, callback: Callback | None = None) -> None:
         """Ask a caught-up follower (``to``, or the most caught-up) to take over. Async.
@@ -1084,23 +1087,36 @@ class RaftNode:
     def _safe(self, callback: Callback | None) -> Callback:
         return lambda result, err: self._call_back(callback, result, err)
 
-    def tick_due(self, now: float) -> bool:
-        """Whether a tick at raft time ``now`` has work (lets a driver skip idle groups)."""
+    def tick_deadline(self, now: float) -> float:
+        """The raft time by which this node needs a tick: the leader's next heartbeat, a
+        follower's or candidate's election deadline, or ``now`` when a tick has work at once.
+        Lets a driver leave idle groups alone until then (transport/raft/driver.py)."""
         obj = self._obj
-        if self._calls:
-            return True
+        commit = obj._SyncObj__raftCommitIndex
         if obj._SyncObj__raftState == _RAFT_STATE.LEADER:
-            if now > obj._SyncObj__newAppendEntriesTime:
-                return True
-            if obj.raftCommitIndex < obj._SyncObj__raftLog[-1][1]:
-                return True
-        elif obj._SyncObj__raftElectionDeadline < now:
-            return True
-        return bool(
-            obj.raftCommitIndex > obj.raftLastApplied
+            if commit < obj._SyncObj__raftLog[-1][1]:
+                return now
+            at = obj._SyncObj__newAppendEntriesTime
+        else:
+            at = obj._SyncObj__raftElectionDeadline
+        if (
+            self._calls
+            or commit > obj._SyncObj__raftLastApplied
             or obj._SyncObj__commandsQueue._FastQueue__queue
             or not obj._SyncObj__onReadyCalled
-        )
+        ):
+            return now
+        return float(at)
+
+    def set_waker(self, waker: Callable[[], None] | None) -> None:
+        """Install the driver's "tick me soon" hook (None removes it): called from any thread
+        after a command or a queued call arrives, so the driver need not poll for them."""
+        self._waker = waker
+
+    def _wake(self) -> None:
+        waker = self._waker
+        if waker is not None:
+            waker()
 
     # -------------------------------------------------------------- accessors
     def is_leader(self) -> bool:
