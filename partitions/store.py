@@ -41,6 +41,16 @@ class PartitionStore(Protocol):
 
     # records
     def insert_records(self, rows: Sequence[RecordRow]) -> None: ...
+    # bare values at first_offset.. (no key, headers, priority, delay or idempotency key): the
+    # same rows insert_records would write, without a RecordRow per value
+    def insert_values(
+        self,
+        first_offset: int,
+        timestamp_ms: int,
+        values: Sequence[bytes],
+        producer_id: str | None,
+        sequence: int | None,
+    ) -> None: ...
     def get_record(self, offset: int) -> RecordRow | None: ...
     def records_from(self, offset: int, limit: int) -> list[RecordRow]: ...
     def get_records(self, offsets: Sequence[int]) -> dict[int, RecordRow]: ...
@@ -184,6 +194,33 @@ class MemoryStore:
             _fits_row(row)
             assert row.offset not in self._records, f"offset {row.offset} written twice"
             self._records[row.offset] = copy.copy(row)
+
+    def insert_values(
+        self,
+        first_offset: int,
+        timestamp_ms: int,
+        values: Sequence[bytes],
+        producer_id: str | None,
+        sequence: int | None,
+    ) -> None:
+        self.insert_records(
+            [
+                RecordRow(
+                    first_offset + i,
+                    timestamp_ms,
+                    None,
+                    value,
+                    None,
+                    0,
+                    0,
+                    None,
+                    producer_id,
+                    sequence,
+                    len(value),
+                )
+                for i, value in enumerate(values)
+            ]
+        )
 
     def get_record(self, offset: int) -> RecordRow | None:
         row = self._records.get(offset)

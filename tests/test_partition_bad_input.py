@@ -206,6 +206,18 @@ def test_oversized_command_bytes(machine: PartitionMachine) -> None:
 INVALID: dict[str, tuple[bytes, int]] = {
     # append
     "append_no_records": (command(append=partition_pb2.Append()), ErrorCode.INVALID_ARGUMENT),
+    "values_and_records_together": (
+        command(append=partition_pb2.Append(records=[record(b"x")], values=[b"y"])),
+        ErrorCode.INVALID_ARGUMENT,
+    ),
+    "value_over_max_record_bytes": (
+        command(append=partition_pb2.Append(values=[b"ok", b"x" * 65])),
+        ErrorCode.RECORD_TOO_LARGE,
+    ),
+    "too_many_values": (
+        command(append=partition_pb2.Append(values=[b""] * (MAX_APPEND_RECORDS + 1))),
+        ErrorCode.INVALID_ARGUMENT,
+    ),
     "record_over_max_record_bytes": (
         command(append=partition_pb2.Append(records=[record(b"x" * 65)])),
         ErrorCode.RECORD_TOO_LARGE,

@@ -323,7 +323,9 @@ def observe(result: partition_pb2.CommandResult, kind: str) -> tuple[str, Any]:
             return ("error", ErrorCode.UNKNOWN_GROUP)
         return ("error", result.error)
     if kind == "records":
-        return ("records", [(r.offset, r.duplicate) for r in result.records])
+        span = result.range  # an Append of values: one range (duplicate or not)
+        expanded = [(span.first_offset + i, span.duplicate) for i in range(span.count)]
+        return ("records", [(r.offset, r.duplicate) for r in result.records] + expanded)
     if kind == "deliveries":
         return (
             "deliveries",
@@ -435,6 +437,22 @@ class PartitionModelTest(RuleBasedStateMachine):
                 producer_id=producer,
                 sequence=seq,
             ),
+        )
+
+    @rule(
+        values=st.lists(st.binary(max_size=MAX_RECORD_BYTES + 8), max_size=4),
+        producer=st.sampled_from(["", "", *PRODUCERS]),
+        seq_step=st.sampled_from([1, 1, 1, 0, -1, 2]),
+    )
+    def append_values(self, values: list[bytes], producer: str, seq_step: int) -> None:
+        """The bare-value fast path must be the records path with only values set."""
+        batches = self.model.producers.get(producer, {})
+        seq = (max(batches) if batches else 0) + seq_step if producer else 0
+        expected = self.model.append([(v, 0, 0, "") for v in values], producer, seq, self.now)
+        self.step(
+            "records",
+            expected,
+            append=partition_pb2.Append(values=values, producer_id=producer, sequence=seq),
         )
 
     @rule(

@@ -124,6 +124,23 @@ def test_insert_and_get_record_round_trip(store: PartitionStore) -> None:
     assert store.get_record(1) == rows[1]
 
 
+def test_insert_values_writes_the_rows_insert_records_would(store: PartitionStore) -> None:
+    values = [b"a", b"", bytes(range(256))]
+    with store.transaction():
+        store.insert_values(7, 42, values, "p", 3)
+        store.insert_values(10, 43, [b"z"], None, None)
+    expected = [
+        RecordRow(7 + i, 42, None, v, None, 0, 0, None, "p", 3, len(v))
+        for i, v in enumerate(values)
+    ]
+    expected.append(RecordRow(10, 43, None, b"z", None, 0, 0, None, None, None, 1))
+    assert store.records_from(0, 10) == expected
+    with pytest.raises(Exception), store.transaction():  # noqa: B017 - AssertionError or apsw's
+        store.insert_values(11, 44, [b"ok", b"new"], None, None)  # offsets 11, 12 are free
+        store.insert_values(10, 44, [b"again"], None, None)  # offset 10 exists
+    assert store.records_from(0, 10) == expected
+
+
 def test_insert_twice_raises_and_rolls_back(store: PartitionStore) -> None:
     fill(store, [0, 1])
     before = store.dump()
