@@ -40,7 +40,7 @@ from typing import Any
 
 from broker.partition_reader import PartitionReader
 from broker.proposer import Proposer
-from partitions.machine import GroupLag, Offsets, PartitionMachine, check_record
+from partitions.machine import GroupLag, Offsets, PartitionMachine, check_record, check_values
 from partitions.reader import FetchResult, ProducerState, might_have_ready, producer_state
 from partitions.rows import OutboxRow
 from partitions.sqlite_store import SqliteStore
@@ -222,8 +222,34 @@ class PartitionReplica:
     ) -> None:
         """``send`` without blocking: ``on_done(results, error)`` runs exactly once, on this
         thread (refusals) or the Raft tick thread (outcomes). It must not block."""
+
+        def done(
+            result: partition_pb2.CommandResult | None, error: errors.RaftqError | None
+        ) -> None:
+            on_done(None if result is None else list(result.records), error)
+
+        append = partition_pb2.Append(records=records, producer_id=producer_id, sequence=sequence)
+        self.append_async(append, done)
+
+    def append(
+        self, append: partition_pb2.Append, *, timeout_s: float = 10.0
+    ) -> partition_pb2.CommandResult:
+        """Append an ``Append`` as it is (records, or bare values: then the result is one
+        ``range``), group-committed with concurrent sends. Errors as ``send``."""
+        waiter = _Waiter()
+        self.append_async(append, waiter)
+        result: partition_pb2.CommandResult = self._wait(waiter, timeout_s)
+        return result
+
+    def append_async(
+        self,
+        append: partition_pb2.Append,
+        on_done: Callable[[partition_pb2.CommandResult | None, errors.RaftqError | None], None],
+    ) -> None:
+        """``append`` without blocking: ``on_done(result, error)`` runs exactly once, on this
+        thread (refusals) or the Raft tick thread (outcomes). It must not block."""
         try:
-            append = self._check_append(records, producer_id, sequence)
+            self._check_append(append)
             self._enter()
         except errors.RaftqError as exc:
             on_done(None, exc)
@@ -238,13 +264,21 @@ class PartitionReplica:
             if error is not None or result is None:
                 on_done(None, error or errors.Internal("no result"))
                 return
-            for record, outcome in zip(append.records, result.records, strict=False):
-                if not outcome.duplicate:
-                    self._counters["records_in"] += 1
-                    self._counters["bytes_in"] += len(record.key) + len(record.value)
-            on_done(list(result.records), None)
+            self._count_in(append, result)
+            on_done(result, None)
 
         self.proposer.submit(append, done)
+
+    def _count_in(self, append: partition_pb2.Append, result: partition_pb2.CommandResult) -> None:
+        if append.values:
+            if result.range.count and not result.range.duplicate:
+                self._counters["records_in"] += len(append.values)
+                self._counters["bytes_in"] += sum(map(len, append.values))
+            return
+        for record, outcome in zip(append.records, result.records, strict=False):
+            if not outcome.duplicate:
+                self._counters["records_in"] += 1
+                self._counters["bytes_in"] += len(record.key) + len(record.value)
 
     def propose(
         self, cmd: partition_pb2.PartitionCommand, timeout_s: float = 10.0
@@ -547,20 +581,25 @@ class PartitionReplica:
         if not self.node.is_leader():
             raise errors.NotLeader(f"{self.where} not the leader", leader_hint=self.node.hint())
 
-    def _check_append(
-        self, records: Sequence[common_pb2.Record], producer_id: str, sequence: int
-    ) -> partition_pb2.Append:
+    def _check_append(self, append: partition_pb2.Append) -> None:
+        """Refuse, before proposing, what apply would reject record by record."""
         self._check_writable()
-        if not records:
+        if not append.records and not append.values:
             raise errors.InvalidArgument(f"{self.where} a send needs at least one record")
+        if append.records and append.values:
+            raise errors.InvalidArgument(f"{self.where} a send carries records or values, not both")
         config = common_pb2.TopicConfig()
         with self._state_lock:
             config.CopyFrom(self.machine.config)
-        for i, record in enumerate(records):
+        if append.values:
+            problem = check_values(append.values, config)
+            if problem is not None:
+                raise errors.error_for(problem.code, f"{self.where} {problem.message}")
+            return
+        for i, record in enumerate(append.records):
             problem = check_record(record, config)
             if problem is not None:
                 raise errors.error_for(problem.code, f"{self.where} record {i}: {problem.message}")
-        return partition_pb2.Append(records=records, producer_id=producer_id, sequence=sequence)
 
     def _enter(self) -> None:
         with self._calls_lock:

@@ -193,11 +193,9 @@ def propose_on(
     an idle lease is answered without a Raft round trip."""
     op = command.WhichOneof("op")
     if op == "append":
-        append = command.append
-        records = replica.send(
-            list(append.records), append.producer_id, append.sequence, timeout_s=timeout_s
+        return internal_pb2.ProposeResponse(
+            result=replica.append(command.append, timeout_s=timeout_s)
         )
-        return internal_pb2.ProposeResponse(result=partition_pb2.CommandResult(records=records))
     if op == "lease" and skip_if_idle and not replica.might_have_ready(command.lease.group, now_ms):
         return internal_pb2.ProposeResponse(skipped_idle=True)
     return internal_pb2.ProposeResponse(result=replica.propose(command, timeout_s))

@@ -44,7 +44,7 @@ from broker.coordinator import BrokerReports, SessionTable
 from broker.router import Router, client_addr_of_raft, propose_on, read_on
 from metadata.frontend import MetadataFrontend, TopicSpec
 from metadata.table import GroupInfo, MemberInfo, Table, TopicInfo
-from partitions.machine import check_record
+from partitions.machine import check_record, check_values
 from proto import api_pb2, common_pb2, errors, internal_pb2, metadata_pb2, partition_pb2
 from proto.common_pb2 import ErrorCode
 from transport.internal import InternalClient
@@ -317,6 +317,8 @@ class BrokerService:
             )
         if request.HasField("partition"):
             self.router.check_partition(request.topic, request.partition)
+        if request.values:
+            return self._send_values(request, topic, timeout)
         results = [api_pb2.SendResult() for _ in request.records]
         by_partition: dict[int, list[int]] = defaultdict(list)
         spread = self._next_counter()
@@ -356,6 +358,43 @@ class BrokerService:
                     results[i].error, results[i].message = exc.code, exc.message  # type: ignore[assignment]
                     results[i].leader_hint = exc.leader_hint
         return api_pb2.SendResponse(results=results, request_id=request.request_id)
+
+    def _send_values(
+        self, request: api_pb2.SendRequest, topic: TopicInfo, timeout: float
+    ) -> api_pb2.SendResponse:
+        """The bare-value fast path: one partition, one Append, one SendResult covering all."""
+        if request.records:
+            raise errors.InvalidArgument("a send carries records or values, not both")
+        problem = check_values(request.values, topic.config)
+        if problem is not None:
+            raise errors.error_for(problem.code, problem.message)
+        count = len(request.values)
+        if request.HasField("partition"):
+            partition = request.partition
+        else:
+            partition = self._next_counter() % topic.partition_count
+        result = api_pb2.SendResult(partition=partition, count=count)
+        append = partition_pb2.Append(
+            values=request.values, producer_id=request.producer_id, sequence=request.sequence
+        )
+        try:
+            response = self.router.propose(
+                request.topic, partition, partition_pb2.PartitionCommand(append=append), timeout
+            )
+            outcome = response.result
+            if outcome.error:
+                raise errors.error_for(outcome.error, outcome.message)
+            if outcome.range.count != count:
+                raise errors.OutOfOrderSequence(
+                    f"producer {request.producer_id!r} sequence {request.sequence} was used "
+                    f"for a batch of {outcome.range.count or len(outcome.records)} records, "
+                    f"not {count}: restart with a new producer id"
+                )
+            result.offset, result.duplicate = outcome.range.first_offset, outcome.range.duplicate
+        except errors.RaftqError as exc:
+            result.error, result.message = exc.code, exc.message  # type: ignore[assignment]
+            result.leader_hint = exc.leader_hint
+        return api_pb2.SendResponse(results=[result], request_id=request.request_id)
 
     def _next_counter(self) -> int:
         with self._counter_lock:

@@ -152,6 +152,17 @@ def check_record(record: common_pb2.Record, config: common_pb2.TopicConfig) -> R
     return None
 
 
+def check_values(values: Sequence[bytes], config: common_pb2.TopicConfig) -> Rejected | None:
+    """Why a batch of bare values cannot be appended, or None (C iterators unless one is bad)."""
+    limit = config.max_record_bytes
+    if values and limit and max(map(len, values)) > limit:
+        i = next(i for i, value in enumerate(values) if len(value) > limit)
+        problem = check_record(common_pb2.Record(value=values[i]), config)
+        assert problem is not None
+        return Rejected(problem.code, f"record {i}: {problem.message}")
+    return None
+
+
 def check_config(config: common_pb2.TopicConfig) -> Rejected | None:
     """Why a topic config cannot be used, or None."""
     problems = []
@@ -392,12 +403,9 @@ class PartitionMachine:
             )
         if count > MAX_APPEND_RECORDS:
             raise Rejected(ErrorCode.INVALID_ARGUMENT, f"over {MAX_APPEND_RECORDS} records")
-        limit = self.config.max_record_bytes
-        if limit and max(map(len, values)) > limit:
-            i = next(i for i, value in enumerate(values) if len(value) > limit)
-            problem = check_record(common_pb2.Record(value=values[i]), self.config)
-            assert problem is not None
-            raise Rejected(problem.code, f"record {i}: {problem.message}")
+        problem = check_values(values, self.config)
+        if problem is not None:
+            raise problem
         result = partition_pb2.CommandResult()
         if cmd.producer_id:
             earlier = self._producer_duplicate(cmd.producer_id, cmd.sequence)

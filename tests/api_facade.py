@@ -133,6 +133,26 @@ class ApiFacade:
                 raise errors.UnknownPartition(
                     f"topic {topic.name!r} has partitions 0..{count - 1}, not {request.partition}"
                 )
+            if request.values:  # bare values: one partition, one result covering them all
+                target = (
+                    request.partition
+                    if request.HasField("partition")
+                    else next(topic.spread) % count
+                )
+                append = partition_pb2.Append(values=request.values)
+                if request.HasField("producer_id"):
+                    append.producer_id, append.sequence = request.producer_id, request.sequence
+                result = self._apply(topic.partitions[target], append=append)
+                if result.error != ErrorCode.OK:
+                    raise errors.error_for(result.error, result.message)
+                span = result.range
+                one = api_pb2.SendResult(
+                    partition=target,
+                    offset=span.first_offset,
+                    count=span.count,
+                    duplicate=span.duplicate,
+                )
+                return api_pb2.SendResponse(results=[one], request_id=request.request_id)
             results = [api_pb2.SendResult() for _ in request.records]
             by_partition: dict[int, list[int]] = {}
             for i, record in enumerate(request.records):

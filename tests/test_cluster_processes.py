@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import grpc
 import pytest
 
 from broker.client import Consumer, Producer
-from proto import errors
+from proto import api_pb2, api_pb2_grpc, common_pb2, errors
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
+from transport.grpc_errors import from_rpc_error
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -85,3 +87,56 @@ def test_sigkill_every_broker_and_restart_loses_no_acknowledged_record(tmp_path:
                 offset = offsets[-1] + 1
         assert acked <= set(stored), f"lost {len(acked - set(stored))} acknowledged records"
         assert len(stored) == len(set(stored)), "a record was applied twice"
+
+
+def test_bare_values_through_a_follower_broker_land_once_with_dense_offsets(
+    tmp_path: Path,
+) -> None:
+    """The values fast path end to end: forwarded by a broker that does not lead, replicated,
+    a retried producer batch answered with its original offsets, a too-large value refused
+    whole, and every replica holding the same records."""
+    with ProcessCluster(tmp_path) as cluster:
+        cluster.wait_ready()
+        admin = cluster.admin()
+        admin.create_topic("bare", partitions=1, max_record_bytes=64)
+        cluster.wait_leaders("bare")
+        leader = admin.describe_topic("bare").partitions[0].leader
+        other = next(i for i in (1, 2, 3) if i != leader)
+        with grpc.insecure_channel(cluster.client_addr(other)) as channel:
+            producer = api_pb2_grpc.ProducerStub(channel)
+
+            def send(values: list[bytes], sequence: int) -> api_pb2.SendResponse:
+                request = api_pb2.SendRequest(
+                    topic="bare", values=values, partition=0, producer_id="p", sequence=sequence
+                )
+                response: api_pb2.SendResponse = producer.Send(request, timeout=30)
+                return response
+
+            first = send([b"v%d" % i for i in range(500)], 0)
+            second = send([b"w%d" % i for i in range(300)], 1)
+            retried = send([b"w%d" % i for i in range(300)], 1)
+            assert [
+                (r.error, r.partition, r.offset, r.count, r.duplicate) for r in first.results
+            ] == [(0, 0, 0, 500, False)]
+            assert [(r.offset, r.count, r.duplicate) for r in second.results] == [(500, 300, False)]
+            assert [(r.offset, r.count, r.duplicate) for r in retried.results] == [(500, 300, True)]
+            with pytest.raises(grpc.RpcError) as info:
+                send([b"fine", b"x" * 65], 2)
+            assert isinstance(from_rpc_error(info.value), errors.RecordTooLarge)
+            with pytest.raises(grpc.RpcError) as info:
+                producer.Send(
+                    api_pb2.SendRequest(
+                        topic="bare", values=[b"a"], records=[common_pb2.Record(value=b"b")]
+                    ),
+                    timeout=30,
+                )
+            assert isinstance(from_rpc_error(info.value), errors.InvalidArgument)
+        expected = [b"v%d" % i for i in range(500)] + [b"w%d" % i for i in range(300)]
+        for broker in (1, 2, 3):
+            reader = cluster.admin(cluster.client_addr(broker))
+            got: list[bytes] = []
+            while len(got) < len(expected):
+                fetched = reader.fetch("bare", 0, len(got), max_records=500)
+                assert fetched.records, f"broker {broker}: nothing at offset {len(got)}"
+                got += [r.record.value for r in fetched.records]
+            assert got == expected

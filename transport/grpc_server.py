@@ -211,7 +211,9 @@ def _check_refs(refs: Sequence[api_pb2.RecordRef]) -> None:
 
 def check_send(r: api_pb2.SendRequest) -> None:
     check_topic_name(r.topic)
-    check_range(len(r.records), "number of records", 1, SEND_RECORDS_MAX)
+    if r.records and r.values:
+        raise _bad("a send carries records or values (bare records), not both")
+    check_range(len(r.records) or len(r.values), "number of records", 1, SEND_RECORDS_MAX)
     if r.HasField("partition"):
         check_range(r.partition, "partition", 0)
     if r.HasField("producer_id"):
