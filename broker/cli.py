@@ -33,14 +33,13 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
 from typing import Any, TextIO
 
 from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 
 from broker import cli_server
-from broker.client import Admin, Consumer, Message, Producer
+from broker.client import Admin, Consumer, Message, Producer, SendFuture
 from proto import api_pb2, errors
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:7070"
@@ -271,7 +270,7 @@ def produce(args: argparse.Namespace) -> int:
     failures: list[BaseException] = []
     sent = 0
 
-    def note_failure(future: Future[Any]) -> None:
+    def note_failure(future: SendFuture) -> None:
         error = future.exception()
         if error is not None:
             failures.append(error)

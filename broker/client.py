@@ -20,13 +20,20 @@ token's ACL does not allow with PermissionDenied; neither is retried.
 
 Producing
 ---------
-``Producer.send`` returns a ``concurrent.futures.Future`` at once. Records are batched per
-partition for up to ``linger_ms`` (or until ``batch_records_max`` / ``batch_bytes_max``) and
-sent to the partition leader by one background thread, one batch in flight per partition,
-so records of a partition are appended in ``send`` order. A future resolves to
-:class:`RecordMetadata` once a majority of the partition's replicas committed the record, or
-to the typed error. With ``idempotent=True`` (the default) each batch carries the producer id
-and a per-partition sequence; retriable failures (NOT_LEADER: refresh metadata and go to the
+``Producer.send`` returns a :class:`SendFuture` at once (``result``, ``exception``, ``done``,
+``add_done_callback`` as a ``concurrent.futures.Future``; the records of a batch share its
+waiting: :mod:`broker.send_future`); ``send_many`` queues many values at once. Records are
+batched per partition for up to ``linger_ms`` (or until ``batch_records_max`` /
+``batch_bytes_max``) and sent to the partition leader by one background thread, one batch in
+flight per partition, so records of a partition are appended in ``send`` order. A bare record
+(a value only: no key, headers, priority, delay or idempotency key) joins a batch of values,
+sent as ``SendRequest.values`` with no ``Record`` message per record and answered by one
+offset range; any other record joins a batch of records, and a record of the other kind
+starts a new batch behind the current one. A future resolves to :class:`RecordMetadata` once
+a majority of the partition's replicas committed the record, or to the typed error.
+
+With ``idempotent=True`` (the default) each batch carries the producer id and a
+per-partition sequence; retriable failures (NOT_LEADER: refresh metadata and go to the
 new leader; UNAVAILABLE, TIMEOUT: the outcome is unknown) resend the *same* batch with the
 *same* sequence, which the broker answers from its dedup state if it already applied it: no
 duplicates, no reordering. When the retries run out with the outcome unknown, the future
@@ -57,6 +64,7 @@ marks a redelivery). ``close()`` leaves the group at once, releasing its leases.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import threading
@@ -64,7 +72,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -72,6 +79,7 @@ import grpc
 
 from assignors.partitioner import partition_for
 from broker.config import ClientSettings
+from broker.send_future import BatchOutcome, RecordMetadata, SendFuture
 from proto import api_pb2, api_pb2_grpc, common_pb2, errors, partition_pb2
 from proto.common_pb2 import ErrorCode
 from transport.grpc_errors import from_rpc_error
@@ -401,17 +409,6 @@ class Admin:
 # --- Producer -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RecordMetadata:
-    """Where an acknowledged record landed."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int = 0  # 0 when the broker did not say
-    duplicate: bool = False  # answered from dedup state: the record was written earlier
-
-
 @dataclass
 class _TopicMeta:
     partitions: int
@@ -420,19 +417,68 @@ class _TopicMeta:
     stale: bool = False
 
 
-@dataclass
 class _Batch:
-    topic: str
-    partition: int
-    created_s: float
-    records: list[common_pb2.Record] = field(default_factory=list)
-    futures: list[Future[RecordMetadata]] = field(default_factory=list)
-    size: int = 0
-    producer_id: str | None = None
-    sequence: int | None = None
-    attempts: int = 0
-    retry_at_s: float = 0.0
-    address: str = ""  # where the last attempt went
+    """Records queued for one partition, in one of two modes: bare values (``items`` are
+    bytes, sent as ``SendRequest.values`` and answered by one range) or records (``items`` are
+    ``Record`` messages). A record of the other mode starts a new batch; the partition's queue
+    is sent in order, one batch in flight, so the modes never reorder records."""
+
+    __slots__ = (
+        "address",
+        "attempts",
+        "bare",
+        "created_s",
+        "items",
+        "outcome",
+        "partition",
+        "producer_id",
+        "request",
+        "retry_at_s",
+        "sequence",
+        "size",
+        "topic",
+    )
+
+    def __init__(self, topic: str, partition: int, created_s: float, bare: bool) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.created_s = created_s
+        self.bare = bare
+        self.items: list[Any] = []  # bytes when bare, else common_pb2.Record
+        self.size = 0
+        self.outcome = BatchOutcome(topic, partition)  # what the batch's futures wait on
+        self.producer_id: str | None = None
+        self.sequence: int | None = None
+        self.attempts = 0
+        self.retry_at_s = 0.0
+        self.address = ""  # where the last attempt went
+        self.request: api_pb2.SendRequest | None = None  # built once: a retry resends it
+
+
+def _record(
+    value: bytes,
+    key: bytes | None,
+    headers: Mapping[str, bytes] | None,
+    priority: int,
+    deliver_at_ms: int,
+    idempotency_key: str,
+) -> tuple[common_pb2.Record, int]:
+    """The Record message of a non-bare record and its size as max_record_bytes counts it."""
+    record = common_pb2.Record(value=value)  # only the fields set: cheaper per record
+    size = len(value)
+    if key is not None:
+        record.key = key
+        size += len(key)
+    if headers:
+        record.headers.update(headers)
+        size += sum(len(name.encode()) + len(v) for name, v in headers.items())
+    if priority:
+        record.priority = priority
+    if deliver_at_ms:
+        record.deliver_at_ms = deliver_at_ms
+    if idempotency_key:
+        record.idempotency_key = idempotency_key
+    return record, size
 
 
 class Producer:
@@ -478,6 +524,8 @@ class Producer:
         self._closed = False
         self._request_ids = itertools.count(1)
         self._spread = itertools.count()
+        # Replaced whole under _meta_lock, never mutated but for leaders/stale: send() reads
+        # it without the lock (one dict read is atomic).
         self._meta: dict[str, _TopicMeta] = {}
         self._meta_lock = threading.Lock()
         self._sender = threading.Thread(target=self._run, name="raftq-producer", daemon=True)
@@ -498,58 +546,138 @@ class Producer:
         priority: int = 0,
         deliver_at_ms: int = 0,
         idempotency_key: str = "",
-    ) -> Future[RecordMetadata]:
+    ) -> SendFuture:
         """Queue one record; the future resolves to its RecordMetadata or a typed error
         (UnknownTopic, UnknownPartition, RecordTooLarge, InvalidArgument, or a retriable
         error once retries are spent). The first send to a topic fetches its metadata
         (blocking, up to request_timeout_ms). Raises RuntimeError after close()."""
-        future: Future[RecordMetadata] = Future()
-        record = common_pb2.Record(value=value)  # only the fields set: cheaper per record
-        size = len(value)
-        if key is not None:
-            record.key = key
-            size += len(key)
-        if headers:
-            record.headers.update(headers)
-            size += sum(len(name.encode()) + len(v) for name, v in headers.items())
-        if priority:
-            record.priority = priority
-        if deliver_at_ms:
-            record.deliver_at_ms = deliver_at_ms
-        if idempotency_key:
-            record.idempotency_key = idempotency_key
-        try:
-            meta = self._cached_metadata(topic)
+        meta = self._meta.get(topic)  # stale is fine: see _cached_metadata
+        if meta is None:
+            try:
+                meta = self._metadata(topic)
+            except errors.RaftqError as exc:
+                return SendFuture.failed(topic, exc)
+        bare = key is None and not (headers or priority or deliver_at_ms or idempotency_key)
+        item: bytes | common_pb2.Record
+        if bare:  # the fast path: no Record message, the batch goes as SendRequest.values
+            item, size = value, len(value)
+            if partition is None:
+                partition = next(self._spread) % meta.partitions  # partition_for(None, ...)
+        else:
+            item, size = _record(value, key, headers, priority, deliver_at_ms, idempotency_key)
             if partition is None:
                 partition = partition_for(key, meta.partitions, next(self._spread))
-            elif not 0 <= partition < meta.partitions:
-                raise errors.UnknownPartition(
+        if not 0 <= partition < meta.partitions:
+            return SendFuture.failed(
+                topic,
+                errors.UnknownPartition(
                     f"topic {topic!r} has partitions 0..{meta.partitions - 1}, not {partition}"
-                )
-            if size > meta.max_record_bytes:  # size: as partitions.machine.record_size counts
-                raise errors.RecordTooLarge(
+                ),
+            )
+        if size > meta.max_record_bytes:  # size: as partitions.machine.record_size counts
+            return SendFuture.failed(
+                topic,
+                errors.RecordTooLarge(
                     f"record is {size} bytes, over topic {topic!r}'s max_record_bytes "
                     f"({meta.max_record_bytes}): split it"
-                )
-        except errors.RaftqError as exc:
-            future.set_exception(exc)
-            return future
+                ),
+            )
         with self._cond:
             if self._closing:
                 raise RuntimeError("send() after close()")
-            queue = self._queues.setdefault((topic, partition), deque())
-            batch = queue[-1] if queue and queue[-1].sequence is None else None
-            if batch is None or batch.attempts or self._full(batch, size):
-                batch = _Batch(topic, partition, time.monotonic())
+            queue = self._queues.get((topic, partition))
+            if queue is None:
+                queue = self._queues[(topic, partition)] = deque()
+            batch = queue[-1] if queue else None
+            if (
+                batch is None
+                or batch.bare is not bare
+                or batch.sequence is not None
+                or batch.attempts
+                or self._full(batch, size)
+            ):
+                batch = _Batch(topic, partition, time.monotonic(), bare)
                 queue.append(batch)
                 self._cond.notify_all()  # the sender has a new linger deadline to wait for
-            batch.records.append(record)
-            batch.futures.append(future)
+            items = batch.items
+            index = len(items)
+            items.append(item)
             batch.size += size
             self._outstanding += 1
             if self._full(batch, 0):
                 self._cond.notify_all()
-        return future
+        return SendFuture(batch.outcome, index)
+
+    def send_many(
+        self, topic: str, values: Sequence[bytes], partition: int | None = None
+    ) -> list[SendFuture]:
+        """Queue bare records (a value each, no key: spread round-robin over the partitions
+        unless ``partition`` is given) as ``send(topic, value, partition=partition)`` would
+        one after another, but taking the producer's lock once per batch instead of once per
+        record. Returns one future per value, in order; errors as for send."""
+        values = list(values)
+        if not values:
+            return []
+        try:
+            meta = self._cached_metadata(topic)
+            if partition is not None and not 0 <= partition < meta.partitions:
+                raise errors.UnknownPartition(
+                    f"topic {topic!r} has partitions 0..{meta.partitions - 1}, not {partition}"
+                )
+        except errors.RaftqError as exc:
+            failed = SendFuture.failed(topic, exc)._outcome
+            return [SendFuture(failed, 0) for _ in values]
+        if max(map(len, values)) > meta.max_record_bytes:  # rare: let those fail one by one
+            return [self.send(topic, v, partition=partition) for v in values]
+        futures: list[SendFuture] = [None] * len(values)  # type: ignore[list-item]
+        if partition is not None:
+            futures[:] = self._queue_values(topic, partition, values)
+            return futures
+        first = next(self._spread)
+        for j in range(min(meta.partitions, len(values))):  # value i: partition (first+i) % n
+            futures[j :: meta.partitions] = self._queue_values(
+                topic, (first + j) % meta.partitions, values[j :: meta.partitions]
+            )
+        return futures
+
+    def _queue_values(self, topic: str, partition: int, values: list[bytes]) -> list[SendFuture]:
+        """Append bare values to the partition's queue, one lock hold per batch they fill."""
+        futures: list[SendFuture] = []
+        ends = list(itertools.accumulate(map(len, values), initial=0))  # ends[k]: bytes of [:k]
+        i, n = 0, len(values)
+        while i < n:
+            with self._cond:
+                if self._closing:
+                    raise RuntimeError("send_many() after close()")
+                queue = self._queues.get((topic, partition))
+                if queue is None:
+                    queue = self._queues[(topic, partition)] = deque()
+                batch = queue[-1] if queue else None
+                fit = 0
+                if batch is not None and batch.bare and batch.sequence is None:
+                    fit = 0 if batch.attempts else self._fit(batch, ends, i)
+                if fit == 0:
+                    batch = _Batch(topic, partition, time.monotonic(), True)
+                    queue.append(batch)
+                    fit = max(1, self._fit(batch, ends, i))  # one value over the bytes: alone
+                assert batch is not None
+                index = len(batch.items)
+                batch.items.extend(values[i : i + fit])
+                batch.size += ends[i + fit] - ends[i]
+                self._outstanding += fit
+                self._cond.notify_all()
+            outcome = batch.outcome
+            futures.extend(
+                map(SendFuture, itertools.repeat(outcome, fit), range(index, index + fit))
+            )
+            i += fit
+        return futures
+
+    def _fit(self, batch: _Batch, ends: list[int], i: int) -> int:
+        """How many values from ``i`` on fit in the batch (``ends``: cumulative sizes)."""
+        last = min(len(ends) - 1, i + self.batch_records_max - len(batch.items))
+        budget = ends[i] + self.batch_bytes_max - batch.size
+        return max(0, bisect.bisect_right(ends, budget, i, last + 1) - 1 - i)
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Send everything queued now and wait until every future so far is done (with a
@@ -647,8 +775,7 @@ class Producer:
 
     def _full(self, batch: _Batch, adding: int) -> bool:
         return (
-            len(batch.records) >= self.batch_records_max
-            or batch.size + adding > self.batch_bytes_max
+            len(batch.items) >= self.batch_records_max or batch.size + adding > self.batch_bytes_max
         )
 
     def _ready(self, now: float) -> tuple[list[_Batch], float | None]:
@@ -692,14 +819,20 @@ class Producer:
                 self._dispatch(batch)
 
     def _dispatch(self, batch: _Batch) -> None:
-        request = api_pb2.SendRequest(
-            topic=batch.topic,
-            records=batch.records,
-            partition=batch.partition,
-            request_id=next(self._request_ids),
-        )
-        if batch.producer_id is not None and batch.sequence is not None:
-            request.producer_id, request.sequence = batch.producer_id, batch.sequence
+        request = batch.request
+        if request is None:  # built once: a retry resends the same values and sequence
+            if batch.bare:
+                request = api_pb2.SendRequest(
+                    topic=batch.topic, values=batch.items, partition=batch.partition
+                )
+            else:
+                request = api_pb2.SendRequest(
+                    topic=batch.topic, records=batch.items, partition=batch.partition
+                )
+            if batch.producer_id is not None and batch.sequence is not None:
+                request.producer_id, request.sequence = batch.producer_id, batch.sequence
+            batch.request = request
+        request.request_id = next(self._request_ids)
         try:
             batch.address = self._leader(batch.topic, batch.partition)
             stubs = self._channels.stubs(batch.address)
@@ -715,16 +848,38 @@ class Producer:
         except grpc.RpcError as exc:
             self._settle(batch, None, from_rpc_error(exc))
 
+    @staticmethod
+    def _range_error(batch: _Batch, response: api_pb2.SendResponse) -> errors.RaftqError | None:
+        """A values batch's answer is one SendResult covering them all: its error, or
+        Internal when it is not that (a broker that predates SendRequest.values ignores them
+        and answers no result at all: nothing was written)."""
+        results = response.results
+        if len(results) != 1:
+            return errors.Internal(
+                f"broker answered {len(results)} results for a batch of {len(batch.items)} "
+                "values, not one (does it predate SendRequest.values?)"
+            )
+        result = results[0]
+        if result.error != _OK:
+            return errors.error_for(result.error, result.message, leader_hint=result.leader_hint)
+        if result.count != len(batch.items):
+            return errors.Internal(
+                f"broker answered a range of {result.count} records for {len(batch.items)} values"
+            )
+        return None
+
     def _settle(
         self, batch: _Batch, response: api_pb2.SendResponse | None, error: errors.RaftqError | None
     ) -> None:
-        """Resolve the batch's futures, or queue it again (same sequence) to retry."""
+        """Resolve the batch's futures, or queue it again (same request) to retry."""
         tp = (batch.topic, batch.partition)
-        if response is not None:
-            if len(response.results) != len(batch.records):
+        if response is not None and batch.bare:
+            error = self._range_error(batch, response)
+        elif response is not None:
+            if len(response.results) != len(batch.items):
                 error = errors.Internal(
                     f"broker answered {len(response.results)} results for "
-                    f"{len(batch.records)} records"
+                    f"{len(batch.items)} records"
                 )
             else:
                 failed = [r for r in response.results if r.error != _OK]
@@ -739,38 +894,39 @@ class Producer:
             self._stale(batch.topic, batch.partition, error.leader_hint)  # before any retry
             if isinstance(error, errors.Unavailable) and batch.address:
                 rerouted = self._channels.mark_down(batch.address)  # retry elsewhere at once
-        # Each record's outcome is built outside the lock (send() contends for it per record).
-        outcomes: list[RecordMetadata | errors.RaftqError] = []
+        # Each record's outcome is built outside the lock (send() contends for it per record);
+        # a values batch has one outcome, its records' metadata built when asked for.
+        each: list[RecordMetadata | errors.RaftqError] = []
         applied = out_of_order = False
-        if error is None:
+        if error is None and batch.bare:
+            applied = True
+        elif error is None:
             assert response is not None
             for r in response.results:
                 code = r.error
                 if code == _OK:
                     applied = True
-                    outcomes.append(
+                    each.append(
                         RecordMetadata(
                             batch.topic, r.partition, r.offset, r.timestamp_ms, r.duplicate
                         )
                     )
                 else:
-                    outcomes.append(errors.error_for(code, r.message))
+                    each.append(errors.error_for(code, r.message))
                     out_of_order = out_of_order or code == _OUT_OF_ORDER_SEQUENCE
-        retrying = False
         with self._cond:
             self._in_flight.discard(tp)
+            self._cond.notify_all()
             if error is not None and error.retriable and batch.attempts < self.retries:
-                retrying = True
                 batch.attempts += 1
                 backoff_ms = min(RETRY_BACKOFF_MS * 2 ** (batch.attempts - 1), RETRY_BACKOFF_MAX_MS)
                 if rerouted:
                     backoff_ms = 0
                 batch.retry_at_s = time.monotonic() + backoff_ms / 1000
                 self._queues.setdefault(tp, deque()).appendleft(batch)
-                self._cond.notify_all()
                 log.info("[topic/partition=%s/%d] retrying batch: %s", *tp, error)
-            elif error is not None:
-                outcomes = [error] * len(batch.futures)
+                return
+            if error is not None:
                 if error.retriable or isinstance(error, errors.OutOfOrderSequence):
                     self._new_epoch(tp)  # outcome unknown: never reuse this sequence
             else:
@@ -778,16 +934,17 @@ class Producer:
                     self._new_epoch(tp)
                 if applied and batch.sequence is not None:
                     self._next_sequence[tp] = batch.sequence + 1
-            self._cond.notify_all()
-        if retrying:
-            return
-        for f, outcome in zip(batch.futures, outcomes, strict=True):  # user callbacks: unlocked
-            if isinstance(outcome, RecordMetadata):
-                f.set_result(outcome)
-            else:
-                f.set_exception(outcome)
+        outcome = batch.outcome  # resolved unlocked: it runs the users' callbacks
+        if error is not None:
+            outcome.fail(error)
+        elif batch.bare:
+            assert response is not None
+            first = response.results[0]
+            outcome.resolve_range(first.offset, first.timestamp_ms, first.duplicate)
+        else:
+            outcome.resolve_each(each)
         with self._cond:  # only now: flush() returns with every future done
-            self._outstanding -= len(outcomes)
+            self._outstanding -= len(batch.items)
             self._cond.notify_all()
 
     def _new_epoch(self, tp: tuple[str, int]) -> None:
@@ -1116,5 +1273,6 @@ __all__ = [
     "Message",
     "Producer",
     "RecordMetadata",
+    "SendFuture",
     "parse_bootstrap",
 ]

@@ -6,6 +6,7 @@ so the tests can be pointed at a real cluster.
 
 from __future__ import annotations
 
+import itertools
 import pathlib
 import pickle
 import threading
@@ -276,6 +277,163 @@ def test_concurrent_senders_keep_per_partition_order(
             seen.setdefault(worker, []).append(int(i))
     assert {w: sorted(v) for w, v in seen.items()} == seen  # in send order within each key
     assert sorted(seen) == ["0", "1", "2", "3"] and all(len(v) == 50 for v in seen.values())
+
+
+class Captures(ApiFacade):
+    """Keeps the (values, records) counts of every SendRequest it answers."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.requests: list[tuple[int, int]] = []
+
+    def send(self, request: api_pb2.SendRequest, *, timeout_s: float | None) -> Any:
+        self.requests.append((len(request.values), len(request.records)))
+        return super().send(request, timeout_s=timeout_s)
+
+
+def test_bare_records_go_as_values_and_get_dense_offsets(tmp_path: pathlib.Path) -> None:
+    with api_server(tmp_path, Captures(tmp_path)) as (address, facade):
+        assert isinstance(facade, Captures)
+        Admin(address).create_topic("orders", partitions=2)
+        with Producer(address, linger_ms=60_000, batch_records_max=4) as producer:
+            futures = [producer.send("orders", b"v%d" % i, partition=1) for i in range(10)]
+            producer.flush(WAIT_S)
+        assert facade.requests == [(4, 0), (4, 0), (2, 0)]  # no Record message anywhere
+        metas = [f.result(0) for f in futures]
+        assert [(m.partition, m.offset, m.duplicate) for m in metas] == [
+            (1, i, False) for i in range(10)
+        ]
+        stored = Admin(address).fetch("orders", 1, 0).records
+        assert [r.record.value for r in stored] == [b"v%d" % i for i in range(10)]
+
+
+def test_bare_and_full_records_interleaved_keep_their_order(tmp_path: pathlib.Path) -> None:
+    kinds: list[dict[str, Any]] = [
+        {},
+        {"key": b"k"},
+        {},
+        {},
+        {"headers": {"h": b"1"}},
+        {"priority": 3},
+        {},
+        {"idempotency_key": "once"},
+        {"key": b""},  # an empty key is a key
+        {},
+    ]
+    with api_server(tmp_path, Captures(tmp_path)) as (address, facade):
+        assert isinstance(facade, Captures)
+        admin = Admin(address)
+        admin.create_topic("orders", partitions=1)
+        with Producer(address, linger_ms=60_000) as producer:
+            futures = [
+                producer.send("orders", b"r%d" % i, partition=0, **kw) for i, kw in enumerate(kinds)
+            ]
+            producer.flush(WAIT_S)
+        assert [f.result(0).offset for f in futures] == list(range(len(kinds)))
+        # One batch per run of one kind, sent in order.
+        assert facade.requests == [(1, 0), (0, 1), (2, 0), (0, 2), (1, 0), (0, 2), (1, 0)]
+        stored = [r.record for r in admin.fetch("orders", 0, 0).records]
+        assert [r.value for r in stored] == [b"r%d" % i for i in range(len(kinds))]
+        assert (stored[1].key, dict(stored[4].headers), stored[5].priority) == (
+            b"k",
+            {"h": b"1"},
+            3,
+        )
+        assert stored[8].HasField("key") and not stored[0].HasField("key")
+
+
+def test_a_retried_values_batch_is_answered_with_its_original_offsets(
+    tmp_path: pathlib.Path,
+) -> None:
+    with api_server(tmp_path, LosesAnswers(tmp_path)) as (address, facade):
+        Admin(address).create_topic("orders", partitions=1)
+        assert isinstance(facade, LosesAnswers)
+        with Producer(address, linger_ms=60_000) as producer:
+            producer.send("orders", b"first")  # a batch before: the lost one has sequence 1
+            producer.flush(WAIT_S)
+            facade.lose = 1
+            futures = [producer.send("orders", b"v%d" % i) for i in range(5)]
+            producer.flush(WAIT_S)
+            after = producer.send("orders", b"after")
+            producer.flush(WAIT_S)
+        metas = [f.result(0) for f in futures]
+        assert [(m.offset, m.duplicate) for m in metas] == [(1 + i, True) for i in range(5)]
+        assert (after.result(0).offset, after.result(0).duplicate) == (6, False)
+        assert sends(facade) == 4  # first, the batch, the batch again (dedup), after
+        assert [p.end for p in Admin(address).list_offsets("orders")] == [7]
+
+
+class PredatesValues(ApiFacade):
+    """A broker from before SendRequest.values: it sees no records and answers no results
+    (``count`` > 0: answers one result with that count instead)."""
+
+    count = 0
+    values_requests = 0
+
+    def send(self, request: api_pb2.SendRequest, *, timeout_s: float | None) -> Any:
+        if not request.values:
+            return super().send(request, timeout_s=timeout_s)
+        self.values_requests += 1
+        if self.count:
+            return api_pb2.SendResponse(results=[api_pb2.SendResult(count=self.count)])
+        return api_pb2.SendResponse()
+
+
+def test_a_values_batch_answered_otherwise_than_one_range_fails_internal(
+    tmp_path: pathlib.Path,
+) -> None:
+    with api_server(tmp_path, PredatesValues(tmp_path)) as (address, facade):
+        assert isinstance(facade, PredatesValues)
+        Admin(address).create_topic("orders", partitions=1)
+        with Producer(address, linger_ms=0) as producer:
+            with pytest.raises(errors.Internal, match="0 results"):
+                producer.send("orders", b"a").result(WAIT_S)
+            assert facade.values_requests == 1  # not retried, never taken for success
+            facade.count = 2
+            with pytest.raises(errors.Internal, match="range of 2 records for 1"):
+                producer.send("orders", b"b").result(WAIT_S)
+            keyed = producer.send("orders", b"c", key=b"k").result(WAIT_S)
+        assert keyed.offset == 0  # the records path is unaffected; nothing else was written
+
+
+def test_send_many_spreads_values_round_robin_in_batches(tmp_path: pathlib.Path) -> None:
+    with api_server(tmp_path, Captures(tmp_path)) as (address, facade):
+        assert isinstance(facade, Captures)
+        admin = Admin(address)
+        admin.create_topic("orders", partitions=3)
+        values = [b"m%d" % i for i in range(50)]
+        with Producer(address, linger_ms=60_000, batch_records_max=7) as producer:
+            before = producer.send("orders", b"before", partition=0)
+            futures = producer.send_many("orders", values)
+            pinned = producer.send_many("orders", [b"p0", b"p1"], partition=0)
+            producer.flush(WAIT_S)
+        assert before.result(0).offset == 0
+        metas = [f.result(0) for f in futures]
+        assert len({m.partition for m in metas}) == 3
+        assert all((b.partition - a.partition) % 3 == 1 for a, b in itertools.pairwise(metas))
+        assert all(0 < v <= 7 and r == 0 for v, r in facade.requests)
+        expected: dict[int, list[tuple[int, bytes]]] = {0: [(before.result(0).offset, b"before")]}
+        for meta, value in zip(metas, values, strict=True):
+            expected.setdefault(meta.partition, []).append((meta.offset, value))
+        for future, value in zip(pinned, [b"p0", b"p1"], strict=True):
+            expected[0].append((future.result(0).offset, value))
+        for p, sent in expected.items():
+            stored = admin.fetch("orders", p, 0, max_records=100).records
+            assert sent == [(r.offset, r.record.value) for r in stored]  # dense, in send order
+
+
+def test_send_many_failures_are_per_value(admin: Admin, server: tuple[str, ApiFacade]) -> None:
+    admin.create_topic("orders", partitions=1, max_record_bytes=8)
+    with Producer(server[0], linger_ms=0) as producer:
+        unknown = producer.send_many("nope", [b"a", b"b"])
+        assert [type(f.exception(WAIT_S)) for f in unknown] == [errors.UnknownTopic] * 2
+        bad = producer.send_many("orders", [b"a"], partition=1)
+        assert isinstance(bad[0].exception(WAIT_S), errors.UnknownPartition)
+        mixed = producer.send_many("orders", [b"ok", b"x" * 9, b"ok2"])
+        producer.flush(WAIT_S)
+        assert isinstance(mixed[1].exception(0), errors.RecordTooLarge)
+        assert [mixed[0].result(0).offset, mixed[2].result(0).offset] == [0, 1]
+        assert producer.send_many("orders", []) == []
 
 
 # --- Consumer -------------------------------------------------------------------------------

@@ -19,11 +19,10 @@ import random
 import threading
 import time
 import zlib
-from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any
 
-from broker.client import Producer, RecordMetadata
+from broker.client import Producer, SendFuture
 from proto import errors
 
 IDEM_ATTEMPTS = 3
@@ -77,7 +76,7 @@ class ProducerLoad:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._again: list[tuple[dict[str, Any], int]] = []  # (record, attempt) to send again
-        self._pending: set[Future[RecordMetadata]] = set()
+        self._pending: set[SendFuture] = set()
         self.sent = 0
         self._thread = threading.Thread(target=self._run, name=f"load-{name}", daemon=True)
 
@@ -128,7 +127,7 @@ class ProducerLoad:
         future.add_done_callback(lambda f: self._done(record, attempt, f))
         self.sent += 1
 
-    def _done(self, record: dict[str, Any], attempt: int, future: Future[RecordMetadata]) -> None:
+    def _done(self, record: dict[str, Any], attempt: int, future: SendFuture) -> None:
         with self._lock:
             self._pending.discard(future)
         try:
