@@ -513,7 +513,8 @@ class Producer:
         self.retries = retries
         self.idempotent = idempotent
         self.producer_id = (producer_id or uuid.uuid4().hex) if idempotent else None
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()  # not reentrant: nothing calls back in under it
+        self._cond = threading.Condition(self._lock)
         self._queues: dict[tuple[str, int], deque[_Batch]] = {}
         self._in_flight: set[tuple[str, int]] = set()
         self._next_sequence: dict[tuple[str, int], int] = {}
@@ -582,19 +583,21 @@ class Producer:
                     f"({meta.max_record_bytes}): split it"
                 ),
             )
-        with self._cond:
+        tp = (topic, partition)
+        with self._lock:  # the Condition's own lock: `with self._cond` costs two Python calls
             if self._closing:
                 raise RuntimeError("send() after close()")
-            queue = self._queues.get((topic, partition))
+            queue = self._queues.get(tp)
             if queue is None:
-                queue = self._queues[(topic, partition)] = deque()
+                queue = self._queues[tp] = deque()
             batch = queue[-1] if queue else None
             if (
                 batch is None
                 or batch.bare is not bare
                 or batch.sequence is not None
                 or batch.attempts
-                or self._full(batch, size)
+                or len(batch.items) >= self.batch_records_max  # self._full(batch, size)
+                or batch.size + size > self.batch_bytes_max
             ):
                 batch = _Batch(topic, partition, time.monotonic(), bare)
                 queue.append(batch)
@@ -604,8 +607,8 @@ class Producer:
             items.append(item)
             batch.size += size
             self._outstanding += 1
-            if self._full(batch, 0):
-                self._cond.notify_all()
+            if index + 1 >= self.batch_records_max or batch.size > self.batch_bytes_max:
+                self._cond.notify_all()  # full: the sender need not wait for the linger
         return SendFuture(batch.outcome, index)
 
     def send_many(
