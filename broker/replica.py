@@ -485,14 +485,18 @@ class PartitionReplica:
     def _apply(self, data: bytes, index: int) -> partition_pb2.CommandResult:
         started = time.perf_counter()
         with self._state_lock:
-            result = self.machine.apply(data, index)
+            # Only a replica with calls in flight (the leader that proposed) reads results: a
+            # follower skips building deliveries and per-ref results (state is the same).
+            result = self.machine.apply(data, index, respond=self._calls > 0)
             failed = self.machine.failed
         elapsed_s = time.perf_counter() - started
         self._apply_s.append(elapsed_s)
         if self.on_apply_s is not None:
             self.on_apply_s(elapsed_s)
         self._counters["entries_applied"] += 1
-        if self.on_applied is not None and (result.records or result.batch_results):
+        if self.on_applied is not None and (
+            result.records or result.batch_results or result.range.count
+        ):
             self.on_applied()  # new records: wake long polls (must not block)
         if failed is not None and not self._failure_handled:
             self._failure_handled = True

@@ -152,6 +152,10 @@ def check_record(record: common_pb2.Record, config: common_pb2.TopicConfig) -> R
     return None
 
 
+def _no_result(**_: object) -> None:
+    """Stands in for ``result.refs.add`` when nobody reads the result (a follower)."""
+
+
 def check_values(values: Sequence[bytes], config: common_pb2.TopicConfig) -> Rejected | None:
     """Why a batch of bare values cannot be appended, or None (C iterators unless one is bad)."""
     limit = config.max_record_bytes
@@ -286,6 +290,7 @@ class PartitionMachine:
     def __init__(self, store: PartitionStore) -> None:
         self.store = store
         self.failed: BaseException | None = None
+        self._respond = True  # see apply()
         self._reload()
         self._handlers: dict[str, Callable[[Any, int], partition_pb2.CommandResult]] = {
             "append": self._on_append,
@@ -312,8 +317,15 @@ class PartitionMachine:
 
     # -- the replicated entry point -----------------------------------------------------------
 
-    def apply(self, data: bytes, raft_index: int) -> partition_pb2.CommandResult:
-        """Apply one committed command. Never raises; see the module docstring."""
+    def apply(
+        self, data: bytes, raft_index: int, *, respond: bool = True
+    ) -> partition_pb2.CommandResult:
+        """Apply one committed command. Never raises; see the module docstring.
+
+        ``respond=False`` (a replica nobody waits on: a follower) changes the state exactly
+        as ``respond=True`` does but leaves out what only a caller reads: a Lease's deliveries
+        and the per-ref results of Ack, Nack and ExtendLease (errors and counts stay)."""
+        self._respond = respond
         if raft_index <= self.meta.applied_index:
             return partition_pb2.CommandResult(skipped=True)
         if self.failed is not None:
@@ -601,10 +613,20 @@ class PartitionMachine:
                 self._dead_letter(group, list(rows.values()), "max_deliveries", now_ms)
                 chosen = [r for r in chosen if r[1] < limit]
         result = partition_pb2.CommandResult()
-        add = result.deliveries.add
         max_bytes = cmd.max_bytes
         taken: list[int] = []
         total = 0
+        if not self._respond:  # the same records taken, no Delivery built
+            if not max_bytes:
+                taken = [row[0] for row in chosen]
+            for row in chosen if max_bytes else ():
+                if taken and total + row[9] > max_bytes:
+                    break
+                total += row[9]
+                taken.append(row[0])
+            self.store.lease(group.gid, taken, cmd.member, deadline)
+            return result
+        add = result.deliveries.add
         # One Delivery per record, initialised from a dict in one call: setting the nested
         # fields one by one costs about 1.6x more (the lease's largest Python cost).
         for offset, count, ts, key, value, headers, priority, at_ms, idem, size in chosen:
@@ -650,7 +672,7 @@ class PartitionMachine:
             raise Rejected(ErrorCode.UNKNOWN_GROUP, f"group {group_name!r} has leased nothing here")
         rows = self.store.pending_get(group.gid, [r.offset for r in refs])
         held: dict[int, PendingRow] = {}
-        add = result.refs.add
+        add = result.refs.add if self._respond else _no_result
         for ref in refs:
             offset = ref.offset
             row = rows.get(offset)
