@@ -95,6 +95,14 @@ class BatchOutcome:
             self.topic, self.partition, self.first_offset + index, self.timestamp_ms, self.duplicate
         )
 
+    def error_of(self, index: int) -> errors.RaftqError | None:
+        """Record ``index``'s error, None when it was acknowledged (no metadata built)."""
+        assert self.done, "error_of() of a batch that is not resolved"
+        if self.error is not None or self.each is None:
+            return self.error
+        outcome = self.each[index]
+        return None if isinstance(outcome, RecordMetadata) else outcome
+
     def wait(self, timeout: float | None) -> None:
         if not self.done and not self._event.wait(timeout):
             raise TimeoutError(f"record not acknowledged within {timeout} s")
@@ -166,8 +174,7 @@ class SendFuture:
     def exception(self, timeout: float | None = None) -> errors.RaftqError | None:
         """The record's typed error, None if it was acknowledged; TimeoutError as result()."""
         self._outcome.wait(timeout)
-        outcome = self._outcome.outcome(self._index)
-        return None if isinstance(outcome, RecordMetadata) else outcome
+        return self._outcome.error_of(self._index)
 
     def add_done_callback(self, fn: Callable[[SendFuture], object]) -> None:
         """Call ``fn(self)`` once done: at once if it is, else in the producer's thread that
