@@ -25,12 +25,12 @@ Producing
 waiting: :mod:`broker.send_future`); ``send_many`` queues many values at once. Records are
 batched per partition for up to ``linger_ms`` (or until ``batch_records_max`` /
 ``batch_bytes_max``) and sent to the partition leader by one background thread, one batch in
-flight per partition, so records of a partition are appended in ``send`` order. A bare record
-(a value only: no key, headers, priority, delay or idempotency key) joins a batch of values,
-sent as ``SendRequest.values`` with no ``Record`` message per record and answered by one
-offset range; any other record joins a batch of records, and a record of the other kind
-starts a new batch behind the current one. A future resolves to :class:`RecordMetadata` once
-a majority of the partition's replicas committed the record, or to the typed error.
+flight per partition, so records of a partition are appended in ``send`` order. A batch of
+bare records only (a value each: no key, headers, priority, delay or idempotency key) goes
+as ``SendRequest.values``, with no ``Record`` message per record, and is answered by one
+offset range; a batch with any other record goes as records. A future resolves to
+:class:`RecordMetadata` once a majority of the partition's replicas committed the record, or
+to the typed error.
 
 With ``idempotent=True`` (the default) each batch carries the producer id and a
 per-partition sequence; retriable failures (NOT_LEADER: refresh metadata and go to the
@@ -420,8 +420,10 @@ class _TopicMeta:
 class _Batch:
     """Records queued for one partition, in one of two modes: bare values (``items`` are
     bytes, sent as ``SendRequest.values`` and answered by one range) or records (``items`` are
-    ``Record`` messages). A record of the other mode starts a new batch; the partition's queue
-    is sent in order, one batch in flight, so the modes never reorder records."""
+    ``Record`` messages). A batch starts in its first record's mode; a bare record joins a
+    records batch as a Record, and a record that is not bare turns a values batch into records
+    (``to_records``), so mixing kinds never makes batches smaller. Only a batch not yet sent
+    changes: a retry resends the very request the first attempt sent."""
 
     __slots__ = (
         "address",
@@ -453,6 +455,12 @@ class _Batch:
         self.retry_at_s = 0.0
         self.address = ""  # where the last attempt went
         self.request: api_pb2.SendRequest | None = None  # built once: a retry resends it
+
+    def to_records(self) -> None:
+        """The values become Record messages, in order (a record that is not bare joins)."""
+        assert self.bare and self.request is None and self.sequence is None, "batch already sent"
+        self.items = [common_pb2.Record(value=v) for v in self.items]
+        self.bare = False
 
 
 def _record(
@@ -560,7 +568,7 @@ class Producer:
                 return SendFuture.failed(topic, exc)
         bare = key is None and not (headers or priority or deliver_at_ms or idempotency_key)
         item: bytes | common_pb2.Record
-        if bare:  # the fast path: no Record message, the batch goes as SendRequest.values
+        if bare:  # the fast path: no Record message, a batch of these goes as values
             item, size = value, len(value)
             if partition is None:
                 partition = next(self._spread) % meta.partitions  # partition_for(None, ...)
@@ -593,7 +601,6 @@ class Producer:
             batch = queue[-1] if queue else None
             if (
                 batch is None
-                or batch.bare is not bare
                 or batch.sequence is not None
                 or batch.attempts
                 or len(batch.items) >= self.batch_records_max  # self._full(batch, size)
@@ -602,6 +609,11 @@ class Producer:
                 batch = _Batch(topic, partition, time.monotonic(), bare)
                 queue.append(batch)
                 self._cond.notify_all()  # the sender has a new linger deadline to wait for
+            elif batch.bare is not bare:  # mixed kinds share the batch, as records
+                if bare:
+                    item = common_pb2.Record(value=value)
+                else:
+                    batch.to_records()
             items = batch.items
             index = len(items)
             items.append(item)

@@ -324,16 +324,34 @@ def test_bare_and_full_records_interleaved_keep_their_order(tmp_path: pathlib.Pa
         assert isinstance(facade, Captures)
         admin = Admin(address)
         admin.create_topic("orders", partitions=1)
+        n = len(kinds)
         with Producer(address, linger_ms=60_000) as producer:
             futures = [
                 producer.send("orders", b"r%d" % i, partition=0, **kw) for i, kw in enumerate(kinds)
             ]
             producer.flush(WAIT_S)
-        assert [f.result(0).offset for f in futures] == list(range(len(kinds)))
-        # One batch per run of one kind, sent in order.
-        assert facade.requests == [(1, 0), (0, 1), (2, 0), (0, 2), (1, 0), (0, 2), (1, 0)]
+            assert facade.requests == [(0, n)]  # mixed: one batch, all records
+            # Values queued in bulk, then a keyed record: the values batch becomes records.
+            bulk = producer.send_many("orders", [b"m0", b"m1"], partition=0)
+            keyed = producer.send("orders", b"m2", key=b"k", partition=0)
+            producer.flush(WAIT_S)
+            assert facade.requests[1:] == [(0, 3)]
+            # A values batch already sent is not touched: the keyed record starts the next.
+            sent = producer.send("orders", b"s0", partition=0)
+            producer.flush(WAIT_S)
+            after = producer.send("orders", b"s1", key=b"k", partition=0)
+            producer.flush(WAIT_S)
+            assert facade.requests[2:] == [(1, 0), (0, 1)]
+        done = [*futures, *bulk, keyed, sent, after]
+        assert [f.result(0).offset for f in done] == list(range(n + 5))
         stored = [r.record for r in admin.fetch("orders", 0, 0).records]
-        assert [r.value for r in stored] == [b"r%d" % i for i in range(len(kinds))]
+        assert [r.value for r in stored] == [b"r%d" % i for i in range(n)] + [
+            b"m0",
+            b"m1",
+            b"m2",
+            b"s0",
+            b"s1",
+        ]
         assert (stored[1].key, dict(stored[4].headers), stored[5].priority) == (
             b"k",
             {"h": b"1"},
