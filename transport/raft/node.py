@@ -179,6 +179,13 @@ class RaftTimings:
                 raise ValueError(f"RaftTimings: {rule} does not hold: {self}")
 
 
+class _NoNotifier:
+    """Stands in for pysyncobj's PipeNotifier on a driver-run node."""
+
+    def notify(self) -> None:
+        pass
+
+
 class _HardenedSyncObj(SyncObj):
     """pysyncobj's SyncObj with the hardening overrides; driven only by :class:`RaftNode`.
 
@@ -198,8 +205,13 @@ class _HardenedSyncObj(SyncObj):
         conf: SyncObjConf,
         journal: DurableJournal,
         transport_class: Callable[..., Any],
+        *,
+        poll_io: bool = True,
     ) -> None:
         self._raftq = owner
+        # False when a driver ticks this node and its transport is not pysyncobj's (mux, hub):
+        # nothing then waits in pysyncobj's poller, so a tick does not poll it.
+        self._raftq_poll_io = poll_io
         self._raftq_journal = journal
         assert conf.fullDumpFile is not None
         self._snapshot_tx = SnapshotSender(
@@ -216,6 +228,21 @@ class _HardenedSyncObj(SyncObj):
         self._SyncObj__raftCurrentTerm = max(journal.getCurrentTerm(), journal[-1][2])
         self._SyncObj__votedForNodeId = journal.getVotedForNodeId()
         self._SyncObj__raftCommitIndex = journal.getRaftCommitIndex()
+        if not poll_io:
+            self._drop_pipe_notifier()
+
+    def _drop_pipe_notifier(self) -> None:
+        """pysyncobj wakes its own tick thread on a proposal through a pipe in its poller (two
+        descriptors per group, never closed, plus a poll() per tick). A driver-run node is woken
+        through RaftNode's waker instead: close the pipe and make notify() a no-op."""
+        notifier = self.__dict__.get("_SyncObj__pipeNotifier")
+        if notifier is None:
+            return
+        read_fd = notifier._PipeNotifier__pipeR
+        self._poller.unsubscribe(read_fd)
+        os.close(read_fd)
+        os.close(notifier._PipeNotifier__pipeW)
+        self._SyncObj__pipeNotifier = _NoNotifier()
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -281,7 +308,8 @@ class _HardenedSyncObj(SyncObj):
             self._SyncObj__raftElectionDeadline = (
                 monotonic_time() + self._SyncObj__generateRaftTimeout()
             )
-        if self._SyncObj__raftLeader != node:
+        leader = self._SyncObj__raftLeader
+        if leader is not node and leader != node:  # `is` first: Node.__ne__ is Python code
             self._SyncObj__onLeaderChanged()
         self._SyncObj__raftLeader = node
         if term > self._SyncObj__raftCurrentTerm:
@@ -640,13 +668,17 @@ class _HardenedSyncObj(SyncObj):
                 conf.onReady()
             self._SyncObj__onReadyCalled = True
 
-        self._checkCommandsToApply()
+        if self._SyncObj__commandsQueue._FastQueue__queue:  # it is a no-op otherwise
+            self._checkCommandsToApply()
         self._SyncObj__tryLogCompaction()
         with self._SyncObj__onTickCallbacksLock:
             for callback in self._SyncObj__onTickCallbacks:
                 callback()
         self._sync_before_reply()  # the leader's own appends, while followers work on theirs
-        self._poller.poll(timeToWait)
+        if self._raftq_poll_io:
+            self._poller.poll(timeToWait)
+        elif timeToWait > 0:
+            time.sleep(timeToWait)
 
     def _start_election(self) -> None:
         self._SyncObj__raftElectionDeadline = (
@@ -771,6 +803,7 @@ class RaftNode:
                 conf,
                 self.journal,
                 transport_class or TCPTransport,
+                poll_io=auto_tick or transport_class is None,
             )
         except SyncObjException as exc:
             self.journal._destroy()
