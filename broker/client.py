@@ -1197,13 +1197,20 @@ class Consumer:
             "Nack": api_pb2.NackRequest,
             "ExtendLease": api_pb2.ExtendLeaseRequest,
         }[method]
-        request = request_type(
-            group=group,
-            member_id=member_id,
-            generation=generation,
-            refs=[m.ref for m in messages],
-            **extra,
-        )
+        request = request_type(group=group, member_id=member_id, generation=generation, **extra)
+        compact = method == "Ack"
+        if compact:  # packed offsets per partition; only failures come back
+            by_partition: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
+            for m in messages:
+                offsets, counts = by_partition.setdefault((m.topic, m.partition), ([], []))
+                offsets.append(m.offset)
+                counts.append(m.delivery_count)
+            for (topic, partition), (offsets, counts) in by_partition.items():
+                request.batches.add(
+                    topic=topic, partition=partition, offsets=offsets, delivery_counts=counts
+                )
+        else:
+            request.refs.extend(m.ref for m in messages)
         brokers_tried = 0
 
         def call(s: _Stubs, t: float) -> Any:
@@ -1222,6 +1229,17 @@ class Consumer:
             if isinstance(exc, errors.Fenced) and rejoins < 3:
                 return self._settle(method, messages, rejoins=rejoins + 1, **extra)
             return [exc for _ in messages]
+        if compact:
+            failed = {(f.ref.topic, f.ref.partition, f.ref.offset): f for f in response.failed}
+            if not failed:
+                return [None] * len(messages)
+            outcomes: list[Any] = [failed.get((m.topic, m.partition, m.offset)) for m in messages]
+            if brokers_tried > 1:  # as below
+                outcomes = [
+                    None if o is not None and o.error == ErrorCode.RECORD_NOT_FOUND else o
+                    for o in outcomes
+                ]
+            return outcomes
         results = list(response.results)
         if method == "Ack" and brokers_tried > 1:
             # A broker failed under an earlier attempt (UNAVAILABLE: outcome unknown) and may
@@ -1253,10 +1271,10 @@ class Consumer:
         return [self._outcome(r) for r in results]
 
     @staticmethod
-    def _outcome(r: api_pb2.RefOutcome | errors.RaftqError) -> errors.RaftqError | None:
+    def _outcome(r: api_pb2.RefOutcome | errors.RaftqError | None) -> errors.RaftqError | None:
         if isinstance(r, errors.RaftqError):
             return r
-        if r.error == ErrorCode.OK:
+        if r is None or r.error == ErrorCode.OK:
             return None
         return errors.error_for(r.error, r.message, leader_hint=r.leader_hint)
 

@@ -671,6 +671,9 @@ class BrokerService:
     def ack(
         self, request: api_pb2.AckRequest, *, timeout_s: float | None
     ) -> api_pb2.SettleResponse:
+        if request.batches:
+            return self._ack_batches(request, _timeout(timeout_s))
+
         def command(refs: list[partition_pb2.DeliveryRef]) -> partition_pb2.PartitionCommand:
             return partition_pb2.PartitionCommand(
                 ack=partition_pb2.Settle(group=request.group, member=request.member_id, refs=refs)
@@ -703,6 +706,50 @@ class BrokerService:
         for outcome in response.results:
             if outcome.error == ErrorCode.OK:
                 outcome.lease_deadline_ms = deadline
+        return response
+
+    def _ack_batches(self, request: api_pb2.AckRequest, timeout: float) -> api_pb2.SettleResponse:
+        """The compact Ack: one Settle per partition with the packed offsets copied as they
+        are; only the refs that failed are answered."""
+        _, member = self._member(request.group, request.member_id, request.generation)
+        owned = set(member.assignment)
+        response = api_pb2.SettleResponse()
+        for batch in request.batches:
+            topic, partition = batch.topic, batch.partition
+            try:
+                if (topic, partition) not in owned:
+                    raise errors.Fenced(
+                        f"{topic}/{partition} is not assigned to this member in generation "
+                        f"{request.generation}: the record was released to its new owner"
+                    )
+                settle = partition_pb2.Settle(
+                    group=request.group,
+                    member=request.member_id,
+                    offsets=batch.offsets,
+                    delivery_counts=batch.delivery_counts,
+                )
+                command = partition_pb2.PartitionCommand(ack=settle)
+                outcome = self.router.propose(topic, partition, command, timeout).result
+                if outcome.error:
+                    raise errors.error_for(outcome.error, outcome.message)
+                if outcome.refs:
+                    counts = dict(zip(batch.offsets, batch.delivery_counts, strict=True))
+                    for r in outcome.refs:
+                        ref = api_pb2.RecordRef(
+                            topic=topic,
+                            partition=partition,
+                            offset=r.offset,
+                            delivery_count=counts.get(r.offset, 0),
+                        )
+                        response.failed.add(ref=ref, error=r.error, message=r.message)
+            except errors.RaftqError as exc:
+                for offset, count in zip(batch.offsets, batch.delivery_counts, strict=True):
+                    ref = api_pb2.RecordRef(
+                        topic=topic, partition=partition, offset=offset, delivery_count=count
+                    )
+                    response.failed.add(
+                        ref=ref, error=exc.code, message=exc.message, leader_hint=exc.leader_hint
+                    )
         return response
 
     def _settle(

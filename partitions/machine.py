@@ -152,6 +152,10 @@ def check_record(record: common_pb2.Record, config: common_pb2.TopicConfig) -> R
     return None
 
 
+def _pairs(refs: Sequence[partition_pb2.DeliveryRef]) -> list[tuple[int, int]]:
+    return [(r.offset, r.delivery_count) for r in refs]
+
+
 def _no_result(**_: object) -> None:
     """Stands in for ``result.refs.add`` when nobody reads the result (a follower)."""
 
@@ -657,12 +661,15 @@ class PartitionMachine:
         self,
         group_name: str,
         member: str,
-        refs: Sequence[partition_pb2.DeliveryRef],
+        refs: Sequence[tuple[int, int]],
         now_ms: int,
         result: partition_pb2.CommandResult,
+        *,
+        failures_only: bool = False,
     ) -> tuple[GroupRow, dict[int, PendingRow]]:
-        """Which refs name a live lease of ``member``; adds one RefResult per ref to
-        ``result`` (with an error for the others)."""
+        """Which (offset, delivery_count) refs name a live lease of ``member``; adds one
+        RefResult per ref to ``result`` (with an error for the others), or with
+        ``failures_only`` one per ref that failed."""
         if not member:
             raise Rejected(ErrorCode.INVALID_ARGUMENT, "member must be set")
         if not 1 <= len(refs) <= MAX_REFS:
@@ -670,35 +677,35 @@ class PartitionMachine:
         group = self.store.group_get(group_name)
         if group is None:
             raise Rejected(ErrorCode.UNKNOWN_GROUP, f"group {group_name!r} has leased nothing here")
-        rows = self.store.pending_get(group.gid, [r.offset for r in refs])
+        rows = self.store.pending_get(group.gid, [offset for offset, _ in refs])
         held: dict[int, PendingRow] = {}
         add = result.refs.add if self._respond else _no_result
-        for ref in refs:
-            offset = ref.offset
+        add_ok = _no_result if failures_only else add
+        for offset, count in refs:
             row = rows.get(offset)
             if (  # the usual case, tested inline: _ref_error would answer OK
                 row is not None
                 and row.owner == member
-                and row.delivery_count == ref.delivery_count != 0
+                and row.delivery_count == count != 0
                 and not row.ready
                 and row.visible_at_ms > now_ms
                 and offset not in held
             ):
                 held[offset] = row
-                add(offset=offset)
+                add_ok(offset=offset)
                 continue
-            error, message = self._ref_error(ref, row, member, now_ms)
+            error, message = self._ref_error(count, row, member, now_ms)
             if error == _OK and offset in held:
                 error, message = ErrorCode.INVALID_ARGUMENT, "offset named twice"
             if error == _OK:
                 held[offset] = rows[offset]
-                add(offset=offset)
+                add_ok(offset=offset)
             else:
                 add(offset=offset, error=error, message=message)
         return group, held
 
     def _ref_error(
-        self, ref: partition_pb2.DeliveryRef, row: PendingRow | None, member: str, now_ms: int
+        self, count: int, row: PendingRow | None, member: str, now_ms: int
     ) -> tuple[int, str]:
         if row is None or row.delivery_count == 0:
             return (
@@ -706,11 +713,10 @@ class PartitionMachine:
                 "no delivery of this record to the group is pending (acked, never delivered, "
                 "or gone)",
             )
-        if row.delivery_count != ref.delivery_count:
+        if row.delivery_count != count:
             return (
                 ErrorCode.LEASE_EXPIRED,
-                f"delivery {ref.delivery_count} is over; the record is at delivery "
-                f"{row.delivery_count}",
+                f"delivery {count} is over; the record is at delivery {row.delivery_count}",
             )
         if row.ready or row.visible_at_ms <= now_ms:
             return ErrorCode.LEASE_EXPIRED, "the lease ended; the record will be redelivered"
@@ -721,9 +727,26 @@ class PartitionMachine:
     def _on_ack(self, cmd: partition_pb2.Settle, now_ms: int) -> partition_pb2.CommandResult:
         """Acks are idempotent: acking a record the group has already finished (acked, or
         dead-lettered) succeeds again, so a retry whose first attempt applied — a leader that
-        died after committing it — is not answered RECORD_NOT_FOUND."""
+        died after committing it — is not answered RECORD_NOT_FOUND.
+
+        The compact form (``offsets``/``delivery_counts``) is answered with only the refs
+        that failed."""
         result = partition_pb2.CommandResult()
-        group, held = self._check_refs(cmd.group, cmd.member, cmd.refs, now_ms, result)
+        compact = bool(cmd.offsets or cmd.delivery_counts)
+        if compact and cmd.refs:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, "name refs or offsets, not both")
+        if compact and len(cmd.offsets) != len(cmd.delivery_counts):
+            raise Rejected(
+                ErrorCode.INVALID_ARGUMENT, "offsets and delivery_counts differ in length"
+            )
+        refs = (
+            list(zip(cmd.offsets, cmd.delivery_counts, strict=True))
+            if compact
+            else [(r.offset, r.delivery_count) for r in cmd.refs]
+        )
+        group, held = self._check_refs(
+            cmd.group, cmd.member, refs, now_ms, result, failures_only=compact
+        )
         self.store.pending_delete(group.gid, list(held))
         result.count = len(held)
         missing = [r for r in result.refs if r.error == ErrorCode.RECORD_NOT_FOUND]
@@ -737,13 +760,17 @@ class PartitionMachine:
                 if ref.offset in finished and ref.offset not in pending:
                     ref.error = _OK
                     ref.message = "already acknowledged or dead-lettered for this group"
+            if compact:  # only failures are answered
+                failed = [r for r in result.refs if r.error != _OK]
+                del result.refs[:]
+                result.refs.extend(failed)
         return result
 
     def _on_nack(self, cmd: partition_pb2.Nack, now_ms: int) -> partition_pb2.CommandResult:
         if cmd.HasField("delay_ms") and not 0 <= cmd.delay_ms <= MAX_DELAY_MS:
             raise Rejected(ErrorCode.INVALID_ARGUMENT, f"delay_ms must be 0..{MAX_DELAY_MS}")
         result = partition_pb2.CommandResult()
-        group, held = self._check_refs(cmd.group, cmd.member, cmd.refs, now_ms, result)
+        group, held = self._check_refs(cmd.group, cmd.member, _pairs(cmd.refs), now_ms, result)
         limit = self.config.max_deliveries
         spent = [p for p in held.values() if limit and p.delivery_count >= limit]
         if spent:
@@ -770,7 +797,7 @@ class PartitionMachine:
         if not 0 < cmd.lease_ms <= MAX_LEASE_MS:
             raise Rejected(ErrorCode.INVALID_ARGUMENT, f"lease_ms must be 1..{MAX_LEASE_MS}")
         result = partition_pb2.CommandResult()
-        group, held = self._check_refs(cmd.group, cmd.member, cmd.refs, now_ms, result)
+        group, held = self._check_refs(cmd.group, cmd.member, _pairs(cmd.refs), now_ms, result)
         for p in held.values():
             p.visible_at_ms = min(now_ms + cmd.lease_ms, INT64_MAX)
         self.store.pending_put(group.gid, list(held.values()))

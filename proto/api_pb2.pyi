@@ -221,16 +221,30 @@ class RecordRef(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., delivery_count: _Optional[int] = ...) -> None: ...
 
 class AckRequest(_message.Message):
-    __slots__ = ("group", "member_id", "generation", "refs")
+    __slots__ = ("group", "member_id", "generation", "refs", "batches")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     REFS_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
     group: str
     member_id: str
     generation: int
     refs: _containers.RepeatedCompositeFieldContainer[RecordRef]
-    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., refs: _Optional[_Iterable[_Union[RecordRef, _Mapping]]] = ...) -> None: ...
+    batches: _containers.RepeatedCompositeFieldContainer[PartitionRefs]
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., refs: _Optional[_Iterable[_Union[RecordRef, _Mapping]]] = ..., batches: _Optional[_Iterable[_Union[PartitionRefs, _Mapping]]] = ...) -> None: ...
+
+class PartitionRefs(_message.Message):
+    __slots__ = ("topic", "partition", "offsets", "delivery_counts")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    delivery_counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ..., delivery_counts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class NackRequest(_message.Message):
     __slots__ = ("group", "member_id", "generation", "refs", "delay_ms")
@@ -277,10 +291,12 @@ class RefOutcome(_message.Message):
     def __init__(self, ref: _Optional[_Union[RecordRef, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., dead_lettered: _Optional[bool] = ..., lease_deadline_ms: _Optional[int] = ..., leader_hint: _Optional[str] = ...) -> None: ...
 
 class SettleResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "failed")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[RefOutcome]
-    def __init__(self, results: _Optional[_Iterable[_Union[RefOutcome, _Mapping]]] = ...) -> None: ...
+    failed: _containers.RepeatedCompositeFieldContainer[RefOutcome]
+    def __init__(self, results: _Optional[_Iterable[_Union[RefOutcome, _Mapping]]] = ..., failed: _Optional[_Iterable[_Union[RefOutcome, _Mapping]]] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("topic", "partition", "offset", "max_records", "max_bytes")

@@ -90,14 +90,18 @@ class DeliveryRef(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., delivery_count: _Optional[int] = ...) -> None: ...
 
 class Settle(_message.Message):
-    __slots__ = ("group", "member", "refs")
+    __slots__ = ("group", "member", "refs", "offsets", "delivery_counts")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MEMBER_FIELD_NUMBER: _ClassVar[int]
     REFS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNTS_FIELD_NUMBER: _ClassVar[int]
     group: str
     member: str
     refs: _containers.RepeatedCompositeFieldContainer[DeliveryRef]
-    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., refs: _Optional[_Iterable[_Union[DeliveryRef, _Mapping]]] = ...) -> None: ...
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    delivery_counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., refs: _Optional[_Iterable[_Union[DeliveryRef, _Mapping]]] = ..., offsets: _Optional[_Iterable[int]] = ..., delivery_counts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Nack(_message.Message):
     __slots__ = ("group", "member", "refs", "delay_ms")

@@ -370,6 +370,17 @@ class ApiFacade:
         self, request: api_pb2.AckRequest, *, timeout_s: float | None
     ) -> api_pb2.SettleResponse:
         member = request.member_id
+        if request.batches:  # the compact form: answered with only the refs that failed
+            expanded = api_pb2.AckRequest(
+                group=request.group, member_id=member, generation=request.generation
+            )
+            for b in request.batches:
+                for offset, count in zip(b.offsets, b.delivery_counts, strict=True):
+                    expanded.refs.add(
+                        topic=b.topic, partition=b.partition, offset=offset, delivery_count=count
+                    )
+            full = self.ack(expanded, timeout_s=timeout_s)
+            return api_pb2.SettleResponse(failed=[r for r in full.results if r.error])
         return self._settle(
             "ack",
             request,

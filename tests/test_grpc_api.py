@@ -363,6 +363,32 @@ def test_join_poll_ack_nack_extend_heartbeat_leave(stubs: Stubs) -> None:
     assert isinstance(gone, errors.UnknownMember)
 
 
+def test_a_compact_ack_answers_only_the_refs_that_failed(stubs: Stubs) -> None:
+    create(stubs, partitions=1)
+    send(stubs, "orders", b"a", b"b", b"c")
+    joined = join(stubs)
+    member = {"group": "g", "member_id": joined.member_id, "generation": joined.generation}
+    polled = stubs.consumer.Poll(
+        api_pb2.PollRequest(max_records=3, max_wait_ms=0, **member), timeout=TIMEOUT_S
+    )
+    assert [r.offset for r in polled.records] == [0, 1, 2]
+    packed = api_pb2.PartitionRefs(
+        topic="orders", partition=0, offsets=[0, 1, 2], delivery_counts=[1, 2, 1]
+    )
+    acked = stubs.consumer.Ack(api_pb2.AckRequest(batches=[packed], **member), timeout=TIMEOUT_S)
+    assert not acked.results
+    assert [(f.ref.offset, f.ref.delivery_count, f.error) for f in acked.failed] == [
+        (1, 2, ErrorCode.LEASE_EXPIRED)  # delivery 2 of offset 1 never happened
+    ]
+    lag = stubs.admin.DescribeGroup(api_pb2.DescribeGroupRequest(group="g"), timeout=TIMEOUT_S)
+    assert [(p.committed, p.pending) for p in lag.partitions] == [(1, 1)]  # 0 and 2 acked
+    foreign = api_pb2.PartitionRefs(topic="orders", partition=5, offsets=[7], delivery_counts=[1])
+    fenced = stubs.consumer.Ack(api_pb2.AckRequest(batches=[foreign], **member), timeout=TIMEOUT_S)
+    assert [(f.ref.partition, f.ref.offset, f.error) for f in fenced.failed] == [
+        (5, 7, ErrorCode.FENCED)
+    ]
+
+
 def test_a_stale_generation_is_fenced_and_rejoin_recovers(stubs: Stubs) -> None:
     create(stubs, partitions=2)
     first = join(stubs)
@@ -424,6 +450,22 @@ def test_bad_consumer_requests_say_what_to_fix(stubs: Stubs) -> None:
             "lease_ms is 0",
         ),
     ]
+
+    def batch(**kw: Any) -> api_pb2.AckRequest:
+        base: dict[str, Any] = {"topic": "orders", "offsets": [0], "delivery_counts": [1]}
+        base.update(kw)
+        return api_pb2.AckRequest(group="g", member_id="m", batches=[api_pb2.PartitionRefs(**base)])
+
+    cases += [
+        (stubs.consumer.Ack, batch(delivery_counts=[1, 1]), "as long as offsets"),
+        (stubs.consumer.Ack, batch(offsets=[3, -1], delivery_counts=[1, 1]), "offsets is -1"),
+        (stubs.consumer.Ack, batch(delivery_counts=[0]), "delivery_counts is 0"),
+        (stubs.consumer.Ack, batch(topic=""), "topic"),
+        (stubs.consumer.Ack, batch(offsets=[], delivery_counts=[]), "number of refs is 0"),
+    ]
+    both = batch()
+    both.refs.add(topic="orders", offset=0, delivery_count=1)
+    cases.append((stubs.consumer.Ack, both, "refs or batches, not both"))
     for call, request, fix in cases:
         error = typed(call, request)
         assert isinstance(error, errors.InvalidArgument) and fix in error.message, fix

@@ -206,6 +206,20 @@ def test_oversized_command_bytes(machine: PartitionMachine) -> None:
 INVALID: dict[str, tuple[bytes, int]] = {
     # append
     "append_no_records": (command(append=partition_pb2.Append()), ErrorCode.INVALID_ARGUMENT),
+    "ack_refs_and_offsets_together": (
+        command(
+            ack=partition_pb2.Settle(
+                group="g", member="m1", refs=[ref(0)], offsets=[1], delivery_counts=[1]
+            )
+        ),
+        ErrorCode.INVALID_ARGUMENT,
+    ),
+    "ack_offsets_without_counts": (
+        command(
+            ack=partition_pb2.Settle(group="g", member="m1", offsets=[0, 1], delivery_counts=[1])
+        ),
+        ErrorCode.INVALID_ARGUMENT,
+    ),
     "values_and_records_together": (
         command(append=partition_pb2.Append(records=[record(b"x")], values=[b"y"])),
         ErrorCode.INVALID_ARGUMENT,

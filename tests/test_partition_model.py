@@ -488,6 +488,31 @@ class PartitionModelTest(RuleBasedStateMachine):
     def ack(self, data: st.DataObject) -> None:
         self._ack(data)
 
+    @precondition(lambda self: self.deliveries)
+    @rule(data=st.data())
+    def ack_compact(self, data: st.DataObject) -> None:
+        """Settle's compact form: the same state change, only the failed refs answered."""
+        group, member, refs = self._refs(data)
+        kind, outcome = self.model.ack(group, member, refs, self.now)
+        expected = (
+            (kind, [r for r in outcome if r[1] != ErrorCode.OK])
+            if kind == "refs"
+            else (
+                kind,
+                outcome,
+            )
+        )
+        self.step(
+            "refs",
+            expected,
+            ack=partition_pb2.Settle(
+                group=group,
+                member=member,
+                offsets=[o for o, _ in refs],
+                delivery_counts=[c for _, c in refs],
+            ),
+        )
+
     def _ack(self, data: st.DataObject) -> None:
         group, member, refs = self._refs(data)
         expected = self.model.ack(group, member, refs, self.now)

@@ -259,7 +259,20 @@ def check_poll(r: api_pb2.PollRequest) -> None:
 
 def check_ack(r: api_pb2.AckRequest) -> None:
     _check_member(r.group, r.member_id, r.generation)
-    _check_refs(r.refs)
+    if not r.batches:
+        _check_refs(r.refs)
+        return
+    if r.refs:
+        raise _bad("an ack names refs or batches, not both")
+    check_range(sum(len(b.offsets) for b in r.batches), "number of refs", 1, MAX_REFS)
+    for i, b in enumerate(r.batches):  # per batch, never per ref: packed lists checked in C
+        check_topic_name(b.topic, f"batches[{i}].topic")
+        check_range(b.partition, f"batches[{i}].partition", 0)
+        check_range(len(b.offsets), f"batches[{i}] number of offsets", 1, MAX_REFS)
+        if len(b.delivery_counts) != len(b.offsets):
+            raise _bad(f"batches[{i}]: delivery_counts must be as long as offsets")
+        check_range(min(b.offsets), f"batches[{i}] offsets", 0)
+        check_range(min(b.delivery_counts), f"batches[{i}] delivery_counts", 1)
 
 
 def check_nack(r: api_pb2.NackRequest) -> None:
