@@ -17,9 +17,10 @@ and every group registered with it. Each loop iteration:
 5. ``endpoint.flush()``: only now do the replies and appends produced in 2-3 go on the wire.
 
 Tick deadlines. A group's deadline (`syncobj_tick_deadline`, or the node's own
-``tick_deadline(now)``) is the raft time by which it needs a tick: a leader's next heartbeat, a
-follower's or candidate's election deadline, or ``now`` while it has something to do at once
+``tick_deadline()``) is the raft time after which it needs a tick: a leader's next heartbeat, a
+follower's or candidate's election deadline, or ``-inf`` while it has something to do at once
 (leader entries uncommitted, entries committed but not applied, commands queued, not yet ready).
+A group is due once raft time is past its deadline (strictly, as pysyncobj's own checks).
 It is read from a SyncObj's private timers and indices (pysyncobj is pinned to 0.3.17) after
 every tick of the group and every delivery to it, and kept in a heap: a round pops the groups
 whose deadline has passed, so an idle round costs O(due groups), not O(groups). An entry is
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -54,6 +56,7 @@ logger = logging.getLogger("raftq.transport.raft.driver")
 T = TypeVar("T")
 
 _LEADER = 2  # pysyncobj.syncobj._RAFT_STATE.LEADER
+AT_ONCE = -math.inf  # a tick deadline: the group has work now
 
 
 class DriverEndpoint(Protocol):
@@ -93,10 +96,10 @@ _SYNCOBJ_FIELDS = tuple(
 )
 
 
-def syncobj_tick_deadline(node: Any) -> Callable[[float], float] | None:
-    """A function "raft time by which `node` needs a tick, given raft time `now`" (``now`` when
-    it has work at once) built on SyncObj 0.3.17's private state, or None (tick every round)
-    when `node` does not have that state."""
+def syncobj_tick_deadline(node: Any) -> Callable[[], float] | None:
+    """A function "raft time after which `node` needs a tick" (``-inf`` when it has work at
+    once) built on SyncObj 0.3.17's private state, or None (tick every round) when `node` does
+    not have that state."""
     state = getattr(node, "__dict__", {})
     if not all(f in state for f in _SYNCOBJ_FIELDS):
         return None
@@ -104,16 +107,16 @@ def syncobj_tick_deadline(node: Any) -> Callable[[float], float] | None:
     if queue is None:
         return None
 
-    def deadline(now: float) -> float:
+    def deadline() -> float:
         commit = state[_P + "raftCommitIndex"]
         if state[_P + "raftState"] == _LEADER:
             if commit < state[_P + "raftLog"][-1][1]:
-                return now
+                return AT_ONCE
             at = state[_P + "newAppendEntriesTime"]
         else:
             at = state[_P + "raftElectionDeadline"]
         if commit > state[_P + "raftLastApplied"] or queue or not state[_P + "onReadyCalled"]:
-            return now
+            return AT_ONCE
         return float(at)
 
     return deadline
@@ -125,7 +128,7 @@ class _Group:
     node: Any
     tick: Callable[[float], Any]
     sync: Callable[[], Any] | None
-    deadline: Callable[[float], float] | None  # None: tick every round
+    deadline: Callable[[], float] | None  # None: tick every round
     next_full_tick: float  # driver clock; pushed out by every tick of the group
     failures: int = 0
     live: bool = True  # False once unregistered: its heap entries are stale
@@ -289,15 +292,15 @@ class RaftDriver:
             group = candidates[name]
             if name not in forced and group.deadline is not None:
                 # It received messages: tick it only if the delivery made it due.
-                due_at = group.deadline(raft_time)
-                if due_at > raft_time:
+                due_at = group.deadline()
+                if due_at >= raft_time:
                     self._schedule(group, due_at)
                     self.stats["ticks_skipped"] += 1
                     continue
             self._tick(group)
             group.next_full_tick = now + self.full_tick_interval_s
             if group.deadline is not None:
-                self._schedule(group, group.deadline(raft_time))
+                self._schedule(group, group.deadline())
             ticked.append(group)
         for group in ticked:
             self._sync(group)
@@ -318,12 +321,12 @@ class RaftDriver:
     def _pop_due(self, raft_time: float, into: dict[str, _Group]) -> None:
         """Move the groups whose tick deadline has passed from the heap into `into`."""
         heap = self._due_heap
-        while heap and heap[0][0] <= raft_time:
+        while heap and heap[0][0] < raft_time:
             _at, seq, group = heapq.heappop(heap)
             if not group.live or seq != group.heap_seq:
                 continue  # unregistered, or superseded by an earlier entry
             group.heap_seq = None
-            if group.due_at <= raft_time:
+            if group.due_at < raft_time:
                 if group.name not in into:
                     self.stats["ticks_deadline"] += 1
                 into[group.name] = group

@@ -43,6 +43,7 @@ import collections
 import contextlib
 import enum
 import logging
+import math
 import os
 import random
 import threading
@@ -86,6 +87,9 @@ DISCONNECT_ELECTION_SPREAD_S = 0.2
 _REGULAR = bytes([_COMMAND_TYPE.REGULAR])
 _NO_OP = bytes([_COMMAND_TYPE.NO_OP])
 SNAPSHOT_CHUNKS_PER_ROUND = 8  # snapshot bytes per follower per heartbeat: 8 chunks at most
+# A follower acknowledges a heartbeat that changes nothing at least this many times per
+# leaderFallbackTimeout, not after every heartbeat (see _HardenedSyncObj._ack_repeats).
+ACKS_PER_LEADER_FALLBACK = 4
 _STATE_NAMES = {
     _RAFT_STATE.FOLLOWER: "follower",
     _RAFT_STATE.CANDIDATE: "candidate",
@@ -209,6 +213,8 @@ class _HardenedSyncObj(SyncObj):
         poll_io: bool = True,
     ) -> None:
         self._raftq = owner
+        # The last success ack sent: (leader node, term, verified index, raft time).
+        self._last_ack: tuple[Any, int, int, float] | None = None
         # False when a driver ticks this node and its transport is not pysyncobj's (mux, hub):
         # nothing then waits in pysyncobj's poller, so a tick does not poll it.
         self._raftq_poll_io = poll_io
@@ -385,8 +391,44 @@ class _HardenedSyncObj(SyncObj):
                     self._SyncObj__doChangeCluster(change)
         verified = prev_idx + len(entries)
         self._sync_before_reply()
+        if not entries and self._ack_repeats(node, verified, message["commit_index"]):
+            return int(verified)
         self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=verified + 1, success=True)
+        self._last_ack = (node, self._SyncObj__raftCurrentTerm, verified, monotonic_time())
         return int(verified)
+
+    def _ack_repeats(self, node: Any, verified: int, leader_commit: int) -> bool:
+        """Whether acknowledging this heartbeat would only repeat the ack sent last: same
+        leader and term, same verified index, which the leader has already committed, sent less
+        than leaderFallbackTimeout / ACKS_PER_LEADER_FALLBACK ago. Such an ack changes nothing
+        but the leader's "heard from" time, which only its step-down check reads (at
+        leaderFallbackTimeout), so an idle follower answers a few heartbeats per fallback
+        period instead of every one: half of an idle group's messages. Any change (new entries,
+        a commit the leader has not made, another leader or term, a failure reply) is
+        acknowledged at once, so replication and commit never wait for a refresh; an ack lost
+        on the way is repeated within the refresh interval."""
+        last = self._last_ack
+        if last is None or last[0] is not node:
+            return False
+        refresh_s = self._SyncObj__conf.leaderFallbackTimeout / ACKS_PER_LEADER_FALLBACK
+        return (
+            last[1] == self._SyncObj__raftCurrentTerm
+            and last[2] == verified
+            and leader_commit >= verified
+            and monotonic_time() - last[3] < refresh_s
+        )
+
+    def _SyncObj__sendNextNodeIdx(
+        self,
+        node: Any,
+        reset: bool = False,
+        nextNodeIdx: int | None = None,
+        success: bool = False,
+    ) -> None:
+        self._last_ack = None  # whatever follows is acknowledged afresh
+        SyncObj._SyncObj__sendNextNodeIdx(
+            self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success
+        )
 
     def _on_snapshot_chunk(self, node: Any, message: dict[str, Any]) -> int | None:
         """Follower side of a snapshot chunk; returns the snapshot's last index once installed.
@@ -1120,15 +1162,15 @@ class RaftNode:
     def _safe(self, callback: Callback | None) -> Callback:
         return lambda result, err: self._call_back(callback, result, err)
 
-    def tick_deadline(self, now: float) -> float:
-        """The raft time by which this node needs a tick: the leader's next heartbeat, a
-        follower's or candidate's election deadline, or ``now`` when a tick has work at once.
+    def tick_deadline(self) -> float:
+        """The raft time after which this node needs a tick: the leader's next heartbeat, a
+        follower's or candidate's election deadline, or ``-inf`` when a tick has work at once.
         Lets a driver leave idle groups alone until then (transport/raft/driver.py)."""
         obj = self._obj
         commit = obj._SyncObj__raftCommitIndex
         if obj._SyncObj__raftState == _RAFT_STATE.LEADER:
             if commit < obj._SyncObj__raftLog[-1][1]:
-                return now
+                return -math.inf
             at = obj._SyncObj__newAppendEntriesTime
         else:
             at = obj._SyncObj__raftElectionDeadline
@@ -1138,7 +1180,7 @@ class RaftNode:
             or obj._SyncObj__commandsQueue._FastQueue__queue
             or not obj._SyncObj__onReadyCalled
         ):
-            return now
+            return -math.inf
         return float(at)
 
     def set_waker(self, waker: Callable[[], None] | None) -> None:
