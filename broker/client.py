@@ -1145,6 +1145,7 @@ class Consumer:
                     generation=self.generation,
                     max_records=max_records or self.max_poll_records,
                     max_wait_ms=min(max(0, remaining_ms), POLL_WAIT_MS_MAX),
+                    compact=True,
                 )
             if self.lease_ms is not None:
                 request.lease_ms = self.lease_ms
@@ -1160,8 +1161,35 @@ class Consumer:
                 rejoins += 1
                 self._rejoin(exc, request.generation)
                 continue
-            if response.records or time.monotonic() >= deadline:
-                return [self._message(r) for r in response.records]
+            if response.batches or response.records or time.monotonic() >= deadline:
+                out = [self._message(r) for r in response.records]  # a broker without compact
+                for batch in response.batches:
+                    out += self._messages(batch)
+                return out
+
+    def _messages(self, batch: api_pb2.PartitionDeliveries) -> list[Message]:
+        topic, partition = batch.topic, batch.partition
+        out = []
+        for d in batch.deliveries:
+            stored = d.record
+            record = stored.record
+            out.append(
+                Message(
+                    topic,
+                    partition,
+                    stored.offset,
+                    record.key if record.HasField("key") else None,
+                    record.value,
+                    dict(record.headers) if record.headers else {},
+                    record.priority,
+                    d.delivery_count,
+                    d.lease_deadline_ms,
+                    stored.timestamp_ms,
+                    record.deliver_at_ms,
+                    self,
+                )
+            )
+        return out
 
     def _message(self, r: api_pb2.LeasedRecord) -> Message:
         record = r.record

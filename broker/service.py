@@ -102,6 +102,30 @@ RESPONSES: dict[str, type[Any]] = {
 }
 
 
+def _poll_response(
+    leased: Sequence[tuple[str, int, Sequence[common_pb2.Delivery]]], *, compact: bool
+) -> api_pb2.PollResponse:
+    """A compact poll's batches carry the leaders' deliveries as they are (one C-level copy
+    per partition); otherwise one LeasedRecord per delivery."""
+    response = api_pb2.PollResponse()
+    for topic, partition, deliveries in leased:
+        if compact:
+            response.batches.add(topic=topic, partition=partition, deliveries=deliveries)
+            continue
+        for delivery in deliveries:
+            stored = delivery.record
+            response.records.add(
+                topic=topic,
+                partition=partition,
+                offset=stored.offset,
+                delivery_count=delivery.delivery_count,
+                lease_deadline_ms=delivery.lease_deadline_ms,
+                timestamp_ms=stored.timestamp_ms,
+                record=stored.record,
+            )
+    return response
+
+
 def _timeout(timeout_s: float | None) -> float:
     return DEFAULT_TIMEOUT_S if timeout_s is None else max(0.0, timeout_s)
 
@@ -597,7 +621,7 @@ class BrokerService:
                 request, partitions, start, max(deadline, outcome_deadline), member.start_from
             )
             if out or time.monotonic() >= deadline:
-                return api_pb2.PollResponse(records=out)
+                return _poll_response(out, compact=request.compact)
             with self.data_arrived:
                 self.data_arrived.wait(min(POLL_SLICE_S, max(0.0, deadline - time.monotonic())))
             _, member = self._member(request.group, request.member_id, request.generation)
@@ -610,8 +634,11 @@ class BrokerService:
         start: int,
         deadline: float,
         start_from: int = 0,
-    ) -> list[api_pb2.LeasedRecord]:
-        out: list[api_pb2.LeasedRecord] = []
+    ) -> list[tuple[str, int, Sequence[common_pb2.Delivery]]]:
+        """Lease from the member's partitions in turn until max_records: per partition that
+        gave records, (topic, partition, deliveries)."""
+        out: list[tuple[str, int, Sequence[common_pb2.Delivery]]] = []
+        got = 0
         want = request.max_records
         for i in range(len(partitions)):
             if want <= 0:
@@ -644,20 +671,11 @@ class BrokerService:
                 # applied after the revocation's Release: give the records to the new owner.
                 self._release(topic, partition, request.group, request.member_id)
                 continue
-            for delivery in response.result.deliveries:
-                stored = delivery.record
-                out.append(
-                    api_pb2.LeasedRecord(
-                        topic=topic,
-                        partition=partition,
-                        offset=stored.offset,
-                        delivery_count=delivery.delivery_count,
-                        lease_deadline_ms=delivery.lease_deadline_ms,
-                        timestamp_ms=stored.timestamp_ms,
-                        record=stored.record,
-                    )
-                )
-            want = request.max_records - len(out)
+            deliveries = response.result.deliveries
+            if deliveries:
+                out.append((topic, partition, deliveries))
+                got += len(deliveries)
+            want = request.max_records - got
         return out
 
     def _still_owns(self, request: api_pb2.PollRequest, topic: str, partition: int) -> bool:

@@ -90,6 +90,16 @@ class StoredRecord(_message.Message):
     record: Record
     def __init__(self, offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., record: _Optional[_Union[Record, _Mapping]] = ...) -> None: ...
 
+class Delivery(_message.Message):
+    __slots__ = ("record", "delivery_count", "lease_deadline_ms")
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    record: StoredRecord
+    delivery_count: int
+    lease_deadline_ms: int
+    def __init__(self, record: _Optional[_Union[StoredRecord, _Mapping]] = ..., delivery_count: _Optional[int] = ..., lease_deadline_ms: _Optional[int] = ...) -> None: ...
+
 class TopicConfig(_message.Message):
     __slots__ = ("ordering", "lease_ms", "max_deliveries", "dead_letter_topic", "retention_ms", "retention_bytes", "max_record_bytes", "dedup_window_ms", "nack_backoff_base_ms", "nack_backoff_max_ms")
     ORDERING_FIELD_NUMBER: _ClassVar[int]

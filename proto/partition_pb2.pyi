@@ -185,16 +185,6 @@ class RecordResult(_message.Message):
     duplicate: bool
     def __init__(self, offset: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
-class Delivery(_message.Message):
-    __slots__ = ("record", "delivery_count", "lease_deadline_ms")
-    RECORD_FIELD_NUMBER: _ClassVar[int]
-    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
-    LEASE_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
-    record: _common_pb2.StoredRecord
-    delivery_count: int
-    lease_deadline_ms: int
-    def __init__(self, record: _Optional[_Union[_common_pb2.StoredRecord, _Mapping]] = ..., delivery_count: _Optional[int] = ..., lease_deadline_ms: _Optional[int] = ...) -> None: ...
-
 class RefResult(_message.Message):
     __slots__ = ("offset", "error", "message", "dead_lettered")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -221,13 +211,13 @@ class CommandResult(_message.Message):
     error: _common_pb2.ErrorCode
     message: str
     records: _containers.RepeatedCompositeFieldContainer[RecordResult]
-    deliveries: _containers.RepeatedCompositeFieldContainer[Delivery]
+    deliveries: _containers.RepeatedCompositeFieldContainer[_common_pb2.Delivery]
     refs: _containers.RepeatedCompositeFieldContainer[RefResult]
     count: int
     skipped: bool
     batch_results: _containers.RepeatedCompositeFieldContainer[CommandResult]
     range: RecordRange
-    def __init__(self, error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., records: _Optional[_Iterable[_Union[RecordResult, _Mapping]]] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., refs: _Optional[_Iterable[_Union[RefResult, _Mapping]]] = ..., count: _Optional[int] = ..., skipped: _Optional[bool] = ..., batch_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., range: _Optional[_Union[RecordRange, _Mapping]] = ...) -> None: ...
+    def __init__(self, error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., records: _Optional[_Iterable[_Union[RecordResult, _Mapping]]] = ..., deliveries: _Optional[_Iterable[_Union[_common_pb2.Delivery, _Mapping]]] = ..., refs: _Optional[_Iterable[_Union[RefResult, _Mapping]]] = ..., count: _Optional[int] = ..., skipped: _Optional[bool] = ..., batch_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., range: _Optional[_Union[RecordRange, _Mapping]] = ...) -> None: ...
 
 class RecordRange(_message.Message):
     __slots__ = ("first_offset", "count", "duplicate")

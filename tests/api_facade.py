@@ -319,6 +319,20 @@ class ApiFacade:
             while True:
                 records = self._lease_once(request)
                 remaining = deadline - time.monotonic()
+                if (records or remaining <= 0) and request.compact:
+                    response = api_pb2.PollResponse()
+                    for r in records:  # consecutive records of a partition: one batch
+                        last = response.batches[-1] if response.batches else None
+                        if last is None or (last.topic, last.partition) != (r.topic, r.partition):
+                            last = response.batches.add(topic=r.topic, partition=r.partition)
+                        last.deliveries.add(
+                            record=common_pb2.StoredRecord(
+                                offset=r.offset, timestamp_ms=r.timestamp_ms, record=r.record
+                            ),
+                            delivery_count=r.delivery_count,
+                            lease_deadline_ms=r.lease_deadline_ms,
+                        )
+                    return response
                 if records or remaining <= 0:
                     return api_pb2.PollResponse(records=records)
                 # Delays and lease expiries are not events: look again at least every 50 ms.

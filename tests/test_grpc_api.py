@@ -363,6 +363,27 @@ def test_join_poll_ack_nack_extend_heartbeat_leave(stubs: Stubs) -> None:
     assert isinstance(gone, errors.UnknownMember)
 
 
+def test_a_compact_poll_answers_per_partition_batches(stubs: Stubs) -> None:
+    create(stubs, partitions=2)
+    send(stubs, "orders", b"a", b"b", partition=0)
+    send(stubs, "orders", b"c", partition=1)
+    joined = join(stubs)
+    member = {"group": "g", "member_id": joined.member_id, "generation": joined.generation}
+    polled = stubs.consumer.Poll(
+        api_pb2.PollRequest(max_records=10, max_wait_ms=0, compact=True, **member),
+        timeout=TIMEOUT_S,
+    )
+    assert not polled.records
+    got = {
+        (b.topic, b.partition): [
+            (d.record.offset, d.record.record.value, d.delivery_count) for d in b.deliveries
+        ]
+        for b in polled.batches
+    }
+    assert got == {("orders", 0): [(0, b"a", 1), (1, b"b", 1)], ("orders", 1): [(0, b"c", 1)]}
+    assert all(d.lease_deadline_ms > 0 for b in polled.batches for d in b.deliveries)
+
+
 def test_a_compact_ack_answers_only_the_refs_that_failed(stubs: Stubs) -> None:
     create(stubs, partitions=1)
     send(stubs, "orders", b"a", b"b", b"c")
