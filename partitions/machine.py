@@ -744,6 +744,17 @@ class PartitionMachine:
             if compact
             else [(r.offset, r.delivery_count) for r in cmd.refs]
         )
+        if compact and cmd.member and 1 <= len(refs) <= MAX_REFS:
+            # The usual case in one query and C-level dict compares: every ref names a live
+            # lease of this member, once. Anything else takes the per-ref path below.
+            group = self.store.group_get(cmd.group)
+            wanted = dict(refs)
+            if group is not None and len(wanted) == len(refs):
+                offsets = list(wanted)
+                if self.store.pending_leases(group.gid, offsets, cmd.member, now_ms) == wanted:
+                    self.store.pending_delete(group.gid, offsets)
+                    result.count = len(offsets)
+                    return result
         group, held = self._check_refs(
             cmd.group, cmd.member, refs, now_ms, result, failures_only=compact
         )

@@ -440,6 +440,19 @@ class SqliteStore:
             )
         }
 
+    def pending_leases(
+        self, gid: int, offsets: Sequence[int], owner: str, now_ms: int
+    ) -> dict[int, int]:
+        if not offsets:
+            return {}
+        return dict(
+            self._cur.execute(
+                "SELECT ofs, delivery_count FROM pending WHERE gid = ? AND ofs IN carray(?) "
+                "AND owner = ? AND ready = 0 AND visible_at_ms > ? AND delivery_count != 0",
+                (gid, _int64s(offsets), owner, now_ms),
+            )
+        )
+
     def pending_put(self, gid: int, rows: Sequence[PendingRow]) -> None:
         self._cur.executemany(
             "INSERT OR REPLACE INTO pending(gid, ofs, k1, k2, visible_at_ms, ready, owner, "

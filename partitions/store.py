@@ -87,6 +87,10 @@ class PartitionStore(Protocol):
     def select_ready_records(self, gid: int, limit: int) -> list[ReadyRecord]: ...
     def lease(self, gid: int, offsets: Sequence[int], owner: str, deadline_ms: int) -> None: ...
     def pending_get(self, gid: int, offsets: Sequence[int]) -> dict[int, PendingRow]: ...
+    # of ``offsets``, those leased to ``owner`` and live at now_ms: offset -> delivery_count
+    def pending_leases(
+        self, gid: int, offsets: Sequence[int], owner: str, now_ms: int
+    ) -> dict[int, int]: ...
     def pending_put(self, gid: int, rows: Sequence[PendingRow]) -> None: ...
     def pending_delete(self, gid: int, offsets: Sequence[int]) -> None: ...
     def pending_for_offset(self, offset: int) -> dict[int, PendingRow]: ...
@@ -399,6 +403,17 @@ class MemoryStore:
     def pending_get(self, gid: int, offsets: Sequence[int]) -> dict[int, PendingRow]:
         pending = self._pending.get(gid, {})
         return {o: copy.copy(pending[o]) for o in offsets if o in pending}
+
+    def pending_leases(
+        self, gid: int, offsets: Sequence[int], owner: str, now_ms: int
+    ) -> dict[int, int]:
+        pending = self._pending.get(gid, {})
+        rows = (pending[o] for o in offsets if o in pending)
+        return {
+            r.offset: r.delivery_count
+            for r in rows
+            if r.owner == owner and not r.ready and r.visible_at_ms > now_ms and r.delivery_count
+        }
 
     def pending_put(self, gid: int, rows: Sequence[PendingRow]) -> None:
         for row in rows:

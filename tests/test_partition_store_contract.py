@@ -650,6 +650,22 @@ def test_fences_are_per_group_name_and_roll_back(store: PartitionStore) -> None:
     assert store.groups() == []
 
 
+def test_pending_leases_names_only_live_leases_of_the_owner(store: PartitionStore) -> None:
+    fill(store, list(range(5)))
+    g1 = group(store, "g1")
+    with store.transaction():
+        store.materialize(g1, 0, 0, ORDER_FIFO)
+        store.lease(g1, [0, 1], "a", 1000)
+        store.lease(g1, [2], "b", 1000)
+        store.lease(g1, [3], "a", 40)  # expires at 40
+    assert store.pending_leases(g1, [0, 1, 2, 3, 4, 9], "a", 50) == {0: 1, 1: 1}
+    assert store.pending_leases(g1, [3], "a", 39) == {3: 1}
+    assert store.pending_leases(g1, [2], "b", 999) == {2: 1}
+    assert store.pending_leases(g1, [2], "b", 1000) == {}  # the deadline is exclusive
+    assert store.pending_leases(g1, [], "a", 0) == {}
+    assert store.pending_leases(g1 + 1, [0], "a", 0) == {}  # no such group
+
+
 def test_release_by_owner_and_for_all(store: PartitionStore) -> None:
     fill(store, list(range(5)))
     g1, g2 = group(store, "g1"), group(store, "g2")
