@@ -16,6 +16,8 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +88,21 @@ def load_average() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
+def fsync_latency(samples: int = 200) -> str:
+    """p50 / p99 of fsync after a small write in the temp directory: the floor under every
+    durable write's latency (a replicated append waits for two or three in a row)."""
+    times = []
+    with tempfile.NamedTemporaryFile() as f:
+        for _ in range(samples):
+            f.write(b"x" * 128)
+            f.flush()
+            started = time.perf_counter()
+            os.fsync(f.fileno())
+            times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    return f"p50 {times[len(times) // 2]:.2f} ms, p99 {times[int(len(times) * 0.99)]:.2f} ms"
+
+
 def machine_description() -> dict[str, str]:
     """CPU, cores, OS, Python and SQLite versions, and the load when asked."""
     from partitions.sqlite_store import sqlite_versions  # the one module that imports apsw
@@ -102,6 +119,7 @@ def machine_description() -> dict[str, str]:
         "python": f"{platform.python_implementation()} {sys.version.split()[0]}",
         "sqlite": f"{versions['sqlite']} (apsw {versions['apsw']})",
         "load average (1/5/15 min)": load_average(),
+        "fsync (temp dir)": fsync_latency(),
     }
 
 
