@@ -1,0 +1,52 @@
+"""The raftq Python client: :class:`Producer`, :class:`Consumer` and :class:`Admin` over gRPC.
+
+``bootstrap`` is ``"host:port[,host:port...]"``: brokers' client addresses. Calls that any
+broker can answer (metadata, admin, groups) try them in turn, starting with the last one that
+answered; sends go straight to each partition's leader, learnt from ``DescribeTopic``.
+Channels are created lazily, one per address, never at import. Clients are thread-safe.
+An :class:`Admin` pickles as its bootstrap (channels are re-created where it lands); a
+:class:`Producer` or :class:`Consumer` owns threads and in-flight state and refuses to be
+pickled: create it inside the Spark executor (or process) that uses it.
+
+Errors are the typed :mod:`proto.errors` (``RaftqError`` subclasses), whatever the broker or
+the network did; ``err.retriable`` says whether trying again can help and ``err.kind.hint``
+says what to do. Every client takes ``tls_ca_file``, ``tls_cert_file``, ``tls_key_file`` and
+``token``: see :mod:`broker.client.channels`.
+
+Import the clients from here. The package's modules:
+
+- :mod:`broker.client.channels`: bootstrap parsing, one channel per broker address, trying
+  brokers in turn, avoiding unanswering ones, TLS and token (``channel_security``).
+- :mod:`broker.client.admin`: :class:`Admin`.
+- :mod:`broker.client.producer`: :class:`Producer`: batching, ordering, retries, idempotence.
+- :mod:`broker.client.consumer`: :class:`Consumer` and :class:`Message`: at-least-once
+  delivery with leases, rebalances.
+- :class:`SendFuture` and :class:`RecordMetadata` are :mod:`broker.send_future`'s.
+
+Tuning constants (``DOWN_S``, ``RETRY_BACKOFF_MS``, ``POLL_WAIT_MS_MAX``...) are re-exported
+for reading; the module that uses one is where to patch it.
+"""
+
+from __future__ import annotations
+
+from broker.client.admin import Admin
+from broker.client.channels import DEFAULT_BOOTSTRAP as DEFAULT_BOOTSTRAP
+from broker.client.channels import DOWN_S as DOWN_S
+from broker.client.channels import channel_security as channel_security
+from broker.client.channels import parse_bootstrap
+from broker.client.consumer import POLL_WAIT_MS_MAX as POLL_WAIT_MS_MAX
+from broker.client.consumer import Consumer, Message
+from broker.client.producer import RETRY_BACKOFF_MAX_MS as RETRY_BACKOFF_MAX_MS
+from broker.client.producer import RETRY_BACKOFF_MS as RETRY_BACKOFF_MS
+from broker.client.producer import Producer
+from broker.send_future import RecordMetadata, SendFuture
+
+__all__ = [
+    "Admin",
+    "Consumer",
+    "Message",
+    "Producer",
+    "RecordMetadata",
+    "SendFuture",
+    "parse_bootstrap",
+]

@@ -1,0 +1,171 @@
+"""Channels to the brokers, shared by :class:`Admin`, :class:`Producer` and :class:`Consumer`.
+
+:func:`parse_bootstrap` reads ``"host:port[,host:port...]"``. :class:`_Channels` holds one
+channel (and set of stubs) per address, created on first use and never at import; it turns
+gRPC errors into the typed :mod:`proto.errors` (:func:`transport.grpc_errors.from_rpc_error`),
+tries the bootstrap brokers in turn for calls any broker can answer (``call_any``: only
+UNAVAILABLE moves on, starting with the last broker that answered), and remembers brokers
+that did not answer so sends avoid them for ``DOWN_S``. It pickles as its bootstrap and
+security only: channels never travel.
+
+Security: every client takes ``tls_ca_file`` (TLS, verifying the brokers' certificates against
+that CA; their certificates must name the bootstrap hosts), ``tls_cert_file`` and
+``tls_key_file`` (mutual TLS), and ``token`` (sent as ``authorization: Bearer <token>`` on
+every call); :func:`channel_security` reads them. A broker refuses a missing or unknown token
+with Unauthenticated and a call the token's ACL does not allow with PermissionDenied; neither
+is retried.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from broker.config import ClientSettings
+from proto import api_pb2_grpc, errors
+from proto.common_pb2 import ErrorCode
+from transport.grpc_errors import from_rpc_error
+from transport.tls import ChannelSecurity, open_channel
+
+T = TypeVar("T")
+_DEFAULTS = ClientSettings()
+DEFAULT_BOOTSTRAP = "127.0.0.1:7070"
+# Seconds a broker that did not answer (UNAVAILABLE) is avoided as a partition leader: sends
+# go to another broker, which forwards them to the partition's (new) leader.
+DOWN_S = 2.0
+_OK = int(ErrorCode.OK)  # enum attribute lookups are slow per record
+
+
+def parse_bootstrap(bootstrap: str | Sequence[str]) -> tuple[str, ...]:
+    """``"a:1,b:2"`` (or a list) → ``("a:1", "b:2")``; InvalidArgument when empty or malformed."""
+    parts = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    addresses = tuple(p.strip() for p in parts if p.strip())
+    if not addresses:
+        raise errors.InvalidArgument("bootstrap names no broker: give host:port[,host:port]")
+    for address in addresses:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise errors.InvalidArgument(f"bootstrap address {address!r} is not host:port")
+    return addresses
+
+
+class _Stubs:
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.producer = api_pb2_grpc.ProducerStub(channel)
+        self.consumer = api_pb2_grpc.ConsumerStub(channel)
+        self.log = api_pb2_grpc.LogStub(channel)
+        self.admin = api_pb2_grpc.AdminStub(channel)
+
+
+class _Channels:
+    """One channel (and set of stubs) per address, created on first use. Pickles as its
+    bootstrap list only: channels never travel."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        request_timeout_ms: int,
+        security: ChannelSecurity | None = None,
+    ) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.security = security
+        self._lock = threading.Lock()
+        self._channels: dict[str, tuple[grpc.Channel, _Stubs]] = {}
+        self._preferred = 0  # index into bootstrap of the last broker that answered
+        self._down: dict[str, float] = {}  # address -> monotonic time it is avoided until
+        self._rotation = itertools.count()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "bootstrap": self.bootstrap,
+            "request_timeout_ms": self.request_timeout_s * 1000,
+            "security": self.security,  # PEM bytes and token travel: executors need no files
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["bootstrap"], state["request_timeout_ms"], state.get("security")
+        )
+
+    def stubs(self, address: str) -> _Stubs:
+        with self._lock:
+            entry = self._channels.get(address)
+            if entry is None:
+                channel = open_channel(address, self.security)
+                entry = (channel, _Stubs(channel))
+                self._channels[address] = entry
+            return entry[1]
+
+    def call(self, address: str, fn: Callable[[_Stubs, float], T]) -> T:
+        """``fn(stubs, timeout_s)`` against one address; grpc errors become typed errors."""
+        try:
+            return fn(self.stubs(address), self.request_timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+
+    def mark_down(self, address: str) -> bool:
+        """Avoid ``address`` as a send target for DOWN_S; False if it already was."""
+        now = time.monotonic()
+        with self._lock:
+            fresh = self._down.get(address, 0.0) <= now
+            self._down[address] = now + DOWN_S
+        return fresh
+
+    def is_down(self, address: str) -> bool:
+        with self._lock:
+            return self._down.get(address, 0.0) > time.monotonic()
+
+    def other_than(self, address: str) -> str:
+        """A bootstrap broker that is neither ``address`` nor marked down (rotating), else
+        ``address``."""
+        with self._lock:
+            now = time.monotonic()
+            up = [a for a in self.bootstrap if a != address and self._down.get(a, 0.0) <= now]
+        return up[next(self._rotation) % len(up)] if up else address
+
+    def call_any(self, fn: Callable[[_Stubs, float], T]) -> T:
+        """``fn`` against each bootstrap broker in turn until one is reachable: only
+        UNAVAILABLE moves on (every other answer is the cluster's)."""
+        count = len(self.bootstrap)
+        start = self._preferred
+        last: errors.RaftqError | None = None
+        for i in range(count):
+            index = (start + i) % count
+            try:
+                result = self.call(self.bootstrap[index], fn)
+            except errors.Unavailable as exc:
+                last = exc
+                continue
+            self._preferred = index
+            return result
+        assert last is not None
+        raise last
+
+    def close(self) -> None:
+        with self._lock:
+            channels, self._channels = self._channels, {}
+        for channel, _ in channels.values():
+            channel.close()
+
+
+def channel_security(
+    tls_ca_file: str | None = None,
+    tls_cert_file: str | None = None,
+    tls_key_file: str | None = None,
+    token: str | None = None,
+) -> ChannelSecurity | None:
+    """None for plaintext without a token; raises InvalidArgument for unreadable files."""
+    if not (tls_ca_file or tls_cert_file or tls_key_file or token):
+        return None
+    return ChannelSecurity.from_files(
+        tls_ca_file=tls_ca_file,
+        tls_cert_file=tls_cert_file,
+        tls_key_file=tls_key_file,
+        token=token,
+    )
