@@ -85,6 +85,7 @@ RAW_V1 = b"R"  # command format marker after the pysyncobj type byte; append-onl
 # Seconds within which a follower campaigns after the link to its leader closed.
 DISCONNECT_ELECTION_SPREAD_S = 0.2
 _REGULAR = bytes([_COMMAND_TYPE.REGULAR])
+_LEADER = _RAFT_STATE.LEADER
 _NO_OP = bytes([_COMMAND_TYPE.NO_OP])
 SNAPSHOT_CHUNKS_PER_ROUND = 8  # snapshot bytes per follower per heartbeat: 8 chunks at most
 # A follower acknowledges a heartbeat that changes nothing at least this many times per
@@ -320,7 +321,8 @@ class _HardenedSyncObj(SyncObj):
         self._SyncObj__raftLeader = node
         if term > self._SyncObj__raftCurrentTerm:
             self._SyncObj__setCurrentTerm(term, None)
-        self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+        if self._SyncObj__raftState != _RAFT_STATE.FOLLOWER:
+            self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
         leader_commit = message["commit_index"]
         self._SyncObj__leaderCommitIndex = leader_commit
 
@@ -349,15 +351,14 @@ class _HardenedSyncObj(SyncObj):
             return None
         entries = message.get("entries", [])
         prev_idx, prev_term = message["prevLogIdx"], message["prevLogTerm"]
-        prev = self._SyncObj__getEntries(prev_idx, 1)
-        if not prev:
+        log = self._SyncObj__raftLog
+        first, last = log[0][1], log[-1][1]
+        if not first <= prev_idx <= last:  # we do not hold the entry before these
             self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
             return None
-        if prev[0][2] != prev_term:
+        if log[prev_idx - first][2] != prev_term:
             self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=prev_idx, success=False, reset=True)
             return None
-        log = self._SyncObj__raftLog
-        first, last = log[0][1], self._last_index()
         append_from = len(entries)
         for k, entry in enumerate(entries):
             idx = entry[1]
@@ -588,11 +589,16 @@ class _HardenedSyncObj(SyncObj):
         conf = self._SyncObj__conf
         self._SyncObj__newAppendEntriesTime = monotonic_time() + conf.appendEntriesPeriod
         connected = self._SyncObj__connectedNodes
-        for node in self._SyncObj__otherNodes | self._SyncObj__readonlyNodes:
+        readonly = self._SyncObj__readonlyNodes  # raftq has none: skip building a union
+        first = self._SyncObj__raftLog[0][1]
+        next_index = self._SyncObj__raftNextIndex
+        for node in (
+            (self._SyncObj__otherNodes | readonly) if readonly else self._SyncObj__otherNodes
+        ):
             if node not in connected:
                 self._snapshot_tx.cancel(node)
                 continue
-            if self._SyncObj__raftNextIndex[node] <= self._SyncObj__raftLog[0][1]:
+            if next_index[node] <= first:
                 self._send_snapshot(node)
             else:
                 self._send_entries(node)
@@ -606,17 +612,16 @@ class _HardenedSyncObj(SyncObj):
         }
 
     def _send_entries(self, node: Any) -> None:
-        last = self._last_index()
+        log = self._SyncObj__raftLog
+        first, last = log[0][1], log[-1][1]
         next_index = min(self._SyncObj__raftNextIndex[node], last + 1)
         batch_bytes = self._SyncObj__conf.appendEntriesBatchSizeBytes
         while True:
-            prev = self._SyncObj__getEntries(next_index - 1, 1)  # next_index > log[0][1]
+            prev = log[next_index - 1 - first]  # first < next_index <= last + 1
             entries = []
             if next_index <= last:
                 entries = list(self._SyncObj__getEntries(next_index, None, batch_bytes))
-            message = self._append_message(
-                entries=entries, prevLogIdx=prev[0][1], prevLogTerm=prev[0][2]
-            )
+            message = self._append_message(entries=entries, prevLogIdx=prev[1], prevLogTerm=prev[2])
             self._SyncObj__transport.send(node, message)
             if not entries or node not in self._SyncObj__connectedNodes:
                 return
@@ -671,16 +676,17 @@ class _HardenedSyncObj(SyncObj):
                 self._SyncObj__loadDumpFile(clearJournal=False)
             self._SyncObj__needLoadDumpFile = False
 
-        if monotonic_time() - self._SyncObj__startTime > self._SyncObj__numOneSecondDumps:
+        now = monotonic_time()
+        if now - self._SyncObj__startTime > self._SyncObj__numOneSecondDumps:
             self._SyncObj__numOneSecondDumps += 1
             self._SyncObj__raftLog.onOneSecondTimer()
 
         others = self._SyncObj__otherNodes
         state = self._SyncObj__raftState
         if (
-            state in (_RAFT_STATE.FOLLOWER, _RAFT_STATE.CANDIDATE)
+            state != _RAFT_STATE.LEADER
+            and self._SyncObj__raftElectionDeadline < now
             and self.selfNode is not None
-            and self._SyncObj__raftElectionDeadline < monotonic_time()
             and self._SyncObj__connectedToAnyone()
         ):
             self._start_election()
@@ -689,7 +695,7 @@ class _HardenedSyncObj(SyncObj):
             self._snapshot_tx.cancel_all()
         else:
             self._advance_leader_commit()
-            deadline = monotonic_time() - conf.leaderFallbackTimeout
+            deadline = now - conf.leaderFallbackTimeout
             alive = 1 + sum(1 for n in others if self._SyncObj__lastResponseTime[n] > deadline)
             if alive <= (len(others) + 1) / 2:
                 logger.warning("[group=%s] no quorum heard from: stepping down", self._group)
@@ -850,6 +856,8 @@ class RaftNode:
         except SyncObjException as exc:
             self.journal._destroy()
             raise errors.Unavailable(f"[group={name}] cannot bind {self_addr}: {exc}") from exc
+        self._obj_state: dict[str, Any] = self._obj.__dict__
+        self._commands: Any = self._obj._SyncObj__commandsQueue
         self._tick_thread_name = f"raft-{name}"
         if auto_tick:
             self._thread = threading.Thread(target=self._run, name=self._tick_thread_name)
@@ -1166,19 +1174,19 @@ class RaftNode:
         """The raft time after which this node needs a tick: the leader's next heartbeat, a
         follower's or candidate's election deadline, or ``-inf`` when a tick has work at once.
         Lets a driver leave idle groups alone until then (transport/raft/driver.py)."""
-        obj = self._obj
-        commit = obj._SyncObj__raftCommitIndex
-        if obj._SyncObj__raftState == _RAFT_STATE.LEADER:
-            if commit < obj._SyncObj__raftLog[-1][1]:
+        state = self._obj_state  # the SyncObj's __dict__: this runs for every group many times a
+        commit = state["_SyncObj__raftCommitIndex"]  # second, attribute lookups add up
+        if state["_SyncObj__raftState"] == _LEADER:
+            if commit < state["_SyncObj__raftLog"][-1][1]:
                 return -math.inf
-            at = obj._SyncObj__newAppendEntriesTime
+            at = state["_SyncObj__newAppendEntriesTime"]
         else:
-            at = obj._SyncObj__raftElectionDeadline
+            at = state["_SyncObj__raftElectionDeadline"]
         if (
             self._calls
-            or commit > obj._SyncObj__raftLastApplied
-            or obj._SyncObj__commandsQueue._FastQueue__queue
-            or not obj._SyncObj__onReadyCalled
+            or commit > state["_SyncObj__raftLastApplied"]
+            or self._commands._FastQueue__queue
+            or not state["_SyncObj__onReadyCalled"]
         ):
             return -math.inf
         return float(at)
