@@ -235,6 +235,7 @@ class _HardenedSyncObj(SyncObj):
         self._SyncObj__raftCurrentTerm = max(journal.getCurrentTerm(), journal[-1][2])
         self._SyncObj__votedForNodeId = journal.getVotedForNodeId()
         self._SyncObj__raftCommitIndex = journal.getRaftCommitIndex()
+        self._ack_refresh_s = conf.leaderFallbackTimeout / ACKS_PER_LEADER_FALLBACK
         if not poll_io:
             self._drop_pipe_notifier()
 
@@ -311,10 +312,9 @@ class _HardenedSyncObj(SyncObj):
             return
         if term > self._SyncObj__raftCurrentTerm:
             self._SyncObj__transferInProgress = False
+        now = monotonic_time()
         if not self._SyncObj__transferInProgress:
-            self._SyncObj__raftElectionDeadline = (
-                monotonic_time() + self._SyncObj__generateRaftTimeout()
-            )
+            self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
         leader = self._SyncObj__raftLeader
         if leader is not node and leader != node:  # `is` first: Node.__ne__ is Python code
             self._SyncObj__onLeaderChanged()
@@ -327,7 +327,7 @@ class _HardenedSyncObj(SyncObj):
         self._SyncObj__leaderCommitIndex = leader_commit
 
         if "prevLogIdx" in message:
-            verified = self._append_from_leader(node, message)
+            verified = self._append_from_leader(node, message, now)
         elif message.get("serialized") is not None:
             verified = self._on_snapshot_chunk(node, message)
         else:
@@ -340,7 +340,7 @@ class _HardenedSyncObj(SyncObj):
             self._SyncObj__raftCommitIndex = new_commit
             self._raftq_journal.setRaftCommitIndex(new_commit)
 
-    def _append_from_leader(self, node: Any, message: dict[str, Any]) -> int | None:
+    def _append_from_leader(self, node: Any, message: dict[str, Any], now: float) -> int | None:
         """Append the leader's entries; return the last index verified to match the leader."""
         if message.get("transmission") is not None:
             logger.error(
@@ -392,13 +392,13 @@ class _HardenedSyncObj(SyncObj):
                     self._SyncObj__doChangeCluster(change)
         verified = prev_idx + len(entries)
         self._sync_before_reply()
-        if not entries and self._ack_repeats(node, verified, message["commit_index"]):
+        if not entries and self._ack_repeats(node, verified, message["commit_index"], now):
             return int(verified)
         self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=verified + 1, success=True)
-        self._last_ack = (node, self._SyncObj__raftCurrentTerm, verified, monotonic_time())
+        self._last_ack = (node, self._SyncObj__raftCurrentTerm, verified, now)
         return int(verified)
 
-    def _ack_repeats(self, node: Any, verified: int, leader_commit: int) -> bool:
+    def _ack_repeats(self, node: Any, verified: int, leader_commit: int, now: float) -> bool:
         """Whether acknowledging this heartbeat would only repeat the ack sent last: same
         leader and term, same verified index, which the leader has already committed, sent less
         than leaderFallbackTimeout / ACKS_PER_LEADER_FALLBACK ago. Such an ack changes nothing
@@ -409,14 +409,13 @@ class _HardenedSyncObj(SyncObj):
         acknowledged at once, so replication and commit never wait for a refresh; an ack lost
         on the way is repeated within the refresh interval."""
         last = self._last_ack
-        if last is None or last[0] is not node:
-            return False
-        refresh_s = self._SyncObj__conf.leaderFallbackTimeout / ACKS_PER_LEADER_FALLBACK
         return (
-            last[1] == self._SyncObj__raftCurrentTerm
+            last is not None
+            and last[0] is node
+            and last[1] == self._SyncObj__raftCurrentTerm
             and last[2] == verified
             and leader_commit >= verified
-            and monotonic_time() - last[3] < refresh_s
+            and now - last[3] < self._ack_refresh_s
         )
 
     def _SyncObj__sendNextNodeIdx(
