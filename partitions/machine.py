@@ -547,19 +547,33 @@ class PartitionMachine:
             group = self.store.group_create(name, self.meta.next_offset if start is None else start)
         return group
 
-    def _catch_up(self, group: GroupRow, now_ms: int) -> None:
-        """Materialize new records into the group's timeline; expire due waits (DLQ first)."""
-        if group.materialized_upto < self.meta.next_offset:
-            start = max(group.materialized_upto, self.meta.log_start)
-            self.store.materialize(group.gid, start, now_ms, self.config.ordering)
-            group.materialized_upto = self.meta.next_offset
-            self.store.group_set_materialized(group.gid, group.materialized_upto)
+    def _catch_up(self, group: GroupRow, now_ms: int, *, materialize: bool = True) -> None:
+        """Materialize new records into the group's timeline; expire due waits (DLQ first).
+        The order does not matter: a new row is never due-waiting nor delivered yet."""
+        if materialize:
+            self._materialize(group, now_ms)
         if self.config.max_deliveries:
             exhausted = self.store.due_offsets(group.gid, now_ms, self.config.max_deliveries)
             if exhausted:
                 rows = self.store.pending_get(group.gid, exhausted)
                 self._dead_letter(group, list(rows.values()), "max_deliveries", now_ms)
         self.store.promote(group.gid, now_ms)
+
+    def _materialize(
+        self,
+        group: GroupRow,
+        now_ms: int,
+        lease_upto: int = -1,
+        owner: str | None = None,
+        deadline_ms: int = 0,
+    ) -> None:
+        if group.materialized_upto < self.meta.next_offset:
+            start = max(group.materialized_upto, self.meta.log_start)
+            self.store.materialize(
+                group.gid, start, now_ms, self.config.ordering, lease_upto, owner, deadline_ms
+            )
+            group.materialized_upto = self.meta.next_offset
+            self.store.group_set_materialized(group.gid, group.materialized_upto)
 
     def _dead_letter(
         self, group: GroupRow, rows: list[PendingRow], reason: str, now_ms: int
@@ -606,7 +620,12 @@ class PartitionMachine:
                 "partition: a rebalance revoked it; rejoin to get the current assignment",
             )
         group = self._group(cmd.group, cmd.start_from)
-        self._catch_up(group, now_ms)
+        # fifo: the group's ready rows come first (lower offsets), then fresh records straight
+        # from the log, whose pending rows are then written already leased (one write each,
+        # not a ready row updated); priority: fresh records may outrank ready rows, so they are
+        # materialized first and everything is chosen from the ready rows.
+        fifo = self.config.ordering == common_pb2.FIFO
+        self._catch_up(group, now_ms, materialize=not fifo)
         deadline = min(now_ms + (cmd.lease_ms or self.config.lease_ms), INT64_MAX)
         chosen = self.store.select_ready_records(group.gid, cmd.max_records)
         limit = self.config.max_deliveries
@@ -616,28 +635,32 @@ class PartitionMachine:
                 rows = self.store.pending_get(group.gid, spent)
                 self._dead_letter(group, list(rows.values()), "max_deliveries", now_ms)
                 chosen = [r for r in chosen if r[1] < limit]
-        result = partition_pb2.CommandResult()
+        fresh_from = max(group.materialized_upto, self.meta.log_start)
+        if fifo and len(chosen) < cmd.max_records and fresh_from < self.meta.next_offset:
+            chosen += self.store.fresh_records(fresh_from, now_ms, cmd.max_records - len(chosen))
         max_bytes = cmd.max_bytes
-        taken: list[int] = []
-        total = 0
-        if not self._respond:  # the same records taken, no Delivery built
-            if not max_bytes:
-                taken = [row[0] for row in chosen]
-            for row in chosen if max_bytes else ():
-                if taken and total + row[9] > max_bytes:
+        if max_bytes:  # at least one record; stop before the one that would go over
+            total, cut = 0, len(chosen)
+            for i, row in enumerate(chosen):
+                if i and total + row[9] > max_bytes:
+                    cut = i
                     break
                 total += row[9]
-                taken.append(row[0])
+            chosen = chosen[:cut]
+        taken = [row[0] for row in chosen]
+        if fifo:
+            fresh = [o for o in taken if o >= fresh_from]
+            self._materialize(group, now_ms, fresh[-1] if fresh else -1, cmd.member, deadline)
+            self.store.lease(group.gid, taken[: len(taken) - len(fresh)], cmd.member, deadline)
+        else:
             self.store.lease(group.gid, taken, cmd.member, deadline)
+        result = partition_pb2.CommandResult()
+        if not self._respond:  # the same records taken, no Delivery built
             return result
         add = result.deliveries.add
         # One Delivery per record, initialised from a dict in one call: setting the nested
         # fields one by one costs about 1.6x more (the lease's largest Python cost).
-        for offset, count, ts, key, value, headers, priority, at_ms, idem, size in chosen:
-            if max_bytes and taken and total + size > max_bytes:
-                break
-            total += size
-            taken.append(offset)
+        for offset, count, ts, key, value, headers, priority, at_ms, idem, _ in chosen:
             record: dict[str, Any] = {"value": value}
             if priority:  # proto3 scalars: a zero left unset is the same message
                 record["priority"] = priority
@@ -654,7 +677,6 @@ class PartitionMachine:
             )
             if headers:
                 delivery.record.record.MergeFromString(headers)  # a Record of only the headers
-        self.store.lease(group.gid, taken, cmd.member, deadline)
         return result
 
     def _check_refs(

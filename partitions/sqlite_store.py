@@ -369,15 +369,37 @@ class SqliteStore:
             (name, generation),
         )
 
-    def materialize(self, gid: int, from_offset: int, now_ms: int, ordering: int) -> int:
+    def materialize(
+        self,
+        gid: int,
+        from_offset: int,
+        now_ms: int,
+        ordering: int,
+        lease_upto: int = -1,
+        owner: str | None = None,
+        deadline_ms: int = 0,
+    ) -> int:
+        # ?5: leased here = visible now and at or below lease_upto (a prefix of the fresh ones)
         self._cur.execute(
             "INSERT INTO pending(gid, ofs, k1, k2, visible_at_ms, ready, owner, delivery_count) "
             "SELECT ?1, ofs, CASE WHEN ?2 THEN priority ELSE 0 END, "
-            "CASE WHEN ?2 THEN deliver_at_ms ELSE 0 END, deliver_at_ms, deliver_at_ms <= ?3, "
-            "NULL, 0 FROM records WHERE ofs >= ?4",
-            (gid, ordering, now_ms, from_offset),
+            "CASE WHEN ?2 THEN deliver_at_ms ELSE 0 END, "
+            "CASE WHEN leased THEN ?7 ELSE deliver_at_ms END, "
+            "CASE WHEN leased THEN 0 ELSE deliver_at_ms <= ?3 END, "
+            "CASE WHEN leased THEN ?6 ELSE NULL END, leased "
+            "FROM (SELECT ofs, priority, deliver_at_ms, "
+            "(ofs <= ?5 AND deliver_at_ms <= ?3) AS leased FROM records WHERE ofs >= ?4)",
+            (gid, ordering, now_ms, from_offset, lease_upto, owner, deadline_ms),
         )
         return self._conn.changes()
+
+    def fresh_records(self, from_offset: int, now_ms: int, limit: int) -> list[ReadyRecord]:
+        return self._rows(
+            "SELECT ofs, 0, timestamp_ms, key, value, headers, priority, deliver_at_ms, "
+            "idempotency_key, size FROM records WHERE ofs >= ? AND deliver_at_ms <= ? "
+            "ORDER BY ofs LIMIT ?",
+            (from_offset, now_ms, max(limit, 0)),
+        )
 
     def due_offsets(self, gid: int, now_ms: int, min_count: int) -> list[int]:
         return [

@@ -79,7 +79,22 @@ class PartitionStore(Protocol):
     # per group name: the lowest generation a Lease may carry (0 = none); no GroupRow needed
     def fence_get(self, name: str) -> int: ...
     def fence_set(self, name: str, generation: int) -> None: ...
-    def materialize(self, gid: int, from_offset: int, now_ms: int, ordering: int) -> int: ...
+    # Give the group a pending row for every record from from_offset on. Rows at or below
+    # lease_upto that are visible at now_ms are written already leased to ``owner`` until
+    # deadline_ms (delivery 1): a fifo Lease taking fresh records writes each row once.
+    def materialize(
+        self,
+        gid: int,
+        from_offset: int,
+        now_ms: int,
+        ordering: int,
+        lease_upto: int = -1,
+        owner: str | None = None,
+        deadline_ms: int = 0,
+    ) -> int: ...
+    # records from from_offset on that are visible at now_ms, in offset order, as ReadyRecords
+    # with delivery_count 0: what a fifo Lease takes after the group's ready rows
+    def fresh_records(self, from_offset: int, now_ms: int, limit: int) -> list[ReadyRecord]: ...
     def due_offsets(self, gid: int, now_ms: int, min_count: int) -> list[int]: ...
     def promote(self, gid: int, now_ms: int) -> int: ...
     def select_ready(self, gid: int, limit: int) -> list[PendingRow]: ...
@@ -331,7 +346,17 @@ class MemoryStore:
         _fits(generation)
         self._fences[name] = generation
 
-    def materialize(self, gid: int, from_offset: int, now_ms: int, ordering: int) -> int:
+    def materialize(
+        self,
+        gid: int,
+        from_offset: int,
+        now_ms: int,
+        ordering: int,
+        lease_upto: int = -1,
+        owner: str | None = None,
+        deadline_ms: int = 0,
+    ) -> int:
+        _fits(deadline_ms)
         pending = self._pending[gid]
         offsets = sorted(o for o in self._records if o >= from_offset)
         assert not pending.keys() & offsets, f"group {gid} materializes offsets it already has"
@@ -340,9 +365,35 @@ class MemoryStore:
             rec = self._records[offset]
             k1, k2 = order_keys(ordering, rec.priority, rec.deliver_at_ms)
             ready = rec.deliver_at_ms <= now_ms
-            pending[offset] = PendingRow(offset, k1, k2, rec.deliver_at_ms, ready, None, 0)
+            if ready and offset <= lease_upto:
+                pending[offset] = PendingRow(offset, k1, k2, deadline_ms, False, owner, 1)
+            else:
+                pending[offset] = PendingRow(offset, k1, k2, rec.deliver_at_ms, ready, None, 0)
             added += 1
         return added
+
+    def fresh_records(self, from_offset: int, now_ms: int, limit: int) -> list[ReadyRecord]:
+        found = sorted(
+            o for o, r in self._records.items() if o >= from_offset and r.deliver_at_ms <= now_ms
+        )
+        out: list[ReadyRecord] = []
+        for o in found[: max(limit, 0)]:
+            r = self._records[o]
+            out.append(
+                (
+                    o,
+                    0,
+                    r.timestamp_ms,
+                    r.key,
+                    r.value,
+                    r.headers,
+                    r.priority,
+                    r.deliver_at_ms,
+                    r.idempotency_key,
+                    r.size,
+                )
+            )
+        return out
 
     def due_offsets(self, gid: int, now_ms: int, min_count: int) -> list[int]:
         return sorted(

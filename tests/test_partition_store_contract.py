@@ -650,6 +650,23 @@ def test_fences_are_per_group_name_and_roll_back(store: PartitionStore) -> None:
     assert store.groups() == []
 
 
+def test_materialize_can_write_a_visible_prefix_already_leased(store: PartitionStore) -> None:
+    with store.transaction():
+        store.insert_records([rec(0), rec(1, deliver_at=500), rec(2), rec(3), rec(4)])
+    g1 = group(store, "g1")
+    fresh = store.fresh_records(0, 100, 3)  # offset 1 is not visible until 500
+    assert [(r[0], r[1]) for r in fresh] == [(0, 0), (2, 0), (3, 0)]
+    assert store.fresh_records(3, 100, 10)[0][0] == 3 and store.fresh_records(9, 100, 10) == []
+    with store.transaction():
+        assert store.materialize(g1, 0, 100, ORDER_FIFO, 3, "m", 900) == 5
+    rows = store.pending_get(g1, [0, 1, 2, 3, 4])
+    assert rows[0] == pend(0, visible=900, ready=False, owner="m", count=1)
+    assert rows[1] == pend(1, visible=500, ready=False, count=0)  # waiting: not leased
+    assert rows[3] == pend(3, visible=900, ready=False, owner="m", count=1)
+    assert rows[4] == pend(4, visible=0, ready=True, count=0)  # past lease_upto: ready
+    assert store.pending_leases(g1, [0, 2, 3, 4], "m", 100) == {0: 1, 2: 1, 3: 1}
+
+
 def test_pending_leases_names_only_live_leases_of_the_owner(store: PartitionStore) -> None:
     fill(store, list(range(5)))
     g1 = group(store, "g1")
