@@ -627,7 +627,14 @@ class PartitionMachine:
         fifo = self.config.ordering == common_pb2.FIFO
         self._catch_up(group, now_ms, materialize=not fifo)
         deadline = min(now_ms + (cmd.lease_ms or self.config.lease_ms), INT64_MAX)
-        chosen = self.store.select_ready_records(group.gid, cmd.max_records)
+        # A replica nobody waits on needs only (offset, delivery_count), unless max_bytes
+        # needs the sizes: no record columns read into Python.
+        slim = not self._respond and not cmd.max_bytes
+        chosen: list[Any] = (
+            self.store.select_ready_offsets(group.gid, cmd.max_records)
+            if slim
+            else self.store.select_ready_records(group.gid, cmd.max_records)
+        )
         limit = self.config.max_deliveries
         if limit:  # only after max_deliveries was lowered
             spent = [r[0] for r in chosen if r[1] >= limit]
@@ -637,7 +644,12 @@ class PartitionMachine:
                 chosen = [r for r in chosen if r[1] < limit]
         fresh_from = max(group.materialized_upto, self.meta.log_start)
         if fifo and len(chosen) < cmd.max_records and fresh_from < self.meta.next_offset:
-            chosen += self.store.fresh_records(fresh_from, now_ms, cmd.max_records - len(chosen))
+            more = cmd.max_records - len(chosen)
+            chosen += (
+                self.store.fresh_offsets(fresh_from, now_ms, more)
+                if slim
+                else self.store.fresh_records(fresh_from, now_ms, more)
+            )
         max_bytes = cmd.max_bytes
         if max_bytes:  # at least one record; stop before the one that would go over
             total, cut = 0, len(chosen)

@@ -393,6 +393,19 @@ class SqliteStore:
         )
         return self._conn.changes()
 
+    def select_ready_offsets(self, gid: int, limit: int) -> list[tuple[int, int]]:
+        return self._rows(
+            "SELECT ofs, delivery_count FROM pending WHERE gid = ? AND ready = 1 "
+            "ORDER BY k1, k2, ofs LIMIT ?",
+            (gid, max(limit, 0)),
+        )
+
+    def fresh_offsets(self, from_offset: int, now_ms: int, limit: int) -> list[tuple[int, int]]:
+        return self._rows(
+            "SELECT ofs, 0 FROM records WHERE ofs >= ? AND deliver_at_ms <= ? ORDER BY ofs LIMIT ?",
+            (from_offset, now_ms, max(limit, 0)),
+        )
+
     def fresh_records(self, from_offset: int, now_ms: int, limit: int) -> list[ReadyRecord]:
         return self._rows(
             "SELECT ofs, 0, timestamp_ms, key, value, headers, priority, deliver_at_ms, "

@@ -95,6 +95,10 @@ class PartitionStore(Protocol):
     # records from from_offset on that are visible at now_ms, in offset order, as ReadyRecords
     # with delivery_count 0: what a fifo Lease takes after the group's ready rows
     def fresh_records(self, from_offset: int, now_ms: int, limit: int) -> list[ReadyRecord]: ...
+    # the same two choices as (offset, delivery_count) only: what a replica nobody waits on
+    # needs to apply a Lease (no record columns read into Python)
+    def select_ready_offsets(self, gid: int, limit: int) -> list[tuple[int, int]]: ...
+    def fresh_offsets(self, from_offset: int, now_ms: int, limit: int) -> list[tuple[int, int]]: ...
     def due_offsets(self, gid: int, now_ms: int, min_count: int) -> list[int]: ...
     def promote(self, gid: int, now_ms: int) -> int: ...
     def select_ready(self, gid: int, limit: int) -> list[PendingRow]: ...
@@ -371,6 +375,12 @@ class MemoryStore:
                 pending[offset] = PendingRow(offset, k1, k2, rec.deliver_at_ms, ready, None, 0)
             added += 1
         return added
+
+    def select_ready_offsets(self, gid: int, limit: int) -> list[tuple[int, int]]:
+        return [(r[0], r[1]) for r in self.select_ready_records(gid, limit)]
+
+    def fresh_offsets(self, from_offset: int, now_ms: int, limit: int) -> list[tuple[int, int]]:
+        return [(r[0], r[1]) for r in self.fresh_records(from_offset, now_ms, limit)]
 
     def fresh_records(self, from_offset: int, now_ms: int, limit: int) -> list[ReadyRecord]:
         found = sorted(

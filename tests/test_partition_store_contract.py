@@ -665,6 +665,13 @@ def test_materialize_can_write_a_visible_prefix_already_leased(store: PartitionS
     assert rows[3] == pend(3, visible=900, ready=False, owner="m", count=1)
     assert rows[4] == pend(4, visible=0, ready=True, count=0)  # past lease_upto: ready
     assert store.pending_leases(g1, [0, 2, 3, 4], "m", 100) == {0: 1, 2: 1, 3: 1}
+    # the slim forms answer the same choices as (offset, delivery_count)
+    assert (
+        store.select_ready_offsets(g1, 10)
+        == [(r[0], r[1]) for r in store.select_ready_records(g1, 10)]
+        == [(4, 0)]
+    )
+    assert store.fresh_offsets(0, 100, 3) == [(0, 0), (2, 0), (3, 0)]
 
 
 def test_pending_leases_names_only_live_leases_of_the_owner(store: PartitionStore) -> None:
