@@ -366,12 +366,7 @@ class BrokerService:
                 sequence=request.sequence,
             )
             try:
-                response = self.router.propose(
-                    request.topic, partition, partition_pb2.PartitionCommand(append=append), timeout
-                )
-                outcome = response.result
-                if outcome.error:
-                    raise errors.error_for(outcome.error, outcome.message)
+                outcome = self._append(request.topic, partition, append, timeout)
                 for i, record_result in zip(indexes, outcome.records, strict=True):
                     results[i].offset = record_result.offset
                     results[i].duplicate = record_result.duplicate
@@ -402,12 +397,7 @@ class BrokerService:
             values=request.values, producer_id=request.producer_id, sequence=request.sequence
         )
         try:
-            response = self.router.propose(
-                request.topic, partition, partition_pb2.PartitionCommand(append=append), timeout
-            )
-            outcome = response.result
-            if outcome.error:
-                raise errors.error_for(outcome.error, outcome.message)
+            outcome = self._append(request.topic, partition, append, timeout)
             if outcome.range.count != count:
                 raise errors.OutOfOrderSequence(
                     f"producer {request.producer_id!r} sequence {request.sequence} was used "
@@ -419,6 +409,16 @@ class BrokerService:
             result.error, result.message = exc.code, exc.message  # type: ignore[assignment]
             result.leader_hint = exc.leader_hint
         return api_pb2.SendResponse(results=[result], request_id=request.request_id)
+
+    def _append(
+        self, topic: str, partition: int, append: partition_pb2.Append, timeout: float
+    ) -> partition_pb2.CommandResult:
+        """Propose an Append on the partition's leader; a whole-command error raises."""
+        command = partition_pb2.PartitionCommand(append=append)
+        outcome = self.router.propose(topic, partition, command, timeout).result
+        if outcome.error:
+            raise errors.error_for(outcome.error, outcome.message)
+        return outcome
 
     def _next_counter(self) -> int:
         with self._counter_lock:

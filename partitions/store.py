@@ -147,6 +147,22 @@ def _fits_row(row: Any) -> None:
     _fits(*(getattr(row, f.name) for f in dataclasses.fields(row)))
 
 
+def _ready_record(offset: int, delivery_count: int, r: RecordRow) -> ReadyRecord:
+    """The columns select_ready_records / fresh_records answer, as SqliteStore's query does."""
+    return (
+        offset,
+        delivery_count,
+        r.timestamp_ms,
+        r.key,
+        r.value,
+        r.headers,
+        r.priority,
+        r.deliver_at_ms,
+        r.idempotency_key,
+        r.size,
+    )
+
+
 def order_keys(ordering: int, priority: int, deliver_at_ms: int) -> tuple[int, int]:
     """(k1, k2) of a pending row: fifo ignores priority and schedule; priority sorts by both."""
     return (priority, deliver_at_ms) if ordering else (0, 0)
@@ -388,21 +404,7 @@ class MemoryStore:
         )
         out: list[ReadyRecord] = []
         for o in found[: max(limit, 0)]:
-            r = self._records[o]
-            out.append(
-                (
-                    o,
-                    0,
-                    r.timestamp_ms,
-                    r.key,
-                    r.value,
-                    r.headers,
-                    r.priority,
-                    r.deliver_at_ms,
-                    r.idempotency_key,
-                    r.size,
-                )
-            )
+            out.append(_ready_record(o, 0, self._records[o]))
         return out
 
     def due_offsets(self, gid: int, now_ms: int, min_count: int) -> list[int]:
@@ -434,20 +436,7 @@ class MemoryStore:
                 break
             r = self._records.get(p.offset)
             if r is not None:  # a pending row always has its record; an inner join, like SQLite
-                out.append(
-                    (
-                        p.offset,
-                        p.delivery_count,
-                        r.timestamp_ms,
-                        r.key,
-                        r.value,
-                        r.headers,
-                        r.priority,
-                        r.deliver_at_ms,
-                        r.idempotency_key,
-                        r.size,
-                    )
-                )
+                out.append(_ready_record(p.offset, p.delivery_count, r))
         return out
 
     def lease(self, gid: int, offsets: Sequence[int], owner: str, deadline_ms: int) -> None:
