@@ -104,6 +104,17 @@ class MetadataReplica:
         must not block."""
         self._listeners.append(listener)
 
+    def wait_until(self, predicate: Callable[[Table], bool], timeout_s: float) -> bool:
+        """Block until ``predicate(table)`` holds; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not predicate(self.machine.table):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+        return True
+
     def wait_for(self, index: int, timeout_s: float) -> bool:
         """Block until the table has applied ``index``; False on timeout."""
         deadline = time.monotonic() + timeout_s

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from metadata.table import Table
+from metadata.table import Table, TopicInfo
 from proto import errors, internal_pb2, partition_pb2
 from transport.internal import InternalClient
 
@@ -51,10 +51,13 @@ class Router:
         table: Callable[[], Table],
         replicas: Callable[[tuple[str, int]], PartitionReplica | None],
         internal: InternalClient,
+        topic: Callable[[str], TopicInfo | None] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.client_addr = client_addr
         self._table = table
+        # a topic by name (None = unknown); the service's also covers a table copy still behind
+        self._topic = topic or (lambda name: self._table().topic(name))
         self._replica = replicas
         self._internal = internal
         self._hints: dict[tuple[str, int], str] = {}
@@ -97,7 +100,7 @@ class Router:
 
     def check_partition(self, topic: str, partition: int) -> None:
         """Raises UnknownTopic / UnknownPartition (normal)."""
-        info = self._table().topic(topic)
+        info = self._topic(topic)
         if info is None:
             raise errors.UnknownTopic(f"topic {topic!r} does not exist: create it first")
         if not 0 <= partition < info.partition_count:

@@ -180,6 +180,7 @@ class BrokerService:
             table=lambda: self.meta.table,
             replicas=replicas,
             internal=internal,
+            topic=self._known_topic,
         )
         self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="raftq-release")
         self.membership: Membership | None = None  # set by the broker (broker/membership.py)
@@ -322,10 +323,33 @@ class BrokerService:
         return internal_pb2.ReportAck(metadata_leader=self.broker_id)
 
     def _topic(self, name: str) -> TopicInfo:
-        info = self.meta.table.topic(name)
+        info = self._known_topic(name)
         if info is None:
             raise errors.UnknownTopic(f"topic {name!r} does not exist: create it first")
         return info
+
+    def _known_topic(self, name: str) -> TopicInfo | None:
+        """The topic from this broker's table copy. A copy may be behind (a restarted broker
+        still replaying its metadata log): when the topic is missing here and this broker is
+        not the metadata leader, the leader is asked; a topic that exists there is waited for
+        (up to TABLE_CATCH_UP_S), else Unavailable (retriable), never UnknownTopic."""
+        info = self.meta.table.topic(name)
+        if info is not None or self.meta.is_leader():
+            return info
+        try:
+            self.describe_topic(api_pb2.DescribeTopicRequest(name=name), timeout_s=TABLE_CATCH_UP_S)
+        except errors.UnknownTopic:
+            return None
+        except errors.RaftqError as exc:
+            raise errors.Unavailable(
+                f"topic {name!r} is not in this broker's metadata and the metadata leader did "
+                f"not confirm it ({exc.message}): retry"
+            ) from exc
+        if self.meta.wait_until(lambda table: table.topic(name) is not None, TABLE_CATCH_UP_S):
+            return self.meta.table.topic(name)
+        raise errors.Unavailable(
+            f"topic {name!r} exists but this broker's metadata is still catching up: retry"
+        )
 
     # ============================================================================ Producer
 
