@@ -7,10 +7,8 @@ so the tests can be pointed at a real cluster.
 from __future__ import annotations
 
 import itertools
-import os
 import pathlib
 import pickle
-import random
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -282,18 +280,14 @@ def test_concurrent_senders_keep_per_partition_order(
 
 
 class Captures(ApiFacade):
-    """Keeps the (values, records) counts of every SendRequest it answers, and per
-    (partition, sequence) of the last one (a batch that overtook another is sent again)."""
+    """Keeps the (values, records) counts of every SendRequest it answers."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.requests: list[tuple[int, int]] = []
-        self.batches: dict[tuple[int, int], tuple[int, int]] = {}
 
     def send(self, request: api_pb2.SendRequest, *, timeout_s: float | None) -> Any:
-        counts = (len(request.values), len(request.records))
-        self.requests.append(counts)
-        self.batches[(request.partition, request.sequence)] = counts
+        self.requests.append((len(request.values), len(request.records)))
         return super().send(request, timeout_s=timeout_s)
 
 
@@ -304,7 +298,7 @@ def test_bare_records_go_as_values_and_get_dense_offsets(tmp_path: pathlib.Path)
         with Producer(address, linger_ms=60_000, batch_records_max=4) as producer:
             futures = [producer.send("orders", b"v%d" % i, partition=1) for i in range(10)]
             producer.flush(WAIT_S)
-        assert facade.batches == {(1, 0): (4, 0), (1, 1): (4, 0), (1, 2): (2, 0)}  # no Records
+        assert facade.requests == [(4, 0), (4, 0), (2, 0)]  # no Record message anywhere
         metas = [f.result(0) for f in futures]
         assert [(m.partition, m.offset, m.duplicate) for m in metas] == [
             (1, i, False) for i in range(10)
@@ -385,219 +379,6 @@ def test_a_retried_values_batch_is_answered_with_its_original_offsets(
         assert (after.result(0).offset, after.result(0).duplicate) == (6, False)
         assert sends(facade) == 4  # first, the batch, the batch again (dedup), after
         assert [p.end for p in Admin(address).list_offsets("orders")] == [7]
-
-
-class Holds(ApiFacade):
-    """Holds idempotent sends until ``hold`` of them wait at once, then lets them through one
-    at a time in the order ``pick`` puts their sequences in (sorted by default); sends arriving
-    while nothing is held pass straight through. ``lose``: sequences whose answer is lost once
-    after the batch was applied (a Timeout). ``log``: (sequence, answered duplicate/error/ok),
-    in the order applied."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.gate = threading.Condition()
-        self.hold = 0
-        self.pick: Any = sorted
-        self.waiting: list[int] = []
-        self.turns: list[int] = []
-        self.lose: set[int] = set()
-        self.log: list[tuple[int, str]] = []
-
-    def send(self, request: api_pb2.SendRequest, *, timeout_s: float | None) -> Any:
-        sequence = request.sequence
-        with self.gate:
-            held = self.hold > 0
-            if held:
-                self.waiting.append(sequence)
-                if len(self.waiting) == self.hold:
-                    self.turns, self.waiting, self.hold = list(self.pick(self.waiting)), [], 0
-                    self.gate.notify_all()
-                mine = lambda: bool(self.turns) and self.turns[0] == sequence  # noqa: E731
-                assert self.gate.wait_for(mine, WAIT_S), f"sequence {sequence} held too long"
-        try:
-            response = super().send(request, timeout_s=timeout_s)
-        except errors.RaftqError as exc:
-            self.log.append((sequence, type(exc).__name__))
-            raise
-        finally:
-            if held:
-                with self.gate:
-                    self.turns.pop(0)
-                    self.gate.notify_all()
-        results = response.results
-        failed = [r for r in results if r.error]
-        self.log.append((sequence, "error" if failed else "dup" if results[0].duplicate else "ok"))
-        if sequence in self.lose:
-            self.lose.discard(sequence)
-            raise errors.Timeout("the answer was lost")
-        return response
-
-
-@pytest.fixture
-def holds(tmp_path: pathlib.Path) -> Iterator[tuple[str, Holds]]:
-    with api_server(tmp_path, Holds(tmp_path)) as (address, facade):
-        assert isinstance(facade, Holds)
-        Admin(address).create_topic("orders", partitions=1)
-        yield address, facade
-
-
-def offsets_of(futures: list[Any]) -> list[tuple[int, bool]]:
-    return [(f.result(0).offset, f.result(0).duplicate) for f in futures]
-
-
-def test_max_in_flight_is_checked() -> None:
-    for bad in (0, 6):
-        with pytest.raises(errors.InvalidArgument, match="max_in_flight"):
-            Producer("127.0.0.1:1", max_in_flight=bad)
-
-
-def test_several_batches_in_flight_to_one_partition_land_in_order(
-    holds: tuple[str, Holds],
-) -> None:
-    address, facade = holds
-    with Producer(address, linger_ms=60_000, batch_records_max=10, max_in_flight=5) as producer:
-        producer.send("orders", b"first")  # the epoch's first batch goes alone
-        producer.flush(WAIT_S)
-        facade.hold = 5  # the gate opens only once 5 batches are in flight at once
-        futures = producer.send_many("orders", [b"v%d" % i for i in range(50)], partition=0)
-        producer.flush(WAIT_S)
-        assert producer.statistics()["in_flight_batches"] == 0
-    assert facade.log == [(s, "ok") for s in range(6)]
-    assert offsets_of(futures) == [(1 + i, False) for i in range(50)]
-    stored = Admin(address).fetch("orders", 0, 0, max_records=100).records
-    assert [r.record.value for r in stored] == [b"first"] + [b"v%d" % i for i in range(50)]
-
-
-@pytest.mark.parametrize("keyed", [False, True], ids=["values", "records"])
-def test_a_batch_that_overtakes_a_lower_sequence_is_sent_again_after_it(
-    holds: tuple[str, Holds], keyed: bool
-) -> None:
-    address, facade = holds
-    key = b"k" if keyed else None
-    with Producer(address, linger_ms=60_000, batch_records_max=4, max_in_flight=3) as producer:
-        producer.send("orders", b"first", key=key, partition=0)
-        producer.flush(WAIT_S)
-        facade.hold, facade.pick = 3, lambda seqs: sorted(seqs, reverse=True)  # 3, 2, then 1
-        futures = [producer.send("orders", b"v%d" % i, key=key, partition=0) for i in range(12)]
-        producer.flush(WAIT_S)
-    # 3 and 2 reached the broker before 1: answered OUT_OF_ORDER (a records batch: on each
-    # record), sent again after it (and again should 3 overtake 2 once more)
-    refused = "error" if keyed else "OutOfOrderSequence"
-    assert facade.log[1:4] == [(3, refused), (2, refused), (1, "ok")]
-    assert [e for e in facade.log if e[1] != refused] == [(s, "ok") for s in range(4)]
-    assert offsets_of(futures) == [(1 + i, False) for i in range(12)]
-    stored = Admin(address).fetch("orders", 0, 0, max_records=100).records
-    assert [r.record.value for r in stored] == [b"first"] + [b"v%d" % i for i in range(12)]
-
-
-def test_a_lost_answer_among_several_in_flight_is_answered_with_its_original_offsets(
-    holds: tuple[str, Holds],
-) -> None:
-    address, facade = holds
-    with Producer(address, linger_ms=60_000, batch_records_max=5, max_in_flight=3) as producer:
-        producer.send("orders", b"first")
-        producer.flush(WAIT_S)
-        facade.hold, facade.lose = 3, {2}  # batch 2 is written, its answer lost
-        futures = producer.send_many("orders", [b"v%d" % i for i in range(15)], partition=0)
-        producer.flush(WAIT_S)
-        after = producer.send("orders", b"after")
-        producer.flush(WAIT_S)
-    assert facade.log == [(0, "ok"), (1, "ok"), (2, "ok"), (3, "ok"), (2, "dup"), (4, "ok")]
-    assert offsets_of(futures) == [(1 + i, 5 <= i < 10) for i in range(15)]
-    assert offsets_of([after]) == [(16, False)]
-    assert [p.end for p in Admin(address).list_offsets("orders")] == [17]
-
-
-def test_a_batch_lost_among_several_in_flight_fails_alone_then_a_new_epoch_starts(
-    holds: tuple[str, Holds],
-) -> None:
-    address, facade = holds
-    with Producer(
-        address, linger_ms=60_000, batch_records_max=2, max_in_flight=3, retries=0
-    ) as producer:
-        producer.send("orders", b"first")
-        producer.flush(WAIT_S)
-        facade.hold, facade.lose = 3, {2}  # batch 2 is written, its answer lost: no retries
-        futures = producer.send_many("orders", [b"v%d" % i for i in range(6)], partition=0)
-        producer.flush(WAIT_S)
-        after = producer.send("orders", b"after")  # under a new producer id, from sequence 0
-        producer.flush(WAIT_S)
-    with pytest.raises(errors.Timeout):
-        futures[2].result(0)
-    assert [f.exception(0) is None for f in futures] == [True, True, False, False, True, True]
-    assert offsets_of([*futures[4:], after]) == [(5, False), (6, False), (7, False)]
-    assert facade.log == [(0, "ok"), (1, "ok"), (2, "ok"), (3, "ok"), (0, "ok")]
-    stored = Admin(address).fetch("orders", 0, 0, max_records=100).records
-    assert [r.record.value for r in stored] == [b"first"] + [b"v%d" % i for i in range(6)] + [
-        b"after"
-    ]
-
-
-class Faults(ApiFacade):
-    """Seeded faults on idempotent sends, drawn per (partition, sequence, attempt) so a seed
-    replays the same plan: the batch held back until the next send of its partition has begun
-    (or for at most ``HOLD_S``: none may come), the answer lost after the batch is applied, or
-    a timeout before it is."""
-
-    HOLD_S = 0.5
-
-    def __init__(self, *args: Any, seed: int, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.seed = seed
-        self.lock_ = threading.Lock()
-        self.held: dict[int, threading.Event] = {}  # partition -> the held send's release
-        self.seen: dict[tuple[int, str, int], int] = {}  # attempts per batch
-
-    def send(self, request: api_pb2.SendRequest, *, timeout_s: float | None) -> Any:
-        batch = (request.partition, request.producer_id, request.sequence)
-        with self.lock_:
-            attempt = self.seen[batch] = self.seen.get(batch, 0) + 1
-            roll = random.Random(f"{self.seed}/{batch}/{attempt}").random()
-            release = self.held.pop(request.partition, None)
-            if release is None and roll < 0.15:
-                mine = self.held[request.partition] = threading.Event()
-            else:
-                mine = None
-        if release is not None:
-            release.set()  # the held one goes after this one has begun
-        if mine is not None and not mine.wait(self.HOLD_S):  # nothing came after it: go
-            with self.lock_:
-                if self.held.get(request.partition) is mine:
-                    del self.held[request.partition]
-        if 0.15 <= roll < 0.2:
-            raise errors.Timeout("timed out before it was applied")
-        response = super().send(request, timeout_s=timeout_s)
-        if 0.2 <= roll < 0.3:
-            raise errors.Timeout("the answer was lost")
-        return response
-
-
-def test_random_faults_with_several_in_flight_lose_nothing_and_reorder_nothing(
-    tmp_path: pathlib.Path,
-) -> None:
-    raw = os.environ.get("RAFTQ_SEED")
-    seed = int(raw) if raw else random.SystemRandom().randrange(1 << 31)
-    print(f"seed={seed} (replay: RAFTQ_SEED={seed})")
-    rng = random.Random(seed)
-    with api_server(tmp_path, Faults(tmp_path, seed=seed)) as (address, _):
-        admin = Admin(address)
-        admin.create_topic("orders", partitions=3)
-        sent: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
-        futures = []
-        producer = Producer(address, linger_ms=1, batch_records_max=7, retries=50, max_in_flight=5)
-        with producer:
-            for i in range(600):
-                partition = rng.randrange(3)
-                value = b"%d" % i
-                sent[partition].append(value)
-                futures.append((partition, producer.send("orders", value, partition=partition)))
-            producer.flush(60)
-        for partition, values in sent.items():
-            stored = admin.fetch("orders", partition, 0, max_records=1000).records
-            assert [r.record.value for r in stored] == values, f"seed={seed}"
-            done = [f.result(0).offset for p, f in futures if p == partition]
-            assert done == list(range(len(values))), f"seed={seed}"
 
 
 class PredatesValues(ApiFacade):

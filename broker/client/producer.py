@@ -4,13 +4,13 @@
 ``add_done_callback`` as a ``concurrent.futures.Future``; the records of a batch share its
 waiting: :mod:`broker.send_future`); ``send_many`` queues many values at once. Records are
 batched per partition for up to ``linger_ms`` (or until ``batch_records_max`` /
-``batch_bytes_max``) and sent to the partition leader by one background thread, up to
-``max_in_flight`` batches in flight per partition (see below); records of a partition are
-appended in ``send`` order. A batch of bare records only (a value each: no key, headers,
-priority, delay or idempotency key) goes as ``SendRequest.values``, with no ``Record`` message
-per record, and is answered by one offset range; a batch with any other record goes as records.
-A future resolves to :class:`RecordMetadata` once a majority of the partition's replicas
-committed the record, or to the typed error.
+``batch_bytes_max``) and sent to the partition leader by one background thread, one batch in
+flight per partition, so records of a partition are appended in ``send`` order. A batch of
+bare records only (a value each: no key, headers, priority, delay or idempotency key) goes
+as ``SendRequest.values``, with no ``Record`` message per record, and is answered by one
+offset range; a batch with any other record goes as records. A future resolves to
+:class:`RecordMetadata` once a majority of the partition's replicas committed the record, or
+to the typed error.
 
 With ``idempotent=True`` (the default) each batch carries the producer id and a
 per-partition sequence; retriable failures (NOT_LEADER: refresh metadata and go to the
@@ -19,27 +19,6 @@ new leader; UNAVAILABLE, TIMEOUT: the outcome is unknown) resend the *same* batc
 duplicates, no reordering. When the retries run out with the outcome unknown, the future
 fails and the partition continues under a fresh producer id (``<id>~<n>``), so later batches
 neither collide with nor wait for the lost one. Without idempotence a retry may duplicate.
-
-Several in flight (``max_in_flight``, default 1; at most 5 as Kafka's idempotent producer, the
-batches per producer the broker remembers): a batch takes the partition's next sequence when
-it is sent, and its request never changes after. Separate RPCs may reach the leader out of
-order; a batch answered OUT_OF_ORDER_SEQUENCE while a lower sequence of its partition is still
-in flight or waiting to be resent (or was acknowledged since the batch was sent: the answer
-raced that ack) only overtook it, and is resent, same request, after it. After any resend-worthy
-answer a partition sends nothing new and nothing else again until none of its batches is in
-flight; then it resends them in sequence order. A new batch never takes a sequence 5 or more
-above the lowest unanswered one, so a retry is always among the broker's remembered batches
-and is answered ``duplicate`` with its original offsets if it was written. A producer id the
-broker does not know takes any sequence, so a partition sends one batch at a time until the
-broker acknowledged one of the epoch, and again after ``dedup_window_ms / 2`` without an
-acknowledgement (the broker may have forgotten it). A new epoch starts only once every batch of
-the old one is answered, so none of them lands after a batch of the new one. A batch lost for
-good (outcome unknown after the retries, or refused whole) leaves a gap: the batches after it
-already in flight are answered OUT_OF_ORDER_SEQUENCE and fail with it. Without idempotence one
-batch is in flight per partition. Why the default is 1: the broker runs concurrent Sends on
-separate threads and finds an overtaking batch only when it applies it, after replication, so
-with 5 in flight about half the batches were replicated twice (bench/RESULTS.md): more CPU per
-record on a CPU-bound cluster, and no gain until the broker keeps a producer's arrival order.
 
 A Producer owns a thread and in-flight batches and refuses to be pickled: create it where it
 is used.
@@ -71,9 +50,6 @@ log = logging.getLogger("raftq.client")
 
 RETRY_BACKOFF_MS = 100
 RETRY_BACKOFF_MAX_MS = 2_000
-# Batches in flight per partition at most (max_in_flight): the broker answers a retry from the
-# last 5 batches of a producer (partitions.machine.PRODUCER_BATCHES_KEPT), as Kafka does.
-MAX_IN_FLIGHT = 5
 _OUT_OF_ORDER_SEQUENCE = int(ErrorCode.OUT_OF_ORDER_SEQUENCE)
 
 
@@ -82,7 +58,6 @@ class _TopicMeta:
     partitions: int
     leaders: list[str]  # per partition, the leader's client address ("" = unknown)
     max_record_bytes: int
-    dedup_window_ms: int = 0  # how long the broker remembers an idle producer's sequences
     stale: bool = False
 
 
@@ -95,7 +70,6 @@ class _Batch:
     changes: a retry resends the very request the first attempt sent."""
 
     __slots__ = (
-        "acks_before",
         "address",
         "attempts",
         "bare",
@@ -125,83 +99,12 @@ class _Batch:
         self.retry_at_s = 0.0
         self.address = ""  # where the last attempt went
         self.request: api_pb2.SendRequest | None = None  # built once: a retry resends it
-        self.acks_before = 0  # the partition's acknowledged batches when this one was last sent
 
     def to_records(self) -> None:
         """The values become Record messages, in order (a record that is not bare joins)."""
         assert self.bare and self.request is None and self.sequence is None, "batch already sent"
         self.items = [common_pb2.Record(value=v) for v in self.items]
         self.bare = False
-
-
-class _Lane:
-    """The sender's state for one partition: batches sent and not answered (``in_flight``,
-    in dispatch order), batches to send again (``retry``, in sequence order), and the
-    partition's producer epoch and next sequence."""
-
-    __slots__ = (
-        "acked_s",
-        "acks",
-        "epoch",
-        "gap",
-        "in_flight",
-        "new_epoch",
-        "next_sequence",
-        "retry",
-    )
-
-    def __init__(self) -> None:
-        self.in_flight: list[_Batch] = []
-        self.retry: list[_Batch] = []
-        self.epoch = 0
-        self.next_sequence = 0
-        self.new_epoch = False  # the next new batch starts an epoch once nothing is outstanding
-        self.gap: int | None = None  # this epoch's lowest sequence that may be missing
-        self.acked_s: float | None = None  # when a batch of this epoch was last acknowledged
-        self.acks = 0  # batches acknowledged so far
-
-    def send(self, batch: _Batch) -> None:
-        """Mark the batch in flight."""
-        batch.acks_before = self.acks
-        self.in_flight.append(batch)
-
-    def lowest_sequence(self) -> int | None:
-        """The lowest sequence still in flight or waiting to be sent again."""
-        return min(
-            (
-                b.sequence
-                for b in itertools.chain(self.in_flight, self.retry)
-                if b.sequence is not None
-            ),
-            default=None,
-        )
-
-    def lower_outstanding(self, batch: _Batch) -> bool:
-        """Whether a batch of the same producer id with a lower sequence is still in flight
-        or waiting to be sent again (so ``batch`` may simply have overtaken it)."""
-        assert batch.sequence is not None
-        return any(
-            other.producer_id == batch.producer_id
-            and other.sequence is not None
-            and other.sequence < batch.sequence
-            for other in itertools.chain(self.in_flight, self.retry)
-        )
-
-    def requeue(self, batch: _Batch) -> None:
-        """Queue a sent batch to be sent again, in sequence order among the others."""
-        key = -1 if batch.sequence is None else batch.sequence
-        at = len(self.retry)
-        while at and (self.retry[at - 1].sequence or 0) > key:
-            at -= 1
-        self.retry.insert(at, batch)
-
-    def abandon(self, batch: _Batch) -> None:
-        """The batch's sequence may be missing at the broker (its outcome is unknown, or it
-        was refused): later sequences of this epoch are OUT_OF_ORDER, so new batches start an
-        epoch once this one's batches are all answered."""
-        self.new_epoch = True
-        if batch.sequence is not None:
-            self.gap = batch.sequence if self.gap is None else min(self.gap, batch.sequence)
 
 
 def _record(
@@ -244,7 +147,6 @@ class Producer:
         idempotent: bool = True,
         producer_id: str | None = None,
         retries: int = 10,
-        max_in_flight: int = 1,
         request_timeout_ms: int = _DEFAULTS.request_timeout_ms,
         tls_ca_file: str | None = None,
         tls_cert_file: str | None = None,
@@ -255,12 +157,6 @@ class Producer:
             raise errors.InvalidArgument(
                 "need linger_ms >= 0, batch_records_max >= 1, batch_bytes_max >= 1, retries >= 0"
             )
-        if not 1 <= max_in_flight <= MAX_IN_FLIGHT:
-            raise errors.InvalidArgument(
-                f"need 1 <= max_in_flight <= {MAX_IN_FLIGHT}: the broker remembers the last "
-                f"{MAX_IN_FLIGHT} batches of a producer, so a retry beyond them could not be "
-                "deduplicated"
-            )
         security = channel_security(tls_ca_file, tls_cert_file, tls_key_file, token)
         self._channels = _Channels(bootstrap, request_timeout_ms, security)
         self.linger_s = linger_ms / 1000
@@ -268,13 +164,13 @@ class Producer:
         self.batch_bytes_max = batch_bytes_max
         self.retries = retries
         self.idempotent = idempotent
-        # Without sequences the broker cannot put overtaking batches back in order: one at a time.
-        self.max_in_flight = max_in_flight if idempotent else 1
         self.producer_id = (producer_id or uuid.uuid4().hex) if idempotent else None
         self._lock = threading.Lock()  # not reentrant: nothing calls back in under it
         self._cond = threading.Condition(self._lock)
         self._queues: dict[tuple[str, int], deque[_Batch]] = {}
-        self._lanes: dict[tuple[str, int], _Lane] = {}  # the sender's state per partition
+        self._in_flight: set[tuple[str, int]] = set()
+        self._next_sequence: dict[tuple[str, int], int] = {}
+        self._epoch: dict[tuple[str, int], int] = {}
         self._outstanding = 0  # records sent to send() whose future is not yet done
         self._flushing = 0
         self._closing = False
@@ -478,9 +374,8 @@ class Producer:
         with self._cond:
             return {
                 "outstanding_records": self._outstanding,
-                "queued_batches": sum(len(q) for q in self._queues.values())
-                + sum(len(lane.retry) for lane in self._lanes.values()),
-                "in_flight_batches": sum(len(lane.in_flight) for lane in self._lanes.values()),
+                "queued_batches": sum(len(q) for q in self._queues.values()),
+                "in_flight_batches": len(self._in_flight),
             }
 
     # -- metadata --------------------------------------------------------------------------
@@ -498,10 +393,7 @@ class Producer:
         for p in description.partitions:
             if 0 <= p.partition < len(leaders):
                 leaders[p.partition] = p.leader_addr
-        config = description.config
-        fresh = _TopicMeta(
-            len(leaders), leaders, config.max_record_bytes or 2**62, config.dedup_window_ms
-        )
+        fresh = _TopicMeta(len(leaders), leaders, description.config.max_record_bytes or 2**62)
         with self._meta_lock:
             self._meta[topic] = fresh
         return fresh
@@ -545,69 +437,23 @@ class Producer:
             len(batch.items) >= self.batch_records_max or batch.size + adding > self.batch_bytes_max
         )
 
-    def _limit(self, lane: _Lane, topic: str, now: float) -> int:
-        """How many batches the partition may have in flight: ``max_in_flight`` while the
-        broker knows this epoch's producer id, else 1. A producer id the broker does not know
-        (new, or forgotten after ``dedup_window_ms`` idle) takes any sequence, so a batch that
-        overtook the first one would be written before it."""
-        if self.max_in_flight == 1 or lane.acked_s is None:
-            return 1
-        meta = self._meta.get(topic)
-        window_s = (meta.dedup_window_ms if meta is not None else 0) / 1000
-        return self.max_in_flight if now - lane.acked_s < window_s / 2 else 1
-
     def _ready(self, now: float) -> tuple[list[_Batch], float | None]:
-        """Batches to send now, marked in flight with their sequences assigned, and when to
-        look again. Per partition, up to its limit in flight: first the batches to send again,
-        in sequence order and only once nothing else is in flight; then the queue's heads that
-        are full, lingered long enough or being flushed."""
+        """Batches to send now (head of each idle partition's queue that is full, lingered
+        long enough, being flushed or retried), and when to look again."""
         ready: list[_Batch] = []
         wake: float | None = None
-        hurry = self._flushing or self._closing
         for tp, queue in self._queues.items():
-            lane = self._lanes.get(tp)
-            if lane is None:
-                lane = self._lanes[tp] = _Lane()
-            room = self._limit(lane, tp[0], now) - len(lane.in_flight)
-            if lane.retry:  # nothing newer goes before these, nor beside ones still in flight
-                if lane.in_flight:
-                    continue
-                due_s = lane.retry[0].retry_at_s
-                if due_s > now:
-                    wake = due_s if wake is None else min(wake, due_s)
-                    continue
-                while lane.retry and room > 0:
-                    batch = lane.retry.pop(0)
-                    lane.send(batch)
-                    ready.append(batch)
-                    room -= 1
+            if not queue or tp in self._in_flight:
                 continue
-            while queue and room > 0:
-                batch = queue[0]
-                if not (hurry or len(queue) > 1 or self._full(batch, 0)):
-                    due_s = batch.created_s + self.linger_s
-                    if due_s > now:
-                        wake = due_s if wake is None else min(wake, due_s)
-                        break
-                if lane.new_epoch:  # the old epoch's batches settle first: none overtakes them
-                    if lane.in_flight:
-                        break
-                    lane.epoch += 1
-                    lane.next_sequence, lane.new_epoch = 0, False
-                    lane.acked_s = lane.gap = None
-                    room = 1
-                lowest = lane.lowest_sequence()
-                if lowest is not None and lane.next_sequence >= lowest + self.max_in_flight:
-                    break  # an unanswered batch must stay among the broker's last 5 remembered
-                queue.popleft()
-                if self.producer_id is not None:
-                    suffix = f"~{lane.epoch}" if lane.epoch else ""
-                    batch.producer_id = self.producer_id + suffix
-                    batch.sequence = lane.next_sequence
-                    lane.next_sequence += 1
-                lane.send(batch)
-                ready.append(batch)
-                room -= 1
+            batch = queue[0]
+            due_s = batch.retry_at_s if batch.attempts else batch.created_s + self.linger_s
+            urgent = self._flushing or self._closing or len(queue) > 1 or self._full(batch, 0)
+            if batch.attempts == 0 and urgent:
+                due_s = now
+            if due_s <= now:
+                ready.append(queue.popleft())
+            else:
+                wake = due_s if wake is None else min(wake, due_s)
         return ready, wake
 
     def _run(self) -> None:
@@ -621,7 +467,14 @@ class Producer:
                     if ready:
                         break
                     self._cond.wait(None if wake is None else max(0.0, wake - now))
-            for batch in ready:  # in sequence order per partition
+                for batch in ready:
+                    tp = (batch.topic, batch.partition)
+                    self._in_flight.add(tp)
+                    if self.producer_id is not None and batch.sequence is None:
+                        epoch = self._epoch.get(tp, 0)
+                        batch.producer_id = self.producer_id + (f"~{epoch}" if epoch else "")
+                        batch.sequence = self._next_sequence.get(tp, 0)
+            for batch in ready:
                 self._dispatch(batch)
 
     def _dispatch(self, batch: _Batch) -> None:
@@ -720,43 +573,26 @@ class Producer:
                 else:
                     each.append(errors.error_for(code, r.message))
                     out_of_order = out_of_order or code == _OUT_OF_ORDER_SEQUENCE
-        overtook = batch.sequence is not None and (
-            isinstance(error, errors.OutOfOrderSequence) or (out_of_order and not applied)
-        )
-        now = time.monotonic()
         with self._cond:
-            lane = self._lanes[tp]
-            lane.in_flight.remove(batch)
+            self._in_flight.discard(tp)
             self._cond.notify_all()
             if error is not None and error.retriable and batch.attempts < self.retries:
                 batch.attempts += 1
                 backoff_ms = min(RETRY_BACKOFF_MS * 2 ** (batch.attempts - 1), RETRY_BACKOFF_MAX_MS)
                 if rerouted:
                     backoff_ms = 0
-                batch.retry_at_s = now + backoff_ms / 1000
-                lane.requeue(batch)
+                batch.retry_at_s = time.monotonic() + backoff_ms / 1000
+                self._queues.setdefault(tp, deque()).appendleft(batch)
                 log.info("[topic/partition=%s/%d] retrying batch: %s", *tp, error)
                 return
-            if overtook and self._overtaken(lane, batch):
-                # It reached the leader before a lower sequence of ours: not an error. Sent
-                # again, the same request, once the lower ones are answered.
-                batch.retry_at_s = now
-                lane.requeue(batch)
-                log.debug("[topic/partition=%s/%d] batch %s overtaken", *tp, batch.sequence)
-                return
             if error is not None:
-                if error.retriable or overtook:
-                    lane.abandon(batch)  # outcome unknown, or a sequence lost: never reuse
-                elif batch.sequence is not None:
-                    self._unused(lane, batch)
-            elif overtook or out_of_order:
-                lane.abandon(batch)
-            elif applied:
-                lane.acks += 1
-                if batch.sequence is not None:
-                    lane.acked_s = now  # the broker knows this producer id: pipeline
-            elif batch.sequence is not None:
-                self._unused(lane, batch)
+                if error.retriable or isinstance(error, errors.OutOfOrderSequence):
+                    self._new_epoch(tp)  # outcome unknown: never reuse this sequence
+            else:
+                if out_of_order:
+                    self._new_epoch(tp)
+                if applied and batch.sequence is not None:
+                    self._next_sequence[tp] = batch.sequence + 1
         outcome = batch.outcome  # resolved unlocked: it runs the users' callbacks
         if error is not None:
             outcome.fail(error)
@@ -770,23 +606,6 @@ class Producer:
             self._outstanding -= len(batch.items)
             self._cond.notify_all()
 
-    @staticmethod
-    def _overtaken(lane: _Lane, batch: _Batch) -> bool:
-        """Whether an OUT_OF_ORDER_SEQUENCE answer only says the batch overtook lower
-        sequences of ours: one is still in flight or waiting to be sent again, or one was
-        acknowledged since the batch was sent (the broker answered before it applied that one)
-        and none of this epoch below it is lost. Otherwise the error is real."""
-        if lane.lower_outstanding(batch):
-            return True
-        assert batch.sequence is not None
-        return lane.acks > batch.acks_before and (lane.gap is None or lane.gap > batch.sequence)
-
-    @staticmethod
-    def _unused(lane: _Lane, batch: _Batch) -> None:
-        """The broker refused the whole batch (nothing written, its sequence unused). The last
-        batch sent leaves its sequence to the next; with later batches already out under
-        higher sequences, the gap makes them OUT_OF_ORDER, so new batches start an epoch."""
-        if lane.in_flight or lane.retry or batch.sequence != lane.next_sequence - 1:
-            lane.abandon(batch)
-        elif not lane.new_epoch:
-            lane.next_sequence = batch.sequence
+    def _new_epoch(self, tp: tuple[str, int]) -> None:
+        self._epoch[tp] = self._epoch.get(tp, 0) + 1
+        self._next_sequence[tp] = 0
