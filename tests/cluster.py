@@ -30,7 +30,7 @@ from typing import Any
 
 from broker.client import Admin
 from proto import errors
-from tests.helpers import free_port, wait_until
+from tests.helpers import free_port, stop_processes, wait_until
 
 FAST_RAFT = {
     "RAFTQ_RAFT__ELECTION_TIMEOUT_MIN_MS": "400",
@@ -134,15 +134,7 @@ class ProcessCluster:
     def stop(self) -> None:
         for admin in self._admins:
             admin.close()
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs.values(), 15)
 
     def __enter__(self) -> ProcessCluster:
         self.start()

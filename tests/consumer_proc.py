@@ -51,7 +51,58 @@ class EventLog:
             self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        with self._lock:
+            self._file.close()
+
+
+class MembershipLog:
+    """Writes a ``join`` event whenever the consumer's generation, member id or assignment
+    differs from the last one written (checked between polls)."""
+
+    def __init__(self, consumer: Consumer, log: EventLog) -> None:
+        self._consumer = consumer
+        self._log = log
+        self._seen: tuple[int, str, list[tuple[str, int]]] = (-1, "", [])
+
+    def note(self) -> None:
+        c = self._consumer
+        current = (c.generation, c.member_id, list(c.assignment))
+        if current != self._seen:
+            self._seen = current
+            self._log.write(
+                "join",
+                member=current[1],
+                generation=current[0],
+                assignment=[[t, p] for t, p in current[2]],
+            )
+
+
+def log_leases(log: EventLog, member: str, messages: list[Message]) -> None:
+    for m in messages:
+        log.write(
+            "lease",
+            member=member,
+            **_ref(m),
+            lease_deadline_ms=m.lease_deadline_ms,
+            value=m.value.decode(),
+        )
+
+
+def log_settled(
+    log: EventLog,
+    ev: str,
+    member: str,
+    messages: list[Message],
+    outcomes: list[errors.RaftqError | None],
+) -> None:
+    for m, outcome in zip(messages, outcomes, strict=True):
+        log.write(
+            ev,
+            member=member,
+            **_ref(m),
+            ok=outcome is None,
+            error=outcome.kind.name if outcome is not None else "",
+        )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -87,21 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         lease_ms=args.lease_ms,
         start_from=args.start_from,
     )
-    seen: tuple[int, str, list[tuple[str, int]]] = (-1, "", [])
-
-    def note_membership() -> None:
-        nonlocal seen
-        current = (consumer.generation, consumer.member_id, list(consumer.assignment))
-        if current != seen:
-            seen = current
-            log.write(
-                "join",
-                member=current[1],
-                generation=current[0],
-                assignment=[[t, p] for t, p in current[2]],
-            )
-
-    note_membership()
+    membership = MembershipLog(consumer, log)
+    membership.note()
     if args.ready_file is not None:
         args.ready_file.write_text(consumer.member_id)
     logger.info("[group=%s] member %s joined", args.group, consumer.member_id)
@@ -114,27 +152,12 @@ def main(argv: list[str] | None = None) -> int:
                 stop.wait(0.1)
                 continue
             member = consumer.member_id
-            for m in messages:
-                log.write(
-                    "lease",
-                    member=member,
-                    **_ref(m),
-                    lease_deadline_ms=m.lease_deadline_ms,
-                    value=m.value.decode(),
-                )
-            note_membership()
+            log_leases(log, member, messages)
+            membership.note()
             if messages and args.hold_ms:
                 stop.wait(args.hold_ms / 1000)
             if messages:
-                outcomes = consumer.ack(messages)
-                for m, outcome in zip(messages, outcomes, strict=True):
-                    log.write(
-                        "ack",
-                        member=member,
-                        **_ref(m),
-                        ok=outcome is None,
-                        error=outcome.kind.name if outcome is not None else "",
-                    )
+                log_settled(log, "ack", member, messages, consumer.ack(messages))
     finally:
         consumer.close()
         log.write("closed", member=consumer.member_id)

@@ -9,7 +9,6 @@ returns the problems it found (an empty list is a pass) plus figures.
 from __future__ import annotations
 
 import itertools
-import json
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import grpc
 
 from broker.client import Producer
 from proto import api_pb2, api_pb2_grpc, errors
-from tests.helpers import wait_until
+from tests.helpers import read_jsonl, stop_processes, wait_until
 from transport.grpc_errors import from_rpc_error
 
 RecordId = tuple[str, int, int]  # topic, partition, offset
@@ -101,28 +100,15 @@ class ConsumerProcs:
         return next(str(e["member"]) for e in self.events(name) if e["ev"] == "join")
 
     def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs.values(), 20)
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         names = [name] if name is not None else sorted(self.procs)
         out: list[dict[str, Any]] = []
         for n in names:
             path = self.log_path(n)
-            if not path.exists():
-                continue
-            for line in path.read_text().splitlines():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:  # the line a SIGKILL cut short
-                    continue
+            if path.exists():
+                out += read_jsonl(path)
         return out
 
     def output(self, name: str) -> str:

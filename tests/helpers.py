@@ -5,10 +5,14 @@ Import them as ``from tests.helpers import wait_until``; conftest.py also expose
 
 from __future__ import annotations
 
+import json
+import signal
 import socket
+import subprocess
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -45,3 +49,29 @@ def wait_until(
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(min(interval_s, remaining))
         interval_s = min(interval_s * 2, interval_max_s)
+
+
+def stop_processes(procs: Iterable[subprocess.Popen[Any]], timeout_s: float) -> None:
+    """SIGTERM every live process, then wait for each; one still running after ``timeout_s``
+    is killed."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of an event log, skipping the line a SIGKILL cut short."""
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import read_jsonl
+
 RecordId = tuple[str, int, int]  # topic, partition, offset
 VIOLATIONS_SHOWN = 50
 
@@ -72,16 +74,6 @@ class Report:
         if self.violations:
             lines.append(f"  replay: RAFTQ_SEED={self.seed} make chaos")
         return "\n".join(lines)
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:  # the line a SIGKILL cut short
-            continue
-    return out
 
 
 def check(root: Path) -> Report:

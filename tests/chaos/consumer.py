@@ -25,11 +25,10 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 from broker.client import Consumer, Message
 from proto import errors
-from tests.consumer_proc import EventLog
+from tests.consumer_proc import EventLog, MembershipLog, log_leases, log_settled
 
 logger = logging.getLogger("raftq.tests.chaos.consumer")
 POISON_PREFIX = "P"
@@ -48,15 +47,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--nack-delay-ms", type=int, default=50)
     parser.add_argument("--request-timeout-ms", type=int, default=5000)
     return parser.parse_args(argv)
-
-
-def _ref(m: Message) -> dict[str, Any]:
-    return {
-        "topic": m.topic,
-        "partition": m.partition,
-        "offset": m.offset,
-        "delivery_count": m.delivery_count,
-    }
 
 
 def join(args: argparse.Namespace, log: EventLog, stop: threading.Event) -> Consumer | None:
@@ -89,14 +79,7 @@ def settle(
             outcomes = consumer.nack(messages, delay_ms=delay_ms)
     except errors.RaftqError as exc:  # the whole call failed: applied or not, we cannot tell
         outcomes = [exc for _ in messages]
-    for m, outcome in zip(messages, outcomes, strict=True):
-        log.write(
-            ev,
-            member=member,
-            **_ref(m),
-            ok=outcome is None,
-            error=outcome.kind.name if outcome is not None else "",
-        )
+    log_settled(log, ev, member, messages, outcomes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,21 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     if consumer is None:
         log.close()
         return 0
-    seen: tuple[int, str, list[tuple[str, int]]] = (-1, "", [])
-
-    def note_membership() -> None:
-        nonlocal seen
-        current = (consumer.generation, consumer.member_id, list(consumer.assignment))
-        if current != seen:
-            seen = current
-            log.write(
-                "join",
-                member=current[1],
-                generation=current[0],
-                assignment=[[t, p] for t, p in current[2]],
-            )
-
-    note_membership()
+    membership = MembershipLog(consumer, log)
+    membership.note()
     try:
         while not stop.is_set():
             try:
@@ -132,18 +102,10 @@ def main(argv: list[str] | None = None) -> int:
             except errors.RaftqError as exc:
                 log.write("poll_error", member=consumer.member_id, error=exc.kind.name)
                 stop.wait(0.1)
-                note_membership()
+                membership.note()
                 continue
-            member = consumer.member_id
-            for m in messages:
-                log.write(
-                    "lease",
-                    member=member,
-                    **_ref(m),
-                    lease_deadline_ms=m.lease_deadline_ms,
-                    value=m.value.decode(),
-                )
-            note_membership()
+            log_leases(log, consumer.member_id, messages)
+            membership.note()
             poison = [m for m in messages if m.value.startswith(POISON_PREFIX.encode())]
             good = [m for m in messages if not m.value.startswith(POISON_PREFIX.encode())]
             if good:

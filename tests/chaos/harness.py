@@ -32,9 +32,9 @@ from tests.chaos.broker_shim import BIND_ENV
 from tests.chaos.checker import Report, check
 from tests.chaos.proxy import RaftProxy
 from tests.chaos.schedule import Fault, make_schedule
-from tests.chaos.workload import JsonLog, ProducerLoad
+from tests.chaos.workload import EventLog, ProducerLoad
 from tests.cluster import ProcessCluster
-from tests.helpers import free_port, wait_until
+from tests.helpers import free_port, stop_processes, wait_until
 
 GROUP = "chaos"
 FIFO, PRIO = "chaos.fifo", "chaos.prio"
@@ -75,7 +75,7 @@ class ChaosCluster(ProcessCluster):
 class Consumers:
     """Consumer processes; slot k's n-th incarnation logs to ``consumer-<k>-<n>.jsonl``."""
 
-    def __init__(self, root: Path, bootstrap: str, log: JsonLog) -> None:
+    def __init__(self, root: Path, bootstrap: str, log: EventLog) -> None:
         self.root, self.bootstrap, self.log = root, bootstrap, log
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.incarnation: dict[int, int] = {}
@@ -106,15 +106,7 @@ class Consumers:
         self.procs[k].wait(10)
 
     def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs.values(), 20)
 
 
 @dataclass
@@ -133,7 +125,7 @@ class Harness:
         self.root = root
         self.options = options
         root.mkdir(parents=True, exist_ok=True)
-        self.log = JsonLog(root / "workload.jsonl")
+        self.log = EventLog(root / "workload.jsonl")
         self.cluster = ChaosCluster(root / "cluster", 3, env=BROKER_ENV, metrics=True)
         self.proxy = RaftProxy(self.cluster.routes())
         self.consumers = Consumers(root, self.cluster.bootstrap, self.log)

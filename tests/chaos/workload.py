@@ -14,40 +14,17 @@ acknowledged attempt of one key must name the same offset. Some records are dela
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
 import zlib
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from broker.client import Producer, SendFuture
 from proto import errors
+from tests.consumer_proc import EventLog, wall_ms
 
 IDEM_ATTEMPTS = 3
-
-
-def wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class JsonLog:
-    """Thread-safe JSON-lines writer, flushed per line."""
-
-    def __init__(self, path: Path) -> None:
-        self._file: IO[str] = path.open("a", encoding="utf-8")
-        self._lock = threading.Lock()
-
-    def write(self, ev: str, **fields: Any) -> None:
-        line = json.dumps({"ev": ev, **fields, "wall_ms": wall_ms()}, sort_keys=True)
-        with self._lock:
-            self._file.write(line + "\n")
-            self._file.flush()
-
-    def close(self) -> None:
-        with self._lock:
-            self._file.close()
 
 
 class ProducerLoad:
@@ -58,7 +35,7 @@ class ProducerLoad:
         name: str,
         bootstrap: str,
         topic: str,
-        log: JsonLog,
+        log: EventLog,
         *,
         seed: int,
         rate: float,
