@@ -66,6 +66,14 @@ def _int_option(options: Mapping[str, str], name: str, default: int, low: int) -
     return value
 
 
+def bootstrap_option(opts: Mapping[str, str]) -> str:
+    """The ``bootstrap`` (or Kafka's ``bootstrap.servers``) option of lower-cased ``opts``,
+    checked; raises InvalidArgument saying what to fix."""
+    bootstrap = opts.get("bootstrap") or opts.get("bootstrap.servers") or ""
+    parse_bootstrap(bootstrap)
+    return bootstrap
+
+
 @dataclass(frozen=True)
 class Security:
     """How workers reach the brokers: options tlsCaFile, tlsCertFile, tlsKeyFile, token (all
@@ -113,8 +121,7 @@ class SinkOptions:
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         """Raises InvalidArgument naming the option to fix."""
         opts = {k.lower(): v for k, v in options.items()}
-        bootstrap = opts.get("bootstrap") or opts.get("bootstrap.servers") or ""
-        parse_bootstrap(bootstrap)
+        bootstrap = bootstrap_option(opts)
         guarantee = (opts.get("deliveryguarantee") or "exactly_once").lower()
         if guarantee not in ("exactly_once", "at_least_once"):
             raise errors.InvalidArgument(

@@ -14,8 +14,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.client import Admin, parse_bootstrap
-from broker.spark.sink import Security
+from broker.client import Admin
+from broker.spark.sink import Security, bootstrap_option
 from proto import common_pb2, errors
 
 log = logging.getLogger("raftq.spark")
@@ -39,8 +39,7 @@ class SourceOptions:
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """Raises InvalidArgument naming the option to fix."""
         opts = {k.lower(): v for k, v in options.items()}
-        bootstrap = opts.get("bootstrap") or opts.get("bootstrap.servers") or ""
-        parse_bootstrap(bootstrap)
+        bootstrap = bootstrap_option(opts)
         raw_topics = opts.get("topic") or opts.get("topics") or opts.get("subscribe") or ""
         topics = tuple(t.strip() for t in raw_topics.split(",") if t.strip())
         if not topics:
