@@ -566,13 +566,19 @@ class PartitionMachine:
         lease_upto: int = -1,
         owner: str | None = None,
         deadline_ms: int = 0,
+        end_offset: int | None = None,
     ) -> None:
-        if group.materialized_upto < self.meta.next_offset:
+        """Give ``group`` its pending rows up to ``end_offset`` (exclusive; the end of the log
+        when None), leasing those at or below ``lease_upto`` to ``owner``."""
+        end = (
+            self.meta.next_offset if end_offset is None else min(end_offset, self.meta.next_offset)
+        )
+        if group.materialized_upto < end:
             start = max(group.materialized_upto, self.meta.log_start)
             self.store.materialize(
-                group.gid, start, now_ms, self.config.ordering, lease_upto, owner, deadline_ms
+                group.gid, start, now_ms, self.config.ordering, lease_upto, owner, deadline_ms, end
             )
-            group.materialized_upto = self.meta.next_offset
+            group.materialized_upto = end
             self.store.group_set_materialized(group.gid, group.materialized_upto)
 
     def _dead_letter(
@@ -661,8 +667,12 @@ class PartitionMachine:
             chosen = chosen[:cut]
         taken = [row[0] for row in chosen]
         if fifo:
+            # Only the log up to the last fresh record taken gets pending rows: the rest stays
+            # "fresh" (not materialized) until a Lease takes it, so draining a backlog writes
+            # each row once (leased) instead of once ready and again leased.
             fresh = [o for o in taken if o >= fresh_from]
-            self._materialize(group, now_ms, fresh[-1] if fresh else -1, cmd.member, deadline)
+            if fresh:
+                self._materialize(group, now_ms, fresh[-1], cmd.member, deadline, fresh[-1] + 1)
             self.store.lease(group.gid, taken[: len(taken) - len(fresh)], cmd.member, deadline)
         else:
             self.store.lease(group.gid, taken, cmd.member, deadline)

@@ -32,7 +32,7 @@ from typing import Any
 import apsw
 
 from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, ReadyRecord, RecordRow
-from partitions.store import canonical_dump
+from partitions.store import INT64_MAX, canonical_dump
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(
@@ -378,8 +378,10 @@ class SqliteStore:
         lease_upto: int = -1,
         owner: str | None = None,
         deadline_ms: int = 0,
+        end_offset: int | None = None,
     ) -> int:
-        # ?5: leased here = visible now and at or below lease_upto (a prefix of the fresh ones)
+        # ?5: leased here = visible now and at or below lease_upto (a prefix of the fresh ones);
+        # ?8: the first offset not materialized (None: the end of the log)
         self._cur.execute(
             "INSERT INTO pending(gid, ofs, k1, k2, visible_at_ms, ready, owner, delivery_count) "
             "SELECT ?1, ofs, CASE WHEN ?2 THEN priority ELSE 0 END, "
@@ -388,8 +390,18 @@ class SqliteStore:
             "CASE WHEN leased THEN 0 ELSE deliver_at_ms <= ?3 END, "
             "CASE WHEN leased THEN ?6 ELSE NULL END, leased "
             "FROM (SELECT ofs, priority, deliver_at_ms, "
-            "(ofs <= ?5 AND deliver_at_ms <= ?3) AS leased FROM records WHERE ofs >= ?4)",
-            (gid, ordering, now_ms, from_offset, lease_upto, owner, deadline_ms),
+            "(ofs <= ?5 AND deliver_at_ms <= ?3) AS leased FROM records "
+            "WHERE ofs >= ?4 AND ofs < ?8)",
+            (
+                gid,
+                ordering,
+                now_ms,
+                from_offset,
+                lease_upto,
+                owner,
+                deadline_ms,
+                INT64_MAX if end_offset is None else end_offset,
+            ),
         )
         return self._conn.changes()
 

@@ -79,7 +79,8 @@ class PartitionStore(Protocol):
     # per group name: the lowest generation a Lease may carry (0 = none); no GroupRow needed
     def fence_get(self, name: str) -> int: ...
     def fence_set(self, name: str, generation: int) -> None: ...
-    # Give the group a pending row for every record from from_offset on. Rows at or below
+    # Give the group a pending row for every record from from_offset on (up to end_offset,
+    # exclusive, when given). Rows at or below
     # lease_upto that are visible at now_ms are written already leased to ``owner`` until
     # deadline_ms (delivery 1): a fifo Lease taking fresh records writes each row once.
     def materialize(
@@ -91,6 +92,7 @@ class PartitionStore(Protocol):
         lease_upto: int = -1,
         owner: str | None = None,
         deadline_ms: int = 0,
+        end_offset: int | None = None,
     ) -> int: ...
     # records from from_offset on that are visible at now_ms, in offset order, as ReadyRecords
     # with delivery_count 0: what a fifo Lease takes after the group's ready rows
@@ -375,10 +377,12 @@ class MemoryStore:
         lease_upto: int = -1,
         owner: str | None = None,
         deadline_ms: int = 0,
+        end_offset: int | None = None,
     ) -> int:
         _fits(deadline_ms)
         pending = self._pending[gid]
-        offsets = sorted(o for o in self._records if o >= from_offset)
+        end = INT64_MAX if end_offset is None else end_offset
+        offsets = sorted(o for o in self._records if from_offset <= o < end)
         assert not pending.keys() & offsets, f"group {gid} materializes offsets it already has"
         added = 0
         for offset in offsets:

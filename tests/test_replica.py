@@ -304,6 +304,37 @@ def test_restarted_replica_catches_up_without_applying_twice(cluster: Any) -> No
     assert assert_dense(again) == [f"a{i}" for i in range(120)]
 
 
+def test_sqlite_file_that_lost_its_last_commits_is_rebuilt_from_the_raft_journal(
+    cluster: Any,
+) -> None:
+    """storage.synchronous=NORMAL: SQLite does not fsync each commit, so a power loss can
+    take its last commits (WAL mode keeps the file consistent, only behind). The fsync'd Raft
+    journal still holds those entries: a restart replays them, each exactly once."""
+    c = cluster()
+    for i in range(10):
+        c.send([f"a{i}"], "pr", i)
+    c.converged()
+    leader = c.leader()
+    victim = next(r for r in c.live() if r is not leader)
+    broker = next(b for b in c.brokers if b.address == victim.node.self_addr)
+    db = Path(victim.store.path)  # type: ignore[attr-defined]
+    victim.close()
+    behind = db.read_bytes()  # the file as the disk kept it: 10 records applied
+    again = c.start(broker)
+    for i in range(10, 30):
+        c.send([f"a{i}"], "pr", i)
+    c.converged()
+    assert again.node.applied_index > 10
+    again.close()
+    for stale in (db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        stale.unlink(missing_ok=True)
+    db.write_bytes(behind)  # power loss: the commits after the copy never reached the disk
+    restarted = c.start(broker)
+    c.converged()
+    assert assert_dense(restarted) == [f"a{i}" for i in range(30)], "lost or applied twice"
+    assert restarted.producer_state("pr") == leader.producer_state("pr")
+
+
 def test_failed_machine_stops_proposing_and_hands_leadership_over(cluster: Any) -> None:
     c = cluster()
     c.send(["ok"])
