@@ -317,7 +317,7 @@ def test_sqlite_file_that_lost_its_last_commits_is_rebuilt_from_the_raft_journal
     leader = c.leader()
     victim = next(r for r in c.live() if r is not leader)
     broker = next(b for b in c.brokers if b.address == victim.node.self_addr)
-    db = Path(victim.store.path)  # type: ignore[attr-defined]
+    db = Path(victim.store.path)
     victim.close()
     behind = db.read_bytes()  # the file as the disk kept it: 10 records applied
     again = c.start(broker)
