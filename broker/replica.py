@@ -312,6 +312,9 @@ class PartitionReplica:
             self._counters["bytes_leased"] += sum(
                 len(d.record.record.key) + len(d.record.record.value) for d in result.deliveries
             )
+        elif result.HasField("columns"):
+            self._counters["records_leased"] += len(result.columns.offsets)
+            self._counters["bytes_leased"] += sum(map(len, result.columns.values))
         return result
 
     # -- reads -------------------------------------------------------------------------------

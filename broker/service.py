@@ -103,16 +103,19 @@ RESPONSES: dict[str, type[Any]] = {
 
 
 def _poll_response(
-    leased: Sequence[tuple[str, int, Sequence[common_pb2.Delivery]]], *, compact: bool
+    leased: Sequence[tuple[str, int, partition_pb2.CommandResult]], *, compact: bool
 ) -> api_pb2.PollResponse:
-    """A compact poll's batches carry the leaders' deliveries as they are (one C-level copy
-    per partition); otherwise one LeasedRecord per delivery."""
+    """A compact poll's batches carry the leaders' deliveries or columns as they are (one
+    C-level copy per partition); otherwise one LeasedRecord per delivery."""
     response = api_pb2.PollResponse()
-    for topic, partition, deliveries in leased:
+    for topic, partition, result in leased:
         if compact:
-            response.batches.add(topic=topic, partition=partition, deliveries=deliveries)
+            if result.HasField("columns"):
+                response.batches.add(topic=topic, partition=partition, columns=result.columns)
+            else:
+                response.batches.add(topic=topic, partition=partition, deliveries=result.deliveries)
             continue
-        for delivery in deliveries:
+        for delivery in result.deliveries:
             stored = delivery.record
             response.records.add(
                 topic=topic,
@@ -658,10 +661,10 @@ class BrokerService:
         start: int,
         deadline: float,
         start_from: int = 0,
-    ) -> list[tuple[str, int, Sequence[common_pb2.Delivery]]]:
+    ) -> list[tuple[str, int, partition_pb2.CommandResult]]:
         """Lease from the member's partitions in turn until max_records: per partition that
-        gave records, (topic, partition, deliveries)."""
-        out: list[tuple[str, int, Sequence[common_pb2.Delivery]]] = []
+        gave records, (topic, partition, the Lease's result: deliveries or columns)."""
+        out: list[tuple[str, int, partition_pb2.CommandResult]] = []
         got = 0
         want = request.max_records
         for i in range(len(partitions)):
@@ -676,6 +679,7 @@ class BrokerService:
                 max_bytes=request.max_bytes,
                 start_from=start_from,  # type: ignore[arg-type]
                 generation=request.generation,
+                columns=request.compact and request.columns,
             )
             try:
                 response = self.router.propose(
@@ -690,15 +694,16 @@ class BrokerService:
                 continue
             if response.skipped_idle or response.result.error:
                 continue
-            if response.result.deliveries and not self._still_owns(request, topic, partition):
+            result = response.result
+            taken = len(result.deliveries) or len(result.columns.offsets)
+            if taken and not self._still_owns(request, topic, partition):
                 # A rebalance moved the partition while this lease was in flight; it may have
                 # applied after the revocation's Release: give the records to the new owner.
                 self._release(topic, partition, request.group, request.member_id)
                 continue
-            deliveries = response.result.deliveries
-            if deliveries:
-                out.append((topic, partition, deliveries))
-                got += len(deliveries)
+            if taken:
+                out.append((topic, partition, result))
+                got += taken
             want = request.max_records - got
         return out
 

@@ -288,6 +288,26 @@ def fetch_from(
     return out
 
 
+def _fill_columns(
+    out: common_pb2.DeliveryColumns, chosen: Sequence[Sequence[Any]], deadline_ms: int
+) -> bool:
+    """Fill ``out`` with ``chosen`` (ReadyRecord tuples, delivery_count before this lease) when
+    every record is bare (a value only); False, ``out`` untouched, otherwise. Each column is
+    checked and copied by C-level calls: no Python frame per record."""
+    offsets, counts, stamps, keys, values, headers, priorities, at_ms, idems, _ = zip(
+        *chosen, strict=True
+    )
+    n = len(offsets)
+    if keys.count(None) != n or any(headers) or any(priorities) or any(at_ms) or any(idems):
+        return False
+    out.offsets.extend(offsets)
+    out.delivery_counts.extend(map((1).__add__, counts))
+    out.timestamps_ms.extend(stamps)
+    out.values.extend(values)
+    out.lease_deadline_ms = deadline_ms
+    return True
+
+
 class PartitionMachine:
     """One partition replica's state machine. Not thread-safe: one applier thread owns it."""
 
@@ -678,6 +698,8 @@ class PartitionMachine:
             self.store.lease(group.gid, taken, cmd.member, deadline)
         result = partition_pb2.CommandResult()
         if not self._respond:  # the same records taken, no Delivery built
+            return result
+        if cmd.columns and chosen and _fill_columns(result.columns, chosen, deadline):
             return result
         add = result.deliveries.add
         # One Delivery per record, initialised from a dict in one call: setting the nested

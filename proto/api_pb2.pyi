@@ -139,7 +139,7 @@ class LeaveGroupResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class PollRequest(_message.Message):
-    __slots__ = ("group", "member_id", "generation", "max_records", "max_wait_ms", "lease_ms", "max_bytes", "compact")
+    __slots__ = ("group", "member_id", "generation", "max_records", "max_wait_ms", "lease_ms", "max_bytes", "compact", "columns")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -148,6 +148,7 @@ class PollRequest(_message.Message):
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     COMPACT_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     group: str
     member_id: str
     generation: int
@@ -156,7 +157,8 @@ class PollRequest(_message.Message):
     lease_ms: int
     max_bytes: int
     compact: bool
-    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., max_records: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., lease_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ..., compact: _Optional[bool] = ...) -> None: ...
+    columns: bool
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., max_records: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., lease_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ..., compact: _Optional[bool] = ..., columns: _Optional[bool] = ...) -> None: ...
 
 class LeasedRecord(_message.Message):
     __slots__ = ("topic", "partition", "offset", "delivery_count", "lease_deadline_ms", "timestamp_ms", "record")
@@ -185,14 +187,16 @@ class PollResponse(_message.Message):
     def __init__(self, records: _Optional[_Iterable[_Union[LeasedRecord, _Mapping]]] = ..., batches: _Optional[_Iterable[_Union[PartitionDeliveries, _Mapping]]] = ...) -> None: ...
 
 class PartitionDeliveries(_message.Message):
-    __slots__ = ("topic", "partition", "deliveries")
+    __slots__ = ("topic", "partition", "deliveries", "columns")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     deliveries: _containers.RepeatedCompositeFieldContainer[_common_pb2.Delivery]
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., deliveries: _Optional[_Iterable[_Union[_common_pb2.Delivery, _Mapping]]] = ...) -> None: ...
+    columns: _common_pb2.DeliveryColumns
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., deliveries: _Optional[_Iterable[_Union[_common_pb2.Delivery, _Mapping]]] = ..., columns: _Optional[_Union[_common_pb2.DeliveryColumns, _Mapping]] = ...) -> None: ...
 
 class PollStart(_message.Message):
     __slots__ = ("group", "member_id", "generation", "lease_ms", "max_bytes")

@@ -2,7 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -99,6 +99,20 @@ class Delivery(_message.Message):
     delivery_count: int
     lease_deadline_ms: int
     def __init__(self, record: _Optional[_Union[StoredRecord, _Mapping]] = ..., delivery_count: _Optional[int] = ..., lease_deadline_ms: _Optional[int] = ...) -> None: ...
+
+class DeliveryColumns(_message.Message):
+    __slots__ = ("offsets", "delivery_counts", "timestamps_ms", "values", "lease_deadline_ms")
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPS_MS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    delivery_counts: _containers.RepeatedScalarFieldContainer[int]
+    timestamps_ms: _containers.RepeatedScalarFieldContainer[int]
+    values: _containers.RepeatedScalarFieldContainer[bytes]
+    lease_deadline_ms: int
+    def __init__(self, offsets: _Optional[_Iterable[int]] = ..., delivery_counts: _Optional[_Iterable[int]] = ..., timestamps_ms: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[bytes]] = ..., lease_deadline_ms: _Optional[int] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
     __slots__ = ("ordering", "lease_ms", "max_deliveries", "dead_letter_topic", "retention_ms", "retention_bytes", "max_record_bytes", "dedup_window_ms", "nack_backoff_base_ms", "nack_backoff_max_ms")

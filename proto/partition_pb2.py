@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from proto import common_pb2 as proto_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15proto/partition.proto\x12\x08raftq.v1\x1a\x12proto/common.proto\"\x99\x04\n\x10PartitionCommand\x12\x0e\n\x06now_ms\x18\x01 \x01(\x03\x12\"\n\x06\x61ppend\x18\n \x01(\x0b\x32\x10.raftq.v1.AppendH\x00\x12 \n\x05lease\x18\x0b \x01(\x0b\x32\x0f.raftq.v1.LeaseH\x00\x12\x1f\n\x03\x61\x63k\x18\x0c \x01(\x0b\x32\x10.raftq.v1.SettleH\x00\x12\x1e\n\x04nack\x18\r \x01(\x0b\x32\x0e.raftq.v1.NackH\x00\x12-\n\x0c\x65xtend_lease\x18\x0e \x01(\x0b\x32\x15.raftq.v1.ExtendLeaseH\x00\x12$\n\x07release\x18\x0f \x01(\x0b\x32\x11.raftq.v1.ReleaseH\x00\x12/\n\rupdate_record\x18\x10 \x01(\x0b\x32\x16.raftq.v1.UpdateRecordH\x00\x12/\n\rcancel_record\x18\x11 \x01(\x0b\x32\x16.raftq.v1.CancelRecordH\x00\x12(\n\tconfigure\x18\x12 \x01(\x0b\x32\x13.raftq.v1.ConfigureH\x00\x12\"\n\x06retain\x18\x13 \x01(\x0b\x32\x10.raftq.v1.RetainH\x00\x12\x34\n\x10\x64\x65\x61\x64_letter_done\x18\x14 \x01(\x0b\x32\x18.raftq.v1.DeadLetterDoneH\x00\x12-\n\x0c\x61ppend_batch\x18\x15 \x01(\x0b\x32\x15.raftq.v1.AppendBatchH\x00\x42\x04\n\x02op\"b\n\x06\x41ppend\x12!\n\x07records\x18\x01 \x03(\x0b\x32\x10.raftq.v1.Record\x12\x13\n\x0bproducer_id\x18\x02 \x01(\t\x12\x10\n\x08sequence\x18\x03 \x01(\x03\x12\x0e\n\x06values\x18\x04 \x03(\x0c\"0\n\x0b\x41ppendBatch\x12!\n\x07\x61ppends\x18\x01 \x03(\x0b\x32\x10.raftq.v1.Append\"\x9d\x01\n\x05Lease\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06member\x18\x02 \x01(\t\x12\x13\n\x0bmax_records\x18\x03 \x01(\x05\x12\x10\n\x08lease_ms\x18\x04 \x01(\x03\x12\'\n\nstart_from\x18\x05 \x01(\x0e\x32\x13.raftq.v1.StartFrom\x12\x11\n\tmax_bytes\x18\x06 \x01(\x03\x12\x12\n\ngeneration\x18\x07 \x01(\x03\"5\n\x0b\x44\x65liveryRef\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x16\n\x0e\x64\x65livery_count\x18\x02 \x01(\x05\"v\n\x06Settle\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06member\x18\x02 \x01(\t\x12#\n\x04refs\x18\x03 \x03(\x0b\x32\x15.raftq.v1.DeliveryRef\x12\x0f\n\x07offsets\x18\x04 \x03(\x03\x12\x17\n\x0f\x64\x65livery_counts\x18\x05 \x03(\x05\"n\n\x04Nack\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06member\x18\x02 \x01(\t\x12#\n\x04refs\x18\x03 \x03(\x0b\x32\x15.raftq.v1.DeliveryRef\x12\x15\n\x08\x64\x65lay_ms\x18\x04 \x01(\x03H\x00\x88\x01\x01\x42\x0b\n\t_delay_ms\"c\n\x0b\x45xtendLease\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06member\x18\x02 \x01(\t\x12#\n\x04refs\x18\x03 \x03(\x0b\x32\x15.raftq.v1.DeliveryRef\x12\x10\n\x08lease_ms\x18\x04 \x01(\x03\"<\n\x07Release\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06member\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"p\n\x0cUpdateRecord\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x15\n\x08priority\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x1a\n\rdeliver_at_ms\x18\x03 \x01(\x03H\x01\x88\x01\x01\x42\x0b\n\t_priorityB\x10\n\x0e_deliver_at_ms\"\x1e\n\x0c\x43\x61ncelRecord\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"T\n\tConfigure\x12%\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x15.raftq.v1.TopicConfig\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\"\x08\n\x06Retain\"#\n\x0e\x44\x65\x61\x64LetterDone\x12\x11\n\tup_to_seq\x18\x01 \x01(\x03\"f\n\x0cRecordResult\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\"\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x13.raftq.v1.ErrorCode\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x11\n\tduplicate\x18\x04 \x01(\x08\"g\n\tRefResult\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\"\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x13.raftq.v1.ErrorCode\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x15\n\rdead_lettered\x18\x04 \x01(\x08\"\xae\x02\n\rCommandResult\x12\"\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x13.raftq.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\'\n\x07records\x18\x03 \x03(\x0b\x32\x16.raftq.v1.RecordResult\x12&\n\ndeliveries\x18\x04 \x03(\x0b\x32\x12.raftq.v1.Delivery\x12!\n\x04refs\x18\x05 \x03(\x0b\x32\x13.raftq.v1.RefResult\x12\r\n\x05\x63ount\x18\x06 \x01(\x03\x12\x0f\n\x07skipped\x18\x07 \x01(\x08\x12.\n\rbatch_results\x18\x08 \x03(\x0b\x32\x17.raftq.v1.CommandResult\x12$\n\x05range\x18\t \x01(\x0b\x32\x15.raftq.v1.RecordRange\"E\n\x0bRecordRange\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12\x11\n\tduplicate\x18\x03 \x01(\x08*%\n\tStartFrom\x12\x0c\n\x08\x45\x41RLIEST\x10\x00\x12\n\n\x06LATEST\x10\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15proto/partition.proto\x12\x08raftq.v1\x1a\x12proto/common.proto\"\x99\x04\n\x10PartitionCommand\x12\x0e\n\x06now_ms\x18\x01 \x01(\x03\x12\"\n\x06\x61ppend\x18\n \x01(\x0b\x32\x10.raftq.v1.AppendH\x00\x12 \n\x05lease\x18\x0b \x01(\x0b\x32\x0f.raftq.v1.LeaseH\x00\x12\x1f\n\x03\x61\x63k\x18\x0c \x01(\x0b\x32\x10.raftq.v1.SettleH\x00\x12\x1e\n\x04nack\x18\r \x01(\x0b\x32\x0e.raftq.v1.NackH\x00\x12-\n\x0c\x65xtend_lease\x18\x0e \x01(\x0b\x32\x15.raftq.v1.ExtendLeaseH\x00\x12$\n\x07release\x18\x0f \x01(\x0b\x32\x11.raftq.v1.ReleaseH\x00\x12/\n\rupdate_record\x18\x10 \x01(\x0b\x32\x16.raftq.v1.UpdateRecordH\x00\x12/\n\rcancel_record\x18\x11 \x01(\x0b\x32\x16.raftq.v1.CancelRecordH\x00\x12(\n\tconfigure\x18\x12 \x01(\x0b\x32\x13.raftq.v1.ConfigureH\x00\x12\"\n\x06retain\x18\x13 \x01(\x0b\x32\x10.raftq.v1.RetainH\x00\x12\x34\n\x10\x64\x65\x61\x64_letter_done\x18\x14 \x01(\x0b\x32\x18.raftq.v1.DeadLetterDoneH\x00\x12-\n\x0c\x61ppend_batch\x18\x15 \x01(\x0b\x32\x15.raftq.v1.AppendBatchH\x00\x42\x04\n\x02op\"b\n\x06\x41ppend\x12!\n\x07records\x18\x01 \x03(\x0b\x32\x10.raftq.v1.Record\x12\x13\n\x0bproducer_id\x18\x02 \x01(\t\x12\x10\n\x08sequence\x18\x03 \x01(\x03\x12\x0e\n\x06values\x18\x04 \x03(\x0c\"0\n\x0b\x41ppendBatch\x12!\n\x07\x61ppends\x18\x01 \x03(\x0b\x32\x10.raftq.v1.Append\"\xae\x01\n\x05Lease\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06member\x18\x02 \x01(\t\x12\x13\n\x0bmax_records\x18\x03 \x01(\x05\x12\x10\n\x08lease_ms\x18\x04 \x01(\x03\x12\'\n\nstart_from\x18\x05 \x01(\x0e\x32\x13.raftq.v1.StartFrom\x12\x11\n\tmax_bytes\x18\x06 \x01(\x03\x12\x12\n\ngeneration\x18\x07 \x01(\x03\x12\x0f\n\x07\x63olumns\x18\x08 \x01(\x08\"5\n\x0b\x44\x65liveryRef\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x16\n\x0e\x64\x65livery_count\x18\x02 \x01(\x05\"v\n\x06Settle\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06member\x18\x02 \x01(\t\x12#\n\x04refs\x18\x03 \x03(\x0b\x32\x15.raftq.v1.DeliveryRef\x12\x0f\n\x07offsets\x18\x04 \x03(\x03\x12\x17\n\x0f\x64\x65livery_counts\x18\x05 \x03(\x05\"n\n\x04Nack\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06member\x18\x02 \x01(\t\x12#\n\x04refs\x18\x03 \x03(\x0b\x32\x15.raftq.v1.DeliveryRef\x12\x15\n\x08\x64\x65lay_ms\x18\x04 \x01(\x03H\x00\x88\x01\x01\x42\x0b\n\t_delay_ms\"c\n\x0b\x45xtendLease\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06member\x18\x02 \x01(\t\x12#\n\x04refs\x18\x03 \x03(\x0b\x32\x15.raftq.v1.DeliveryRef\x12\x10\n\x08lease_ms\x18\x04 \x01(\x03\"<\n\x07Release\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06member\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"p\n\x0cUpdateRecord\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x15\n\x08priority\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x1a\n\rdeliver_at_ms\x18\x03 \x01(\x03H\x01\x88\x01\x01\x42\x0b\n\t_priorityB\x10\n\x0e_deliver_at_ms\"\x1e\n\x0c\x43\x61ncelRecord\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"T\n\tConfigure\x12%\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x15.raftq.v1.TopicConfig\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\"\x08\n\x06Retain\"#\n\x0e\x44\x65\x61\x64LetterDone\x12\x11\n\tup_to_seq\x18\x01 \x01(\x03\"f\n\x0cRecordResult\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\"\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x13.raftq.v1.ErrorCode\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x11\n\tduplicate\x18\x04 \x01(\x08\"g\n\tRefResult\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\"\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x13.raftq.v1.ErrorCode\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x15\n\rdead_lettered\x18\x04 \x01(\x08\"\xda\x02\n\rCommandResult\x12\"\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x13.raftq.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\'\n\x07records\x18\x03 \x03(\x0b\x32\x16.raftq.v1.RecordResult\x12&\n\ndeliveries\x18\x04 \x03(\x0b\x32\x12.raftq.v1.Delivery\x12!\n\x04refs\x18\x05 \x03(\x0b\x32\x13.raftq.v1.RefResult\x12\r\n\x05\x63ount\x18\x06 \x01(\x03\x12\x0f\n\x07skipped\x18\x07 \x01(\x08\x12.\n\rbatch_results\x18\x08 \x03(\x0b\x32\x17.raftq.v1.CommandResult\x12$\n\x05range\x18\t \x01(\x0b\x32\x15.raftq.v1.RecordRange\x12*\n\x07\x63olumns\x18\n \x01(\x0b\x32\x19.raftq.v1.DeliveryColumns\"E\n\x0bRecordRange\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12\x11\n\tduplicate\x18\x03 \x01(\x08*%\n\tStartFrom\x12\x0c\n\x08\x45\x41RLIEST\x10\x00\x12\n\n\x06LATEST\x10\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proto.partition_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STARTFROM']._serialized_start=2219
-  _globals['_STARTFROM']._serialized_end=2256
+  _globals['_STARTFROM']._serialized_start=2280
+  _globals['_STARTFROM']._serialized_end=2317
   _globals['_PARTITIONCOMMAND']._serialized_start=56
   _globals['_PARTITIONCOMMAND']._serialized_end=593
   _globals['_APPEND']._serialized_start=595
@@ -41,33 +41,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_APPENDBATCH']._serialized_start=695
   _globals['_APPENDBATCH']._serialized_end=743
   _globals['_LEASE']._serialized_start=746
-  _globals['_LEASE']._serialized_end=903
-  _globals['_DELIVERYREF']._serialized_start=905
-  _globals['_DELIVERYREF']._serialized_end=958
-  _globals['_SETTLE']._serialized_start=960
-  _globals['_SETTLE']._serialized_end=1078
-  _globals['_NACK']._serialized_start=1080
-  _globals['_NACK']._serialized_end=1190
-  _globals['_EXTENDLEASE']._serialized_start=1192
-  _globals['_EXTENDLEASE']._serialized_end=1291
-  _globals['_RELEASE']._serialized_start=1293
-  _globals['_RELEASE']._serialized_end=1353
-  _globals['_UPDATERECORD']._serialized_start=1355
-  _globals['_UPDATERECORD']._serialized_end=1467
-  _globals['_CANCELRECORD']._serialized_start=1469
-  _globals['_CANCELRECORD']._serialized_end=1499
-  _globals['_CONFIGURE']._serialized_start=1501
-  _globals['_CONFIGURE']._serialized_end=1585
-  _globals['_RETAIN']._serialized_start=1587
-  _globals['_RETAIN']._serialized_end=1595
-  _globals['_DEADLETTERDONE']._serialized_start=1597
-  _globals['_DEADLETTERDONE']._serialized_end=1632
-  _globals['_RECORDRESULT']._serialized_start=1634
-  _globals['_RECORDRESULT']._serialized_end=1736
-  _globals['_REFRESULT']._serialized_start=1738
-  _globals['_REFRESULT']._serialized_end=1841
-  _globals['_COMMANDRESULT']._serialized_start=1844
-  _globals['_COMMANDRESULT']._serialized_end=2146
-  _globals['_RECORDRANGE']._serialized_start=2148
-  _globals['_RECORDRANGE']._serialized_end=2217
+  _globals['_LEASE']._serialized_end=920
+  _globals['_DELIVERYREF']._serialized_start=922
+  _globals['_DELIVERYREF']._serialized_end=975
+  _globals['_SETTLE']._serialized_start=977
+  _globals['_SETTLE']._serialized_end=1095
+  _globals['_NACK']._serialized_start=1097
+  _globals['_NACK']._serialized_end=1207
+  _globals['_EXTENDLEASE']._serialized_start=1209
+  _globals['_EXTENDLEASE']._serialized_end=1308
+  _globals['_RELEASE']._serialized_start=1310
+  _globals['_RELEASE']._serialized_end=1370
+  _globals['_UPDATERECORD']._serialized_start=1372
+  _globals['_UPDATERECORD']._serialized_end=1484
+  _globals['_CANCELRECORD']._serialized_start=1486
+  _globals['_CANCELRECORD']._serialized_end=1516
+  _globals['_CONFIGURE']._serialized_start=1518
+  _globals['_CONFIGURE']._serialized_end=1602
+  _globals['_RETAIN']._serialized_start=1604
+  _globals['_RETAIN']._serialized_end=1612
+  _globals['_DEADLETTERDONE']._serialized_start=1614
+  _globals['_DEADLETTERDONE']._serialized_end=1649
+  _globals['_RECORDRESULT']._serialized_start=1651
+  _globals['_RECORDRESULT']._serialized_end=1753
+  _globals['_REFRESULT']._serialized_start=1755
+  _globals['_REFRESULT']._serialized_end=1858
+  _globals['_COMMANDRESULT']._serialized_start=1861
+  _globals['_COMMANDRESULT']._serialized_end=2207
+  _globals['_RECORDRANGE']._serialized_start=2209
+  _globals['_RECORDRANGE']._serialized_end=2278
 # @@protoc_insertion_point(module_scope)

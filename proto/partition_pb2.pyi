@@ -64,7 +64,7 @@ class AppendBatch(_message.Message):
     def __init__(self, appends: _Optional[_Iterable[_Union[Append, _Mapping]]] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("group", "member", "max_records", "lease_ms", "start_from", "max_bytes", "generation")
+    __slots__ = ("group", "member", "max_records", "lease_ms", "start_from", "max_bytes", "generation", "columns")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MEMBER_FIELD_NUMBER: _ClassVar[int]
     MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
@@ -72,6 +72,7 @@ class Lease(_message.Message):
     START_FROM_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     group: str
     member: str
     max_records: int
@@ -79,7 +80,8 @@ class Lease(_message.Message):
     start_from: StartFrom
     max_bytes: int
     generation: int
-    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., max_records: _Optional[int] = ..., lease_ms: _Optional[int] = ..., start_from: _Optional[_Union[StartFrom, str]] = ..., max_bytes: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
+    columns: bool
+    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., max_records: _Optional[int] = ..., lease_ms: _Optional[int] = ..., start_from: _Optional[_Union[StartFrom, str]] = ..., max_bytes: _Optional[int] = ..., generation: _Optional[int] = ..., columns: _Optional[bool] = ...) -> None: ...
 
 class DeliveryRef(_message.Message):
     __slots__ = ("offset", "delivery_count")
@@ -198,7 +200,7 @@ class RefResult(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., dead_lettered: _Optional[bool] = ...) -> None: ...
 
 class CommandResult(_message.Message):
-    __slots__ = ("error", "message", "records", "deliveries", "refs", "count", "skipped", "batch_results", "range")
+    __slots__ = ("error", "message", "records", "deliveries", "refs", "count", "skipped", "batch_results", "range", "columns")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
@@ -208,6 +210,7 @@ class CommandResult(_message.Message):
     SKIPPED_FIELD_NUMBER: _ClassVar[int]
     BATCH_RESULTS_FIELD_NUMBER: _ClassVar[int]
     RANGE_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     error: _common_pb2.ErrorCode
     message: str
     records: _containers.RepeatedCompositeFieldContainer[RecordResult]
@@ -217,7 +220,8 @@ class CommandResult(_message.Message):
     skipped: bool
     batch_results: _containers.RepeatedCompositeFieldContainer[CommandResult]
     range: RecordRange
-    def __init__(self, error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., records: _Optional[_Iterable[_Union[RecordResult, _Mapping]]] = ..., deliveries: _Optional[_Iterable[_Union[_common_pb2.Delivery, _Mapping]]] = ..., refs: _Optional[_Iterable[_Union[RefResult, _Mapping]]] = ..., count: _Optional[int] = ..., skipped: _Optional[bool] = ..., batch_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., range: _Optional[_Union[RecordRange, _Mapping]] = ...) -> None: ...
+    columns: _common_pb2.DeliveryColumns
+    def __init__(self, error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., records: _Optional[_Iterable[_Union[RecordResult, _Mapping]]] = ..., deliveries: _Optional[_Iterable[_Union[_common_pb2.Delivery, _Mapping]]] = ..., refs: _Optional[_Iterable[_Union[RefResult, _Mapping]]] = ..., count: _Optional[int] = ..., skipped: _Optional[bool] = ..., batch_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., range: _Optional[_Union[RecordRange, _Mapping]] = ..., columns: _Optional[_Union[_common_pb2.DeliveryColumns, _Mapping]] = ...) -> None: ...
 
 class RecordRange(_message.Message):
     __slots__ = ("first_offset", "count", "duplicate")

@@ -222,6 +222,7 @@ class Consumer:
                     max_records=max_records or self.max_poll_records,
                     max_wait_ms=min(max(0, remaining_ms), POLL_WAIT_MS_MAX),
                     compact=True,
+                    columns=True,
                 )
             if self.lease_ms is not None:
                 request.lease_ms = self.lease_ms
@@ -245,6 +246,15 @@ class Consumer:
 
     def _messages(self, batch: api_pb2.PartitionDeliveries) -> list[Message]:
         topic, partition = batch.topic, batch.partition
+        if batch.HasField("columns"):  # bare records: a value each, nothing else
+            c = batch.columns
+            deadline = c.lease_deadline_ms
+            return [
+                Message(topic, partition, offset, None, value, {}, 0, count, deadline, ts, 0, self)
+                for offset, count, ts, value in zip(
+                    c.offsets, c.delivery_counts, c.timestamps_ms, c.values, strict=True
+                )
+            ]
         out = []
         for d in batch.deliveries:
             stored = d.record
