@@ -5,7 +5,8 @@ fsync on, SQLite ``synchronous=FULL``) on 127.0.0.1, one topic at RF 3. Issue 3'
 
 - **throughput on 1 and on 8 partitions**: ``--ca-clients`` client PROCESSES (the Python
   client's CPU is a bottleneck of its own), each with one ``broker.client.Producer``
-  (idempotent, ``linger_ms=5``, batches of up to 500 records: the Producer's defaults), send
+  (idempotent, ``linger_ms=5``, batches of up to 10,000 records / 1 MiB: the Producer's
+  defaults), send
   ``--ca-records`` records of 100 B in all, round-robin over the topic's partitions, then
   flush. Records/s from the first send to the last acknowledgement of all clients.
 - **single-record append latency**: ``Producer(linger_ms=0)``, one record at a time to one
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from bench.common import Result, at_least
 from broker.client import Producer
+from broker.config import ClientSettings
 from tests.cluster import ProcessCluster
 
 NAME = "cluster_append"
@@ -138,8 +140,8 @@ def run(options: argparse.Namespace) -> list[Result]:
                     statistics.median(runs),
                     "rec/s",
                     THROUGHPUT_GOAL,
-                    f"{records:,} x 100 B, {clients} client processes (Producer, "
-                    f"batches <= 500, linger 5 ms), fsync on; runs "
+                    f"{records:,} x 100 B, {clients} client processes (Producer, batches <= "
+                    f"{ClientSettings().batch_records_max:,}, linger 5 ms), fsync on; runs "
                     + ", ".join(f"{r:,.0f}" for r in runs),
                 )
             )

@@ -31,6 +31,7 @@ from typing import Any
 
 from bench.common import Result, at_least, median
 from broker.client import Consumer, Producer
+from broker.config import ClientSettings
 from tests.cluster import ProcessCluster
 
 NAME = "e2e"
@@ -46,7 +47,9 @@ def add_arguments(parser: argparse._ArgumentGroup) -> None:
     parser.add_argument("--e2e-partitions", type=int, default=6, help="partitions of the topic")
     parser.add_argument("--e2e-consumers", type=int, default=3, help="members of the group")
     parser.add_argument("--e2e-poll-records", type=int, default=2000, help="max records a poll")
-    parser.add_argument("--e2e-batch-records", type=int, default=2000, help="producer batch")
+    parser.add_argument(
+        "--e2e-batch-records", type=int, default=None, help="producer batch (the Producer's)"
+    )
     parser.add_argument("--e2e-latency-samples", type=int, default=1000, help="sends timed")
 
 
@@ -69,11 +72,13 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 def produce(
-    cluster: ProcessCluster, topic: str, records: int, value_bytes: int, batch: int
+    cluster: ProcessCluster, topic: str, records: int, value_bytes: int, batch: int | None
 ) -> float:
     """Records/s of one producer sending ``records`` records and flushing."""
     value = b"x" * value_bytes
-    with Producer(cluster.bootstrap, batch_records_max=batch) as producer:
+    with Producer(
+        cluster.bootstrap, batch_records_max=batch or ClientSettings().batch_records_max
+    ) as producer:
         producer.send(topic, value).result(30)  # metadata and channels warm
         started = time.perf_counter()
         futures = [producer.send(topic, value) for _ in range(records)]

@@ -418,7 +418,7 @@ class ClientSettings(_Section):
 
     request_timeout_ms: int = _setting(30_000, min=1)
     linger_ms: int = _setting(5, min=0)
-    batch_records_max: int = _setting(500, min=1, max=100_000)
+    batch_records_max: int = _setting(10_000, min=1, max=100_000)
     batch_bytes_max: int = _setting(
         1_048_576, min=1, max=GRPC_MESSAGE_BYTES_MAX, why="gRPC's default message limit"
     )
