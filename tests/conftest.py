@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import tempfile
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from partitions.sqlite_store import SqliteStore
+from partitions.store import MemoryStore, PartitionStore
 from tests import helpers
 
 
@@ -13,3 +17,24 @@ from tests import helpers
 def free_port() -> Callable[[], int]:
     """Call it for each port needed: ``port = free_port()``."""
     return helpers.free_port
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def new_store(request: pytest.FixtureRequest) -> Iterator[Callable[[], PartitionStore]]:
+    """Call it for each partition store needed; every test runs on both kinds (SQLite files
+    in a temporary directory, synchronous=OFF: these tests compare behaviour)."""
+    made: list[PartitionStore] = []
+    with tempfile.TemporaryDirectory() as tmp:
+
+        def make() -> PartitionStore:
+            store: PartitionStore
+            if request.param == "memory":
+                store = MemoryStore()
+            else:
+                store = SqliteStore(os.path.join(tmp, f"p{len(made)}.db"), synchronous="OFF")
+            made.append(store)
+            return store
+
+        yield make
+        for store in made:
+            store.close()

@@ -9,37 +9,14 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from partitions.machine import PartitionMachine
-from partitions.sqlite_store import SqliteStore
-from partitions.store import MemoryStore, PartitionStore
 from proto import common_pb2, partition_pb2
 
 NOW = 1_000_000
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def new_store(request: pytest.FixtureRequest) -> Iterator[Any]:
-    made: list[PartitionStore] = []
-    with tempfile.TemporaryDirectory() as tmp:
-
-        def make() -> PartitionStore:
-            store: PartitionStore
-            if request.param == "memory":
-                store = MemoryStore()
-            else:
-                store = SqliteStore(os.path.join(tmp, f"p{len(made)}.db"), synchronous="OFF")
-            made.append(store)
-            return store
-
-        yield make
-        for store in made:
-            store.close()
 
 
 def command(now_ms: int, **op: Any) -> bytes:

@@ -111,6 +111,14 @@ class Cluster:
         dumps = [r.dump() for r in self.live()]
         assert all(d == dumps[0] for d in dumps[1:]), "replica stores differ at equal index"
 
+    def converged_follower(self) -> tuple[PartitionReplica, PartitionReplica, Broker]:
+        """Once converged: the leader, a follower, and the follower's broker."""
+        self.converged()
+        leader = self.leader()
+        follower = next(r for r in self.live() if r is not leader)
+        broker = next(b for b in self.brokers if b.address == follower.node.self_addr)
+        return leader, follower, broker
+
     def close(self) -> None:
         for replica in self.replicas.values():
             replica.close()
@@ -285,10 +293,7 @@ def test_restarted_replica_catches_up_without_applying_twice(cluster: Any) -> No
     c = cluster()
     for i in range(20):
         c.send([f"a{i}"], "pr", i)
-    c.converged()
-    leader = c.leader()
-    victim = next(r for r in c.live() if r is not leader)
-    broker = next(b for b in c.brokers if b.address == victim.node.self_addr)
+    leader, victim, broker = c.converged_follower()
     victim.close()
     for i in range(20, 120):  # past compaction_min_entries: the leader snapshots
         c.send([f"a{i}"], "pr", i)
@@ -313,10 +318,7 @@ def test_sqlite_file_that_lost_its_last_commits_is_rebuilt_from_the_raft_journal
     c = cluster()
     for i in range(10):
         c.send([f"a{i}"], "pr", i)
-    c.converged()
-    leader = c.leader()
-    victim = next(r for r in c.live() if r is not leader)
-    broker = next(b for b in c.brokers if b.address == victim.node.self_addr)
+    leader, victim, broker = c.converged_follower()
     db = Path(victim.store.path)
     victim.close()
     behind = db.read_bytes()  # the file as the disk kept it: 10 records applied
