@@ -25,7 +25,9 @@ from transport.raft.mux import FrameDecoder, FrameError, MuxConfig, MuxEndpoint,
 
 SECRET = b"raftq-test-cluster-secret-0123456789"
 FAST: dict[str, Any] = {"appendEntriesPeriod": 0.05, "raftMinTimeout": 0.4, "raftMaxTimeout": 0.8}
-FAST_MUX = MuxConfig(ping_interval_s=0.1, dead_after_s=0.6, reconnect_max_s=0.2)
+FAST_MUX = MuxConfig(
+    ping_interval_s=0.05, silent_after_s=0.25, dead_after_s=0.6, reconnect_max_s=0.2
+)
 
 
 def wait_for(cond: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition") -> Any:
@@ -214,6 +216,36 @@ def test_hung_broker_is_detected_and_its_groups_reelect(cluster: Cluster) -> Non
     gone = victim.endpoint.address
     wait_for(lambda: all(gone not in b.endpoint.connected_peers() for b in rest), what="link down")
     _replicate(cluster, led, b"after-hang", among=rest)
+
+
+def test_idle_links_are_heard_through_pings_and_a_hung_peer_falls_silent(
+    cluster: Cluster,
+) -> None:
+    """Quiesced groups rely on link liveness (transport/raft/node.py): an idle link carries a
+    PING every ping_interval_s, so a live peer stays below silent_after_s; a hung one (its
+    driver stopped, sockets open) passes it well before dead_after_s closes the link."""
+    wait_for(cluster.all_led, what="a leader in every group")
+    a, b, c = (cluster.brokers[addr] for addr in cluster.addrs)
+    silent_after_s = a.endpoint.silent_after_s
+    assert silent_after_s == FAST_MUX.silent_after_s
+    assert a.driver.submit(lambda: a.endpoint.link_silence_s("10.9.9.9:1")).result(5) is None
+    for _ in range(10):  # one second of samples: always heard recently
+        silence = a.driver.submit(lambda: a.endpoint.link_silence_s(b.endpoint.address))
+        value = silence.result(5)
+        assert value is not None and value < silent_after_s
+        time.sleep(0.1)
+    b.driver.stop()  # hung: the link stays open, nothing comes out of it
+    t0 = time.monotonic()
+
+    def silent() -> bool:
+        silence = a.driver.submit(lambda: a.endpoint.link_silence_s(b.endpoint.address))
+        value = silence.result(5)
+        return value is not None and value >= silent_after_s
+
+    wait_for(silent, timeout_s=FAST_MUX.dead_after_s, what="the hung peer's link silent")
+    assert time.monotonic() - t0 < FAST_MUX.dead_after_s  # silent before declared dead
+    live = c.driver.submit(lambda: c.endpoint.link_silence_s(a.endpoint.address)).result(5)
+    assert live is not None and live < silent_after_s
 
 
 def test_unregister_is_thread_safe_and_stops_delivery(cluster: Cluster) -> None:

@@ -12,7 +12,13 @@ differs. Nothing moves unless the test says so:
   a HubEndpoint and a manual clock).
 - Faults: `partition(a, b)`, `isolate(a)`, `heal()`, `drop(probability)`, `delay(ms, jitter_ms)`,
   `crash(addr)` / `restart(addr)`. A cut link looks like a dead TCP connection: the views
-  announce the peer disconnected and messages in flight on it are lost.
+  announce the peer disconnected and messages in flight on it are lost. A hung broker (SIGSTOP:
+  its links stay open, nothing comes out of them) is one whose driver the test stops running.
+- Link liveness, as over TCP: every `HubEndpoint.flush` (one per driver iteration) also sends
+  each connected peer a PING at most every `ping_interval_s`, subject to delay and drops (drawn
+  from their own rng, so the message schedule of a seed does not change). `link_silence_s` is
+  the time since anything (message or PING) from the peer was delivered, or since the link came
+  up; a peer whose driver stopped running falls silent.
 
 Determinism: every random decision (drop, jitter) comes from ``random.Random(seed)`` and is taken
 in an order that does not depend on set iteration or string hashing: each flush sorts messages by
@@ -86,6 +92,7 @@ class _InFlight:
     seq: int
     group: str = field(compare=False)
     payload: bytes = field(compare=False)
+    ping: bool = field(default=False, compare=False)
 
 
 class HubEndpoint:
@@ -109,6 +116,13 @@ class HubEndpoint:
 
     def connected_peers(self) -> frozenset[str]:
         return frozenset(p for p in self._hub.addresses if self._hub.connected(self.address, p))
+
+    @property
+    def silent_after_s(self) -> float:
+        return self._hub.silent_after_s
+
+    def link_silence_s(self, peer: str) -> float | None:
+        return self._hub.link_silence_s(peer, self.address)
 
     def enqueue(self, peer: str, group: str, message: Any) -> bool:
         if not self._hub.connected(self.address, peer):
@@ -143,6 +157,7 @@ class HubEndpoint:
 
     def flush(self) -> None:
         self._hub.flush(self)
+        self._hub.ping(self)
 
     def wake(self) -> None:
         pass
@@ -184,10 +199,25 @@ class HubEndpoint:
 class Hub:
     """N in-process broker endpoints with seeded, scriptable faults. See the module docstring."""
 
-    def __init__(self, seed: int, clock: ManualClock | None = None) -> None:
+    def __init__(
+        self,
+        seed: int,
+        clock: ManualClock | None = None,
+        *,
+        ping_interval_s: float = 0.1,
+        silent_after_s: float = 0.4,
+    ) -> None:
+        if not 0 < ping_interval_s < silent_after_s:
+            raise ValueError("need 0 < ping_interval_s < silent_after_s")
         self.seed = seed
         self.clock = clock or ManualClock()
+        self.ping_interval_s = ping_interval_s
+        self.silent_after_s = silent_after_s
         self.rng = random.Random(seed)  # network faults
+        self.ping_rng = random.Random(seed * 7 + 3)  # drops of PINGs: self.rng stays untouched
+        self._heard: dict[tuple[str, str], float] = {}  # (src, dst) -> last delivery time
+        self._pinged: dict[tuple[str, str], float] = {}  # (src, dst) -> last PING sent
+        self._up_since: dict[frozenset[str], float] = {}  # connected pair -> since when
         self.raft_rng = random.Random(seed * 1_000_003 + 7)  # election timeouts (pysyncobj_time)
         self._endpoints: dict[str, HubEndpoint] = {}
         self._cuts: set[frozenset[str]] = set()
@@ -199,7 +229,7 @@ class Hub:
         self._link_last_due: dict[tuple[str, str], float] = {}
         self.generation = 0
         self.stats: dict[str, int] = dict.fromkeys(
-            ("flushed", "delivered", "dropped_random", "dropped_cut"), 0
+            ("flushed", "delivered", "dropped_random", "dropped_cut", "pings"), 0
         )
 
     def time(self) -> Any:
@@ -213,6 +243,7 @@ class Hub:
         if ep is None:
             ep = self._endpoints[address] = HubEndpoint(self, address)
             self.generation += 1
+            self._track_links()
         return ep
 
     @property
@@ -272,10 +303,34 @@ class Hub:
         self._endpoints[address].up = True
         self._topology_changed()
 
+    def link_silence_s(self, src: str, dst: str) -> float | None:
+        """Seconds since `dst` last heard from `src` (None: not connected). See the module
+        docstring: a link that came up counts as heard at that moment."""
+        if not self.connected(src, dst):
+            return None
+        heard = max(
+            self._heard.get((src, dst), -1.0), self._up_since.get(frozenset((src, dst)), -1.0)
+        )
+        return max(0.0, self.clock.now() - heard)
+
+    def _track_links(self) -> None:
+        now = self.clock.now()
+        addrs = self.addresses
+        for i, a in enumerate(addrs):
+            for b in addrs[i + 1 :]:
+                pair = frozenset((a, b))
+                if not self.connected(a, b):
+                    self._up_since.pop(pair, None)
+                elif pair not in self._up_since:
+                    self._up_since[pair] = now
+
     def _topology_changed(self) -> None:
         self.generation += 1
+        self._track_links()
         kept = [m for m in self._inflight if self.connected(m.src, m.dst)]
-        self.stats["dropped_cut"] += len(self._inflight) - len(kept)
+        self.stats["dropped_cut"] += sum(1 for m in self._inflight if not m.ping) - sum(
+            1 for m in kept if not m.ping
+        )
         heapq.heapify(kept)
         self._inflight = kept
 
@@ -313,6 +368,26 @@ class Hub:
         self.stats["flushed"] += count
         return count
 
+    def ping(self, source: HubEndpoint) -> None:
+        """Send `source`'s PINGs that are due (see the module docstring)."""
+        now = self.clock.now()
+        for peer in self.addresses:
+            link = (source.address, peer)
+            if (
+                not self.connected(*link)
+                or now - self._pinged.get(link, -1e18) < self.ping_interval_s
+            ):
+                continue
+            self._pinged[link] = now
+            if self._drop_probability and self.ping_rng.random() < self._drop_probability:
+                continue
+            due = max(now + self._delay_s, self._link_last_due.get(link, now))
+            self._link_last_due[link] = due
+            seq = self._link_seq.get(link, 0) + 1
+            self._link_seq[link] = seq
+            heapq.heappush(self._inflight, _InFlight(due, link[0], link[1], seq, "", b"", True))
+            self.stats["pings"] += 1
+
     def deliver_due(self, only: str | None = None) -> set[str]:
         """Deliver, in order, every in-flight message due by now (to `only`, if given). Messages
         produced while delivering wait for the next flush. Returns the touched group names."""
@@ -330,7 +405,11 @@ class Hub:
                 heapq.heapify(self._inflight)
         for m in ready:
             if not self.connected(m.src, m.dst):
-                self.stats["dropped_cut"] += 1
+                if not m.ping:
+                    self.stats["dropped_cut"] += 1
+                continue
+            self._heard[(m.src, m.dst)] = now
+            if m.ping:
                 continue
             group = self._endpoints[m.dst]._deliver(m.src, m.group, loads_data(m.payload))
             self.stats["delivered"] += 1
@@ -347,4 +426,5 @@ class Hub:
 
     @property
     def in_flight(self) -> int:
-        return len(self._inflight)
+        """Messages in flight (PINGs not counted)."""
+        return sum(1 for m in self._inflight if not m.ping)

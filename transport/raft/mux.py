@@ -294,6 +294,15 @@ class ViewHost(Protocol):
 
     def connected_peers(self) -> frozenset[str]: ...
 
+    @property
+    def silent_after_s(self) -> float:
+        """A link heard from less recently than this is silent (its peer may be hung)."""
+        ...
+
+    def link_silence_s(self, peer: str) -> float | None:
+        """Seconds since anything arrived from `peer`; None when no link to it is open."""
+        ...
+
     def enqueue(self, peer: str, group: str, message: Any) -> bool: ...
 
     def view_created(self, group: str, view: GroupTransport) -> None: ...
@@ -339,6 +348,20 @@ class GroupTransport(Transport):
         if self._destroyed:
             return False
         return self._host.enqueue(node.id, self.group, message)
+
+    def link_silence_s(self, peer: str) -> float | None:
+        """Seconds since the broker `peer` was last heard from (any frame, pings included);
+        None when no link to it is open. See `ViewHost.link_silence_s`."""
+        return self._host.link_silence_s(peer)
+
+    @property
+    def silent_after_s(self) -> float:
+        return self._host.silent_after_s
+
+    @property
+    def peer_generation(self) -> int:
+        """The host's link generation: changes whenever a link to some peer opened or closed."""
+        return self._host.peer_generation
 
     def addNode(self, node: Any) -> None:
         self._nodes[node.id] = node
@@ -430,15 +453,18 @@ class MuxConfig:
     frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT
     out_buffer_bytes_max: int = OUT_BUFFER_BYTES_MAX_DEFAULT
     handshake_timeout_s: float = 3.0
-    ping_interval_s: float = 1.0
+    # An idle link carries a PING this often, so "heard within silent_after_s" means the peer
+    # process and its driver thread are alive: quiesced Raft groups rely on it (node.py).
+    ping_interval_s: float = 0.1
+    silent_after_s: float = 0.4  # nothing received for this long: the link is silent
     dead_after_s: float = 5.0  # no frame at all for this long: the connection is dead
     reconnect_min_s: float = 0.05
     reconnect_max_s: float = 1.0
     housekeeping_interval_s: float = 0.1
 
     def __post_init__(self) -> None:
-        if self.dead_after_s <= self.ping_interval_s:
-            raise ValueError("dead_after_s must exceed ping_interval_s")
+        if not self.ping_interval_s < self.silent_after_s < self.dead_after_s:
+            raise ValueError("need ping_interval_s < silent_after_s < dead_after_s")
         if self.frame_bytes_max <= HANDSHAKE_FRAME_BYTES_MAX:
             raise ValueError("frame_bytes_max too small")
         if not 0 < self.reconnect_min_s <= self.reconnect_max_s:
@@ -540,6 +566,19 @@ class MuxEndpoint:
 
     def connected_peers(self) -> frozenset[str]:
         return self._connected
+
+    @property
+    def silent_after_s(self) -> float:
+        return self.config.silent_after_s
+
+    def link_silence_s(self, peer: str) -> float | None:
+        """Seconds since anything arrived on the open link to `peer` (None: no open link). An
+        idle link carries a PING every `ping_interval_s`, so a live peer stays well below
+        `silent_after_s`; a hung one (SIGSTOP, a stuck driver thread) does not."""
+        conn = self._links.get(peer)
+        if conn is None:
+            return None
+        return max(0.0, self._clock() - conn.last_recv)
 
     def add_peer(self, peer: str) -> None:
         """Make sure a connection to `peer` is (being) established. Safe from any thread."""
