@@ -44,6 +44,18 @@ def test_simulated_schedules_200(tmp_path: Path) -> None:
     run_many(base, SLOW_SCHEDULES, tmp_path)
 
 
+QUIESCED_SCHEDULES = 10
+
+
+def test_simulated_schedules_with_quiescence(tmp_path: Path) -> None:
+    """The same chaos with quiescing groups (transport/raft/node.py): the workload's think
+    times and the settle phase leave groups idle long enough to quiesce and be woken."""
+    print(f"seeds {QUICK_BASE_SEED}..{QUICK_BASE_SEED + QUIESCED_SCHEDULES - 1}, quiesce=True")
+    with memory_cap():
+        for seed in range(QUICK_BASE_SEED, QUICK_BASE_SEED + QUIESCED_SCHEDULES):
+            run_schedule(seed, tmp_path / str(seed), quiesce=True)
+
+
 def test_replay(tmp_path: Path) -> None:
     """The same seed replays the same schedule (RAFTQ_SEED picks it)."""
     seed = int(os.environ.get("RAFTQ_SEED", "20261121"))

@@ -51,6 +51,7 @@ TIMINGS = RaftTimings.fast(
 QUOTA = 60  # batches per producer: spread over the whole schedule by the think time
 THINK_S = 0.1  # simulated pause after an ack
 SEND_TIMEOUT_S = 2.0  # simulated: a send without outcome by then is "unknown", retried
+QUIET_CYCLE_S = 1.0  # with quiesce=True producers send in the first half of each cycle only
 
 _JOURNAL_MAGIC_BYTES = 8
 _RECORD = struct.Struct("<IIQQ")
@@ -187,10 +188,21 @@ class Producer:
 
 
 class SimCluster:
-    def __init__(self, seed: int, root: Path, *, brokers: int = 3, producers: int = 3) -> None:
+    def __init__(
+        self,
+        seed: int,
+        root: Path,
+        *,
+        brokers: int = 3,
+        producers: int = 3,
+        quiesce: bool = False,
+    ) -> None:
         self.seed = seed
         self.root = root
-        self.hub = Hub(seed)
+        # Groups quiesce only when the election timeout (0.3 s minimum) exceeds the links'
+        # silent_after_s (node.py); the hub's default 0.4 s keeps these schedules awake.
+        self.hub = Hub(seed, ping_interval_s=0.05, silent_after_s=0.2) if quiesce else Hub(seed)
+        self.quiesce = quiesce
         self.rng = random.Random(seed ^ 0x5EED)  # the workload and the fault schedule
         self.addrs = [f"10.0.0.{i + 1}:7000" for i in range(brokers)]
         self.brokers: list[SimBroker] = []
@@ -227,6 +239,8 @@ class SimCluster:
 
     def drive_producers(self) -> None:
         now = self.hub.clock.now()
+        if self.quiesce and now % QUIET_CYCLE_S >= QUIET_CYCLE_S / 2:
+            return  # the second half of each cycle is idle: the group quiesces under faults
         for producer in self.producers:
             if producer.done:
                 continue
@@ -399,11 +413,14 @@ class SimCluster:
                 broker.replica = None
 
 
-def run_schedule(seed: int, root: Path, *, chaos_steps: int = 400) -> list[str]:
+def run_schedule(
+    seed: int, root: Path, *, chaos_steps: int = 400, quiesce: bool = False
+) -> list[str]:
     """One seeded schedule: chaos with a live workload, then heal, settle and check. Returns
-    the fault trace plus a digest line; raises AssertionError naming the seed on a failure."""
+    the fault trace plus a digest line; raises AssertionError naming the seed on a failure.
+    ``quiesce``: idle groups may quiesce (links pinged every 50 ms, silent after 200 ms)."""
     root.mkdir(parents=True, exist_ok=True)
-    cluster = SimCluster(seed, root)
+    cluster = SimCluster(seed, root, quiesce=quiesce)
     try:
         with cluster.hub.time(), no_fsync():
             try:

@@ -32,6 +32,15 @@ does (leader fallback, log compaction, journal meta flush) runs at `full_tick_in
 resolution, and that a command proposed from another thread waits for its group's deadline
 unless the proposer calls `wake(name)` (RaftNode does, through the waker the driver installs).
 
+Quiesced groups (node.py, "Quiescence"): an idle group's replicas stop heartbeating and their
+tick deadline becomes +inf. Such a group has no heap entry; it is filed under the peers whose
+links keep it asleep (``node.quiesced_peers()``: a follower's leader, a leader's followers), and
+each round checks those O(peers) links: a link that closed or fell silent (nothing heard for the
+endpoint's ``silent_after_s``) gets its quiesced groups ticked, and they wake. A quiesced group's
+safety-net tick comes every `quiet_full_tick_interval_s` (5 s by default) instead of every
+`full_tick_interval_s`. Before a group is unregistered, ``node.before_unregister()`` lets a
+quiesced leader wake its followers.
+
 Because 4 precedes 5, a follower's ``next_node_idx`` ack for an entry never leaves the broker
 before that entry's fsync, and a group whose sync raises has its buffered messages discarded.
 """
@@ -135,6 +144,7 @@ class _Group:
     due_at: float = 0.0  # raft time: the deadline last read
     heap_at: float = 0.0  # raft time of the live `_due_heap` entry (if heap_seq is set)
     heap_seq: int | None = None  # sequence number of the live `_due_heap` entry
+    quiet_peers: tuple[str, ...] = ()  # quiesced: the peers whose silence must wake it
 
 
 class RaftDriver:
@@ -146,14 +156,20 @@ class RaftDriver:
         *,
         tick_interval_s: float = 0.05,
         full_tick_interval_s: float = 1.0,
+        quiet_full_tick_interval_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         name: str = "raft-driver",
     ) -> None:
-        if not 0 < tick_interval_s <= full_tick_interval_s:
-            raise ValueError("need 0 < tick_interval_s <= full_tick_interval_s")
+        if quiet_full_tick_interval_s is None:  # quiesced groups: 5 s by default
+            quiet_full_tick_interval_s = 5 * full_tick_interval_s
+        if not 0 < tick_interval_s <= full_tick_interval_s <= quiet_full_tick_interval_s:
+            raise ValueError(
+                "need 0 < tick_interval_s <= full_tick_interval_s <= quiet_full_tick_interval_s"
+            )
         self.endpoint = endpoint
         self.tick_interval_s = tick_interval_s
         self.full_tick_interval_s = full_tick_interval_s
+        self.quiet_full_tick_interval_s = quiet_full_tick_interval_s
         self._seen_peer_generation = -1
         self._clock = clock
         self._name = name
@@ -168,6 +184,8 @@ class RaftDriver:
         # (driver clock, seq, group): groups by next full tick; stale entries re-pushed on pop.
         self._full_heap: list[tuple[float, int, _Group]] = []
         self._every_round: dict[str, _Group] = {}  # groups without a tick deadline
+        # peer -> quiesced groups that sleep while that peer's link is heard (node.py).
+        self._quiet: dict[str, dict[str, _Group]] = {}
         self._seq = 0
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -179,6 +197,7 @@ class RaftDriver:
                 "ticks_deadline",
                 "ticks_full",
                 "ticks_skipped",
+                "ticks_quiet_woken",
                 "syncs",
                 "tick_errors",
                 "sync_errors",
@@ -249,6 +268,10 @@ class RaftDriver:
     def statistics(self) -> dict[str, int]:
         return {**self.stats, "groups": len(self._groups)}
 
+    def quiesced_groups(self) -> set[str]:
+        """Driver thread (or a test stepping it): the groups asleep on a peer's link."""
+        return {name for groups in self._quiet.values() for name in groups}
+
     # -- the loop ----------------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -282,6 +305,8 @@ class RaftDriver:
             forced.update(self._every_round)
             self._pop_due(raft_time, forced)
             self._pop_full(now, forced)
+            if self._quiet:
+                self._wake_silent(forced)
         candidates = dict(forced)
         for name in touched:
             group = groups.get(name)
@@ -298,9 +323,13 @@ class RaftDriver:
                     self.stats["ticks_skipped"] += 1
                     continue
             self._tick(group)
-            group.next_full_tick = now + self.full_tick_interval_s
             if group.deadline is not None:
                 self._schedule(group, group.deadline())
+            # A quiesced group's safety-net tick comes less often: it has nothing to do.
+            quiet = group.due_at == math.inf
+            group.next_full_tick = now + (
+                self.quiet_full_tick_interval_s if quiet else self.full_tick_interval_s
+            )
             ticked.append(group)
         for group in ticked:
             self._sync(group)
@@ -311,8 +340,16 @@ class RaftDriver:
         self.endpoint.flush()
 
     def _schedule(self, group: _Group, due_at: float) -> None:
-        """Record `group`'s tick deadline; push a heap entry only if it moved earlier."""
+        """Record `group`'s tick deadline; push a heap entry only if it moved earlier. A
+        deadline of +inf (a quiesced group) has no heap entry: the group is tracked by the
+        peers whose silence wakes it instead."""
         group.due_at = due_at
+        if due_at == math.inf:
+            if not group.quiet_peers:
+                self._track_quiet(group)
+            return
+        if group.quiet_peers:
+            self._untrack_quiet(group)
         if group.heap_seq is None or due_at < group.heap_at:
             self._seq += 1
             group.heap_at, group.heap_seq = due_at, self._seq
@@ -332,6 +369,36 @@ class RaftDriver:
                 into[group.name] = group
             else:  # the deadline moved out since this entry was pushed
                 self._schedule(group, group.due_at)
+
+    def _track_quiet(self, group: _Group) -> None:
+        peers = getattr(group.node, "quiesced_peers", None)
+        group.quiet_peers = tuple(peers()) if peers is not None else ()
+        for peer in group.quiet_peers:
+            self._quiet.setdefault(peer, {})[group.name] = group
+
+    def _untrack_quiet(self, group: _Group) -> None:
+        for peer in group.quiet_peers:
+            groups = self._quiet.get(peer)
+            if groups is not None:
+                groups.pop(group.name, None)
+                if not groups:
+                    del self._quiet[peer]
+        group.quiet_peers = ()
+
+    def _wake_silent(self, into: dict[str, _Group]) -> None:
+        """Tick the quiesced groups of every peer whose link closed or fell silent: they wake
+        (node.py) and resume heartbeats or election timers. O(peers) per round."""
+        silence_of = getattr(self.endpoint, "link_silence_s", None)
+        if silence_of is None:
+            return
+        silent_after_s = self.endpoint.silent_after_s  # type: ignore[attr-defined]
+        for peer, groups in self._quiet.items():
+            silence = silence_of(peer)
+            if silence is None or silence >= silent_after_s:
+                for name, group in groups.items():
+                    if name not in into:
+                        self.stats["ticks_quiet_woken"] += 1
+                        into[name] = group
 
     def _pop_full(self, now: float, into: dict[str, _Group]) -> None:
         """Move the groups not ticked for `full_tick_interval_s` into `into`."""
@@ -361,8 +428,15 @@ class RaftDriver:
             else:
                 group = self._groups.pop(name, None)
                 if group is not None:
+                    before = getattr(group.node, "before_unregister", None)
+                    if before is not None:
+                        try:
+                            before()
+                        except Exception:
+                            logger.exception("[group=%s] before_unregister failed", name)
                     group.live = False
                     self._every_round.pop(name, None)
+                    self._untrack_quiet(group)
                     setter = getattr(group.node, "set_waker", None)
                     if setter is not None:
                         setter(None)

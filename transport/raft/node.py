@@ -91,6 +91,9 @@ SNAPSHOT_CHUNKS_PER_ROUND = 8  # snapshot bytes per follower per heartbeat: 8 ch
 # A follower acknowledges a heartbeat that changes nothing at least this many times per
 # leaderFallbackTimeout, not after every heartbeat (see _HardenedSyncObj._ack_repeats).
 ACKS_PER_LEADER_FALLBACK = 4
+# A leader quiesces its group after this many heartbeats in a row found it idle: everything
+# committed, applied and acknowledged by every follower (see _HardenedSyncObj, "Quiescence").
+QUIESCE_AFTER_HEARTBEATS = 3
 _STATE_NAMES = {
     _RAFT_STATE.FOLLOWER: "follower",
     _RAFT_STATE.CANDIDATE: "candidate",
@@ -136,6 +139,10 @@ class RaftTimings:
     compaction_min_entries: int = 5000
     compaction_min_time_s: float = 300.0
     snapshot_chunk_bytes: int = 1 << 20
+    # Idle groups stop heartbeating while their brokers' links are heard (node.py,
+    # "Quiescence"); only over a transport with link liveness (mux, hub) and only when the
+    # election timeout exceeds the transport's silent_after_s.
+    quiesce: bool = True
 
     @classmethod
     def fast(cls, **overrides: Any) -> RaftTimings:
@@ -195,6 +202,31 @@ class _HardenedSyncObj(SyncObj):
     """pysyncobj's SyncObj with the hardening overrides; driven only by :class:`RaftNode`.
 
     Methods named ``_SyncObj__*`` replace SyncObj's private (name-mangled) methods of 0.3.17.
+
+    Quiescence (after CockroachDB's quiesced ranges). An idle group need not heartbeat while
+    the brokers of its replicas are known to be alive: the transport (mux or hub) pings every
+    link several times per election timeout, so "the leader's broker was heard within
+    ``silent_after_s``" is the liveness signal instead of the group's own heartbeats.
+
+    - A leader that found its group idle at ``QUIESCE_AFTER_HEARTBEATS`` heartbeats in a row
+      (commit = applied = last index, durable, nothing queued, every follower connected, heard,
+      at matchIndex = last and offering quiescence in its acks) sends one last heartbeat marked
+      ``quiesce`` and stops heartbeating (its tick deadline becomes +inf).
+    - A follower that verifies such a heartbeat up to its own last index and commits all of it
+      quiesces: it stops its election timer while the link to the leader's broker is heard.
+      Otherwise it answers with an ack that does not offer quiescence, which wakes the leader.
+    - Anything wakes the group. The follower: any message of the current term or later (the
+      leader's next append, a candidate's vote request), the leader's link closing (election
+      within ``DISCONNECT_ELECTION_SPREAD_S``) or falling silent (election at the time last
+      heard + a fresh election timeout: the same detection time as without quiescence, the
+      link's pings standing in for the heartbeats). The leader: any message but a success ack
+      with nothing new, work (a proposal, a queued call), a link to a follower silent, closed,
+      opened or replaced; it then counts the followers' links as their answers, so the
+      leader-fallback check does not depose it for having been quiet, and heartbeats at once.
+    - Raft's voting is untouched, so safety does not depend on any of this: a follower that
+      wakes wrongly only campaigns (a needless election), and a follower stays asleep only
+      while the broker of the leader it follows is alive. The driver (driver.py) wakes the
+      quiesced groups of a link that falls silent and ticks them only every few seconds.
     """
 
     _SyncObj__raftLeader: Any
@@ -216,6 +248,14 @@ class _HardenedSyncObj(SyncObj):
         self._raftq = owner
         # The last success ack sent: (leader node, term, verified index, raft time).
         self._last_ack: tuple[Any, int, int, float] | None = None
+        # Quiescence (see the class docstring). Set up for real after SyncObj built the transport.
+        self._quiesce_ok = False
+        self._silent_after_s = math.inf
+        self._quiesced = False
+        self._quiet_beats = 0  # leader: heartbeats in a row that found the group idle
+        self._quiet_generation = -1  # leader: the transport's link generation when quiesced
+        self._quiesce_capable: set[Any] = set()  # leader: followers whose acks offer quiescence
+        self.quiesce_count = 0
         # False when a driver ticks this node and its transport is not pysyncobj's (mux, hub):
         # nothing then waits in pysyncobj's poller, so a tick does not poll it.
         self._raftq_poll_io = poll_io
@@ -238,6 +278,17 @@ class _HardenedSyncObj(SyncObj):
         self._ack_refresh_s = conf.leaderFallbackTimeout / ACKS_PER_LEADER_FALLBACK
         if not poll_io:
             self._drop_pipe_notifier()
+        transport = self._SyncObj__transport
+        silent_after_s = getattr(transport, "silent_after_s", None)
+        timings = owner.timings
+        if (
+            timings.quiesce
+            and silent_after_s is not None
+            and hasattr(transport, "link_silence_s")
+            and timings.election_timeout_min_s > silent_after_s
+        ):
+            self._quiesce_ok = True
+            self._silent_after_s = float(silent_after_s)
 
     def _drop_pipe_notifier(self) -> None:
         """pysyncobj wakes its own tick thread on a proposal through a pipe in its poller (two
@@ -264,6 +315,120 @@ class _HardenedSyncObj(SyncObj):
         if not self._raftq.group_commit:
             self._raftq_journal.sync()
 
+    # --------------------------------------------------------------- quiescence
+    def _link_heard_at(self, node: Any) -> float | None:
+        """Raft time `node`'s broker was last heard on its link; None when no link is open."""
+        silence = self._SyncObj__transport.link_silence_s(node.id)
+        return None if silence is None else monotonic_time() - silence
+
+    def _link_alive(self, node: Any, now: float) -> bool:
+        heard = self._link_heard_at(node)
+        return heard is not None and now - heard < self._silent_after_s
+
+    def quiesced_peers(self) -> tuple[str, ...]:
+        """The peer brokers whose links keep this quiesced replica asleep (empty: awake)."""
+        if not self._quiesced:
+            return ()
+        if self._SyncObj__raftState == _LEADER:
+            return tuple(sorted(n.id for n in self._SyncObj__otherNodes))
+        leader = self._SyncObj__raftLeader
+        return () if leader is None else (leader.id,)
+
+    def _group_idle(self, now: float) -> bool:
+        """Leader: nothing to commit, apply, send or fsync, and every follower has everything
+        (the condition to quiesce)."""
+        last = self._last_index()
+        if (
+            self._SyncObj__raftCommitIndex != last
+            or self.raftLastApplied != last
+            or self._raftq_journal.durable_index < last
+            or self._SyncObj__commandsQueue._FastQueue__queue
+            or self._raftq._calls
+            or self._SyncObj__readonlyNodes
+        ):
+            return False
+        connected = self._SyncObj__connectedNodes
+        match_index = self._SyncObj__raftMatchIndex
+        next_index = self._SyncObj__raftNextIndex
+        capable = self._quiesce_capable
+        return all(
+            n in connected
+            and n in capable
+            and match_index.get(n) == last
+            and next_index.get(n) == last + 1
+            and self._link_alive(n, now)
+            for n in self._SyncObj__otherNodes
+        )
+
+    def _unquiesce(self, why: str, *, heard_at: float | None = None) -> None:
+        """Wake this replica. A follower restarts its election timer from `heard_at` (the time
+        its leader's broker was last heard, when the link fell silent) or from now."""
+        if not self._quiesced:
+            return
+        self._quiesced = False
+        self._quiet_beats = 0
+        now = monotonic_time()
+        if self._SyncObj__raftState == _LEADER:
+            # While quiet, a follower's link being heard stood in for its answers.
+            last_response = self._SyncObj__lastResponseTime
+            for n in self._SyncObj__otherNodes:
+                heard = self._link_heard_at(n)
+                if heard is not None and heard > last_response.get(n, -math.inf):
+                    last_response[n] = min(heard, now)
+            self._SyncObj__newAppendEntriesTime = now  # heartbeat at this or the next tick
+        else:
+            base = now if heard_at is None else heard_at
+            deadline = base + self._SyncObj__generateRaftTimeout()
+            if deadline <= now:  # late already: campaign soon, spread like a closed link
+                deadline = now + DISCONNECT_ELECTION_SPREAD_S * random.random()
+            self._SyncObj__raftElectionDeadline = deadline
+        logger.debug("[group=%s] awake: %s", self._group, why)
+
+    def _check_quiet_links(self, now: float) -> None:
+        """On a quiesced replica's tick: stay asleep only while the links it relies on are
+        heard (and, for a leader, no link opened or closed since it quiesced)."""
+        if self._SyncObj__raftState == _LEADER:
+            if self._SyncObj__transport.peer_generation != self._quiet_generation:
+                self._unquiesce("a link opened or closed")
+                return
+            last_response = self._SyncObj__lastResponseTime
+            for n in self._SyncObj__otherNodes:
+                heard = self._link_heard_at(n)
+                if heard is None or now - heard >= self._silent_after_s:
+                    self._unquiesce(f"link to {n.id} silent")
+                    return
+                if heard > last_response.get(n, -math.inf):
+                    last_response[n] = min(heard, now)
+            return
+        leader = self._SyncObj__raftLeader
+        heard = None if leader is None else self._link_heard_at(leader)
+        if heard is None:
+            self._unquiesce("no link to the leader")
+        elif now - heard >= self._silent_after_s:
+            self._unquiesce(f"link to leader {leader.id} silent", heard_at=heard)
+
+    def _on_quiesce_request(self, node: Any, verified: int) -> None:
+        """Follower: the leader's heartbeat asked to quiesce; `verified` is what it verified."""
+        if (
+            self._quiesce_ok
+            and self._SyncObj__raftState == _RAFT_STATE.FOLLOWER
+            and self._SyncObj__raftLeader is node
+            and not self._SyncObj__transferInProgress
+            and verified == self._last_index()
+            and self._SyncObj__raftCommitIndex == verified
+        ):
+            self._quiesced = True
+            self.quiesce_count += 1
+            return
+        # Refuse: an ack without the offer wakes the leader.
+        self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=verified + 1, success=True, quiesce=False)
+
+    def _SyncObj__setState(self, newState: int) -> None:
+        if newState != self._SyncObj__raftState:
+            self._quiesced = False
+            self._quiet_beats = 0
+        SyncObj._SyncObj__setState(self, newState)
+
     # -------------------------------------------------------------------- apply
     def _SyncObj__doApplyCommand(self, command: bytes) -> Any:
         if command[:1] == _REGULAR:
@@ -283,6 +448,10 @@ class _HardenedSyncObj(SyncObj):
         cannot keep us anyway. The random spread keeps the surviving followers from splitting
         the vote. A crashed host or a partition (no close seen) still waits for the timeout."""
         self._SyncObj__connectedNodes.discard(node)
+        if self._quiesced and (
+            node == self._SyncObj__raftLeader or self._SyncObj__raftState == _LEADER
+        ):
+            self._unquiesce(f"link to {node.id} closed")
         if node == self._SyncObj__raftLeader and self._SyncObj__raftState != _RAFT_STATE.LEADER:
             soon = monotonic_time() + DISCONNECT_ELECTION_SPREAD_S * random.random()
             if soon < self._SyncObj__raftElectionDeadline:
@@ -294,9 +463,16 @@ class _HardenedSyncObj(SyncObj):
                     DISCONNECT_ELECTION_SPREAD_S * 1000,
                 )
 
+    def _SyncObj__onNodeConnected(self, node: Any) -> None:
+        self._SyncObj__connectedNodes.add(node)
+        if self._quiesced and self._SyncObj__raftState == _LEADER:
+            self._unquiesce(f"link to {node.id} opened")  # its replica may have restarted
+
     # ----------------------------------------------------------------- messages
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
         kind = message.get("type") if isinstance(message, dict) else None
+        if self._quiesced:
+            self._on_message_while_quiet(node, kind, message)
         if kind == "append_entries":
             self.on_append_entries(node, message)
         elif kind == "next_node_idx":
@@ -304,6 +480,19 @@ class _HardenedSyncObj(SyncObj):
                 self.on_next_node_idx(node, message)
         else:
             SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _on_message_while_quiet(self, node: Any, kind: str | None, message: Any) -> None:
+        if self._SyncObj__raftState == _LEADER:
+            if (
+                kind == "next_node_idx"
+                and message.get("success")
+                and message.get("quiesce")
+                and message.get("next_node_idx") == self._last_index() + 1
+            ):
+                return  # a late ack that says nothing new
+            self._unquiesce(f"{kind} from {node.id}")
+        elif message.get("term", -1) >= self._SyncObj__raftCurrentTerm:
+            self._unquiesce(f"{kind} from {node.id}")  # a quiesce heartbeat quiets it again
 
     def on_append_entries(self, node: Any, message: dict[str, Any]) -> None:
         """Follower side of AppendEntries (replaces syncobj.py:945-1035)."""
@@ -339,6 +528,8 @@ class _HardenedSyncObj(SyncObj):
         if new_commit > self._SyncObj__raftCommitIndex:
             self._SyncObj__raftCommitIndex = new_commit
             self._raftq_journal.setRaftCommitIndex(new_commit)
+        if message.get("quiesce"):
+            self._on_quiesce_request(node, verified)
 
     def _append_from_leader(self, node: Any, message: dict[str, Any], now: float) -> int | None:
         """Append the leader's entries; return the last index verified to match the leader."""
@@ -424,11 +615,19 @@ class _HardenedSyncObj(SyncObj):
         reset: bool = False,
         nextNodeIdx: int | None = None,
         success: bool = False,
+        quiesce: bool = True,
     ) -> None:
+        """syncobj.py:1098, plus ``quiesce``: this follower may be asked to quiesce."""
         self._last_ack = None  # whatever follows is acknowledged afresh
-        SyncObj._SyncObj__sendNextNodeIdx(
-            self, node, reset=reset, nextNodeIdx=nextNodeIdx, success=success
-        )
+        message = {
+            "type": "next_node_idx",
+            "next_node_idx": self._last_index() + 1 if nextNodeIdx is None else nextNodeIdx,
+            "reset": reset,
+            "success": success,
+        }
+        if quiesce and self._quiesce_ok:
+            message["quiesce"] = True
+        self._SyncObj__transport.send(node, message)
 
     def _on_snapshot_chunk(self, node: Any, message: dict[str, Any]) -> int | None:
         """Follower side of a snapshot chunk; returns the snapshot's last index once installed.
@@ -551,6 +750,10 @@ class _HardenedSyncObj(SyncObj):
         match_index = self._SyncObj__raftMatchIndex
         if node not in next_index:
             return
+        if message.get("quiesce"):
+            self._quiesce_capable.add(node)
+        else:
+            self._quiesce_capable.discard(node)
         # A follower whose log runs past ours reports an index we cannot send from.
         reported = min(message["next_node_idx"], self._last_index() + 1)
         match = match_index.get(node, 0)
@@ -586,7 +789,23 @@ class _HardenedSyncObj(SyncObj):
         are bounded, and entries are never chunked (``append_batch_bytes`` > max entry).
         """
         conf = self._SyncObj__conf
-        self._SyncObj__newAppendEntriesTime = monotonic_time() + conf.appendEntriesPeriod
+        now = monotonic_time()
+        quiesce = False
+        if self._quiesce_ok:
+            if not self._group_idle(now):
+                self._unquiesce("work to replicate")
+                self._quiet_beats = 0
+            elif self._quiesced:
+                return  # a push while quiet: the group is idle, there is nothing to send
+            elif now >= self._SyncObj__newAppendEntriesTime:  # a timed heartbeat, not a push
+                self._quiet_beats += 1
+                quiesce = self._quiet_beats >= QUIESCE_AFTER_HEARTBEATS
+        self._SyncObj__newAppendEntriesTime = now + conf.appendEntriesPeriod
+        if quiesce:
+            self._quiesced = True
+            self._quiet_generation = self._SyncObj__transport.peer_generation
+            self._SyncObj__newAppendEntriesTime = math.inf
+            self.quiesce_count += 1
         connected = self._SyncObj__connectedNodes
         readonly = self._SyncObj__readonlyNodes  # raftq has none: skip building a union
         first = self._SyncObj__raftLog[0][1]
@@ -600,7 +819,7 @@ class _HardenedSyncObj(SyncObj):
             if next_index[node] <= first:
                 self._send_snapshot(node)
             else:
-                self._send_entries(node)
+                self._send_entries(node, quiesce=quiesce)
 
     def _append_message(self, **fields: Any) -> dict[str, Any]:
         return {
@@ -610,7 +829,7 @@ class _HardenedSyncObj(SyncObj):
             **fields,
         }
 
-    def _send_entries(self, node: Any) -> None:
+    def _send_entries(self, node: Any, *, quiesce: bool = False) -> None:
         log = self._SyncObj__raftLog
         first, last = log[0][1], log[-1][1]
         next_index = min(self._SyncObj__raftNextIndex[node], last + 1)
@@ -621,6 +840,8 @@ class _HardenedSyncObj(SyncObj):
             if next_index <= last:
                 entries = list(self._SyncObj__getEntries(next_index, None, batch_bytes))
             message = self._append_message(entries=entries, prevLogIdx=prev[1], prevLogTerm=prev[2])
+            if quiesce and not entries:
+                message["quiesce"] = True
             self._SyncObj__transport.send(node, message)
             if not entries or node not in self._SyncObj__connectedNodes:
                 return
@@ -681,9 +902,12 @@ class _HardenedSyncObj(SyncObj):
             self._SyncObj__raftLog.onOneSecondTimer()
 
         others = self._SyncObj__otherNodes
+        if self._quiesced:
+            self._check_quiet_links(now)
         state = self._SyncObj__raftState
         if (
             state != _RAFT_STATE.LEADER
+            and not self._quiesced
             and self._SyncObj__raftElectionDeadline < now
             and self.selfNode is not None
             and self._SyncObj__connectedToAnyone()
@@ -918,6 +1142,8 @@ class RaftNode:
         :meth:`sync` after the tick and before outgoing messages are flushed.
         """
         self._tick_ident = threading.get_ident()
+        if self._calls:
+            self._obj._unquiesce("a queued call")  # leadership transfer, membership change
         while self._calls:
             self._calls.popleft()()
         if self._standby:
@@ -1178,7 +1404,9 @@ class RaftNode:
         if state["_SyncObj__raftState"] == _LEADER:
             if commit < state["_SyncObj__raftLog"][-1][1]:
                 return -math.inf
-            at = state["_SyncObj__newAppendEntriesTime"]
+            at = state["_SyncObj__newAppendEntriesTime"]  # +inf while quiesced
+        elif state["_quiesced"]:
+            at = math.inf  # asleep until a message, a silent or closed link (driver.py)
         else:
             at = state["_SyncObj__raftElectionDeadline"]
         if (
@@ -1189,6 +1417,26 @@ class RaftNode:
         ):
             return -math.inf
         return float(at)
+
+    @property
+    def quiesced(self) -> bool:
+        """True while this replica's group is quiesced (no heartbeats; see _HardenedSyncObj)."""
+        return bool(self._obj._quiesced)
+
+    def quiesced_peers(self) -> tuple[str, ...]:
+        """Driver thread: the peer brokers whose links keep this quiesced replica asleep (a
+        follower: its leader's; a leader: its followers'); empty when awake. The driver ticks
+        these replicas when one of those links falls silent."""
+        return self._obj.quiesced_peers()
+
+    def before_unregister(self) -> None:
+        """Driver thread, as the driver stops running this replica: a quiesced leader sends
+        one plain heartbeat, so its followers run their election timers again instead of
+        sleeping on a live link for a leader that is gone."""
+        obj = self._obj
+        if obj._quiesced and obj._isLeader():
+            obj._unquiesce("stopping")
+            obj._SyncObj__sendAppendEntries()
 
     def set_waker(self, waker: Callable[[], None] | None) -> None:
         """Install the driver's "tick me soon" hook (None removes it): called from any thread
@@ -1254,6 +1502,7 @@ class RaftNode:
             "log_len": raw["log_len"],
             "durable_index": self.journal.durable_index,
             "has_quorum": raw["has_quorum"],
+            "quiesced": self.quiesced,
             "next_index": {
                 k.removeprefix("next_node_idx_server_"): v
                 for k, v in raw.items()
@@ -1273,6 +1522,7 @@ class RaftNode:
             "journal_bytes_written": self.journal.bytes_written,
             "inflight": self._inflight,
             "apply_errors": self._apply_errors,
+            "quiesce_count": self._obj.quiesce_count,
         }
 
     # -------------------------------------------------------------- lifecycle
