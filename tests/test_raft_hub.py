@@ -281,3 +281,22 @@ def test_chaos_200_seeds() -> None:
     for i in range(200):
         print(f"seed={base + i}")
         _chaos(base + i, steps=600)
+
+
+def test_flush_early_sends_only_append_entries_ahead_of_the_fsync() -> None:
+    """A leader's append_entries may leave before its own journal fsync (the driver's
+    flush_early); acks and votes wait for the full flush after the groups' syncs."""
+    hub = Hub(1)
+    a, b = hub.endpoint("10.0.0.1:7000"), hub.endpoint("10.0.0.2:7000")
+    for message in (
+        {"type": "next_node_idx", "next_node_idx": 3, "term": 1},
+        {"type": "append_entries", "term": 1, "entries": []},
+        {"type": "response_vote", "term": 2},
+        {"type": "append_entries", "term": 2, "entries": []},
+    ):
+        assert a.enqueue(b.address, "g", message)
+    with hub.time():
+        assert hub.flush(a, early_only=True) == 2
+        assert [m[2]["type"] for m in a._outbox] == ["next_node_idx", "response_vote"]
+        assert hub.flush(a) == 2
+    assert a._outbox == []

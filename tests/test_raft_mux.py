@@ -461,6 +461,9 @@ class _FakeEndpoint:
         self.log.append(f"flush {sorted(self.pending.items())}")
         self.pending = {}
 
+    def flush_early(self) -> None:
+        self.log.append("flush_early")
+
     def wake(self) -> None:
         pass
 
@@ -488,18 +491,26 @@ class _FakeNode:
             raise OSError("fsync failed")
 
 
-def test_driver_order_is_poll_tick_sync_flush_and_failed_sync_discards() -> None:
+def test_driver_order_is_poll_tick_flush_early_sync_flush_and_failed_sync_discards() -> None:
     log: list[str] = []
     ep = _FakeEndpoint(log)
     d = RaftDriver(ep, tick_interval_s=10.0, full_tick_interval_s=10.0)
     d.register("a", _FakeNode("a", ep))
     d.register("b", _FakeNode("b", ep, fail_sync=True))
     d.run_once(0.0)
-    assert log == ["poll", "tick a", "tick b", "sync a", "sync b", "flush [('a', 1)]"]
+    assert log == [
+        "poll",
+        "tick a",
+        "tick b",
+        "flush_early",
+        "sync a",
+        "sync b",
+        "flush [('a', 1)]",
+    ]
     log.clear()
     ep.deliver = {"a"}
     d.run_once(0.0)  # not a round: only the group that received messages is ticked and synced
-    assert log == ["poll", "tick a", "sync a", "flush [('a', 1)]"]
+    assert log == ["poll", "tick a", "flush_early", "sync a", "flush [('a', 1)]"]
     assert d.stats["sync_errors"] == 1
 
 

@@ -75,6 +75,8 @@ class DriverEndpoint(Protocol):
 
     def flush(self) -> None: ...
 
+    def flush_early(self) -> None: ...
+
     def wake(self) -> None: ...
 
     def activate(self, group: str) -> None: ...
@@ -331,6 +333,9 @@ class RaftDriver:
                 self.quiet_full_tick_interval_s if quiet else self.full_tick_interval_s
             )
             ticked.append(group)
+        # A leader's append_entries go out now, so the followers' round trip overlaps the
+        # leader's own fsync below; acks and votes wait for their group's fsync (step 5).
+        self.endpoint.flush_early()
         for group in ticked:
             self._sync(group)
         for name in sorted(touched.difference(g.name for g in ticked)):

@@ -41,7 +41,7 @@ from typing import Any
 
 import pysyncobj.syncobj as _pysyncobj_syncobj
 
-from .mux import GroupTransport, dumps_data, loads_data
+from .mux import GroupTransport, dumps_data, loads_data, sendable_before_sync
 
 logger = logging.getLogger("raftq.transport.raft.hub")
 
@@ -155,6 +155,9 @@ class HubEndpoint:
         """Deliver the messages due for this endpoint now (never blocks)."""
         return self._hub.deliver_due(only=self.address)
 
+    def flush_early(self) -> None:
+        self._hub.flush(self, early_only=True)
+
     def flush(self) -> None:
         self._hub.flush(self)
         self._hub.ping(self)
@@ -179,7 +182,11 @@ class HubEndpoint:
 
     # -- hub side ----------------------------------------------------------------------------------
 
-    def _take_outbox(self) -> list[tuple[str, str, Any]]:
+    def _take_outbox(self, early_only: bool = False) -> list[tuple[str, str, Any]]:
+        if early_only:  # as MuxEndpoint.flush_early: only what may leave before the fsync
+            out = [m for m in self._outbox if sendable_before_sync(m[2])]
+            self._outbox = [m for m in self._outbox if not sendable_before_sync(m[2])]
+            return out
         out, self._outbox = self._outbox, []
         return out
 
@@ -336,13 +343,14 @@ class Hub:
 
     # -- stepping ----------------------------------------------------------------------------------
 
-    def flush(self, ep: HubEndpoint | None = None) -> int:
-        """Put buffered messages (of `ep`, or of every endpoint) in flight. Returns how many."""
+    def flush(self, ep: HubEndpoint | None = None, *, early_only: bool = False) -> int:
+        """Put buffered messages (of `ep`, or of every endpoint; with `early_only` only those
+        `sendable_before_sync`) in flight. Returns how many."""
         endpoints = [ep] if ep is not None else [self._endpoints[a] for a in self.addresses]
         now = self.clock.now()
         count = 0
         for source in endpoints:
-            outbox = source._take_outbox()
+            outbox = source._take_outbox(early_only)
             outbox.sort(key=lambda m: m[0])  # stable: per-link order survives
             for peer, group, message in outbox:
                 link = (source.address, peer)

@@ -141,6 +141,14 @@ def dumps_data(obj: Any) -> bytes:
     return pickle.dumps(obj, protocol=PICKLE_PROTOCOL)
 
 
+def sendable_before_sync(message: Any) -> bool:
+    """A leader's ``append_entries`` may leave before the leader's own journal fsync (Raft
+    §10.2.1: the leader writes its log in parallel with replicating it): the leader counts
+    itself toward commit only up to its fsync'd index (node.py), so this only overlaps its
+    fsync with the followers' round trip. Everything else (acks, votes) waits for the fsync."""
+    return type(message) is dict and message.get("type") == "append_entries"
+
+
 def encode_frame(kind: int, body: bytes = b"") -> bytes:
     return _LEN.pack(len(body) + 1) + bytes((kind,)) + body
 
@@ -524,6 +532,7 @@ class MuxEndpoint:
 
         self._pending_lock = threading.Lock()
         self._pending: dict[str, list[tuple[str, Any]]] = {}
+        self._early: dict[str, list[tuple[str, Any]]] = {}  # sendable_before_sync messages
         self._next_housekeeping = 0.0
         self._closed = False
         self.stats: dict[str, int] = dict.fromkeys(
@@ -614,10 +623,11 @@ class MuxEndpoint:
         if peer not in self._connected:
             self.stats["messages_dropped_not_connected"] += 1
             return False
+        buffers = self._early if sendable_before_sync(message) else self._pending
         with self._pending_lock:
-            batch = self._pending.get(peer)
+            batch = buffers.get(peer)
             if batch is None:
-                self._pending[peer] = [(group, message)]
+                buffers[peer] = [(group, message)]
             else:
                 batch.append((group, message))
         return True
@@ -632,11 +642,23 @@ class MuxEndpoint:
                 self._pending[peer] = kept
         return dropped
 
+    def flush_early(self) -> None:
+        """Send what may leave before the groups' journal fsync (`sendable_before_sync`): the
+        driver calls it after ticking, before syncing."""
+        with self._pending_lock:
+            early, self._early = self._early, {}
+        self._send_batches(early)
+
     def flush(self) -> None:
         """Encode everything buffered since the last flush: one frame per peer (split only if it
         would exceed `frame_bytes_max`) and start writing it."""
         with self._pending_lock:
+            early, self._early = self._early, {}
             pending, self._pending = self._pending, {}
+        self._send_batches(early)
+        self._send_batches(pending)
+
+    def _send_batches(self, pending: dict[str, list[tuple[str, Any]]]) -> None:
         for peer, batch in pending.items():
             conn = self._links.get(peer)
             if conn is None or not batch:
