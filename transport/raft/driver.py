@@ -12,9 +12,11 @@ and every group registered with it. Each loop iteration:
    messages and are due after the delivery, woken and newly registered groups, every group at
    least once per `full_tick_interval_s` (staggered; any tick counts), and all groups in the
    round after a peer link came up or went down;
-4. calls ``node.sync()`` (group-commit fsync, if the node has it) on every group that was ticked
+4. ``endpoint.flush_early()``: a leader's ``append_entries`` leave now, before the leader's own
+   fsync (Raft §10.2.1; the leader counts itself toward commit only up to its fsync'd index);
+5. calls ``node.sync()`` (group-commit fsync, if the node has it) on every group that was ticked
    or received messages: those are the only places a group writes its journal;
-5. ``endpoint.flush()``: only now do the replies and appends produced in 2-3 go on the wire.
+6. ``endpoint.flush()``: only now do the replies (acks, votes) produced in 2-3 go on the wire.
 
 Tick deadlines. A group's deadline (`syncobj_tick_deadline`, or the node's own
 ``tick_deadline()``) is the raft time after which it needs a tick: a leader's next heartbeat, a
@@ -41,7 +43,7 @@ safety-net tick comes every `quiet_full_tick_interval_s` (5 s by default) instea
 `full_tick_interval_s`. Before a group is unregistered, ``node.before_unregister()`` lets a
 quiesced leader wake its followers.
 
-Because 4 precedes 5, a follower's ``next_node_idx`` ack for an entry never leaves the broker
+Because 5 precedes 6, a follower's ``next_node_idx`` ack for an entry never leaves the broker
 before that entry's fsync, and a group whose sync raises has its buffered messages discarded.
 """
 
