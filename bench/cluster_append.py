@@ -1,7 +1,7 @@
 """Replicated append through the client path on 3 broker processes: throughput and latency.
 
 Three real broker processes (tests/cluster.py ``ProcessCluster``, default raft timings, journal
-fsync on, SQLite ``synchronous=FULL``) on 127.0.0.1, one topic at RF 3. Issue 3's figures:
+fsync on, SQLite ``synchronous=NORMAL``) on 127.0.0.1, one topic at RF 3. Issue 3's figures:
 
 - **throughput on 1 and on 8 partitions**: ``--ca-clients`` client PROCESSES (the Python
   client's CPU is a bottleneck of its own), each with one ``broker.client.Producer``

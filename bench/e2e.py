@@ -1,7 +1,7 @@
 """End to end through gRPC: 3 broker processes, a topic at RF 3, fsync on, the Python client.
 
 Three real broker processes (tests/cluster.py ``ProcessCluster``, the broker's default raft
-timings and settings: journal fsync and SQLite ``synchronous=FULL``) on 127.0.0.1, and this
+timings and settings: journal fsync and SQLite ``synchronous=NORMAL``) on 127.0.0.1, and this
 process as the client, all on the same machine. Per repetition (median reported):
 
 - **produce**: one thread calls ``Producer.send`` for ``--e2e-records`` records of

@@ -4,7 +4,7 @@ Three benchmarks (only ``apply`` is timed; the leader's work of building command
 
 1. append — batches of 1000 x 100-byte records through apply, beside a raw APSW insert of the
    same rows into a table of the same shape (``raw_insert_benchmark``) in the same run, on the
-   same disk with the same pragmas (WAL, synchronous=FULL unless ``--synchronous``); the two
+   same disk with the same pragmas (WAL, synchronous=NORMAL unless ``--synchronous``); the two
    alternate every 10 batches so that both see the same load.
    Goal: the machine reaches >= 0.5 of raw.
 2. lease+ack — pre-fill records, then Lease(max_records) -> Ack of every delivery, each a
@@ -56,9 +56,9 @@ def add_arguments(group: Any) -> None:
     )
     group.add_argument(
         "--synchronous",
-        default="FULL",
+        default="NORMAL",
         choices=("OFF", "NORMAL", "FULL", "EXTRA"),
-        help="SQLite synchronous mode of the measured stores (default FULL, as configured)",
+        help="SQLite synchronous mode of the measured stores (default NORMAL, as configured)",
     )
     group.add_argument(
         "--append-batches", type=int, default=None, help="batches per append run (default 200)"

@@ -368,7 +368,7 @@ class StorageSettings(_Section):
 
     SECTION: ClassVar[str] = "storage"
 
-    synchronous: Literal["FULL", "NORMAL", "OFF"] = "FULL"
+    synchronous: Literal["FULL", "NORMAL", "OFF"] = "NORMAL"
     cache_kib: int = _setting(2048, min=64)
     wal_autocheckpoint_pages: int = _setting(1000, min=0)
 

@@ -35,7 +35,7 @@ def test_default_yaml_equals_the_dataclass_defaults() -> None:
     config = load()
     assert config == BrokerConfig(broker=BrokerSettings(cluster_secret=DEV_CLUSTER_SECRET))
     assert config.raft.fsync is True
-    assert config.storage.synchronous == "FULL"
+    assert config.storage.synchronous == "NORMAL"
     assert config.topic_defaults.lease_ms == 30_000
     assert config.topic_defaults.max_deliveries == 5
     assert config.broker.uses_dev_secret
@@ -114,7 +114,7 @@ def test_env_overrides_nested_settings() -> None:
             "RAFTQ_BROKER__ID": "2",
             "RAFTQ_BROKER__SEEDS": "10.0.0.1:9070, 10.0.0.2:9070",
             "RAFTQ_BROKER__CLUSTER_SECRET": SECRET,
-            "RAFTQ_STORAGE__SYNCHRONOUS": "normal",
+            "RAFTQ_STORAGE__SYNCHRONOUS": "full",
             "RAFTQ_TOPIC_DEFAULTS__ORDERING": "PRIORITY",
             "RAFTQ_TOPIC_DEFAULTS__RETENTION_MS": "86_400_000",
         }
@@ -123,7 +123,7 @@ def test_env_overrides_nested_settings() -> None:
     assert config.raft.heartbeat_ms == 250  # a sibling of the overridden setting is kept
     assert config.broker.id == 2
     assert config.broker.seeds == ("10.0.0.1:9070", "10.0.0.2:9070")
-    assert config.storage.synchronous == "NORMAL"
+    assert config.storage.synchronous == "FULL"
     assert config.topic_defaults.ordering == "priority"
     assert config.topic_defaults.retention_ms == 86_400_000
 
