@@ -234,6 +234,7 @@ def test_an_idle_group_quiesces_sends_nothing_and_is_rarely_ticked(tmp_path: Pat
             # the safety-net tick only: every quiet_full_tick_interval_s (5 s)
             assert per_group <= window_s / driver.quiet_full_tick_interval_s + 1
             assert driver.quiesced_groups() == set(c.names)
+            assert driver.statistics()["quiesced"] == len(c.names)  # the metrics gauge
 
     run(tmp_path, _seed(), scenario)
 
@@ -262,6 +263,8 @@ def test_a_proposal_wakes_the_group_commits_at_once_and_it_quiesces_again(tmp_pa
             woken.add(name)
         for (_addr, name), node in c.nodes.items():  # quiesced once per settle, once per wake
             assert node.statistics()["quiesce_count"] >= 1 + (name in woken), name
+        for driver in c.drivers.values():  # the gauge follows every wake and re-quiesce
+            assert driver.statistics()["quiesced"] == len(c.names)
 
     run(tmp_path, _seed(), scenario)
 

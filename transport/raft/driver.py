@@ -190,6 +190,7 @@ class RaftDriver:
         self._every_round: dict[str, _Group] = {}  # groups without a tick deadline
         # peer -> quiesced groups that sleep while that peer's link is heard (node.py).
         self._quiet: dict[str, dict[str, _Group]] = {}
+        self._quiesced = 0  # groups filed in _quiet (a thread-safe count for metrics)
         self._seq = 0
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -270,7 +271,9 @@ class RaftDriver:
         return list(self._groups)
 
     def statistics(self) -> dict[str, int]:
-        return {**self.stats, "groups": len(self._groups)}
+        """Counters since start, plus the gauges ``groups`` and ``quiesced`` (groups asleep on a
+        peer's link). Safe from any thread."""
+        return {**self.stats, "groups": len(self._groups), "quiesced": self._quiesced}
 
     def quiesced_groups(self) -> set[str]:
         """Driver thread (or a test stepping it): the groups asleep on a peer's link."""
@@ -382,8 +385,12 @@ class RaftDriver:
         group.quiet_peers = tuple(peers()) if peers is not None else ()
         for peer in group.quiet_peers:
             self._quiet.setdefault(peer, {})[group.name] = group
+        if group.quiet_peers:
+            self._quiesced += 1
 
     def _untrack_quiet(self, group: _Group) -> None:
+        if group.quiet_peers:
+            self._quiesced -= 1
         for peer in group.quiet_peers:
             groups = self._quiet.get(peer)
             if groups is not None:
