@@ -583,20 +583,17 @@ class PartitionMachine:
         self,
         group: GroupRow,
         now_ms: int,
-        lease_upto: int = -1,
+        end_offset: int | None = None,
         owner: str | None = None,
         deadline_ms: int = 0,
-        end_offset: int | None = None,
     ) -> None:
         """Give ``group`` its pending rows up to ``end_offset`` (exclusive; the end of the log
-        when None), leasing those at or below ``lease_upto`` to ``owner``."""
-        end = (
-            self.meta.next_offset if end_offset is None else min(end_offset, self.meta.next_offset)
-        )
+        when None), the visible ones leased to ``owner`` when given."""
+        end = self.meta.next_offset if end_offset is None else end_offset
         if group.materialized_upto < end:
             start = max(group.materialized_upto, self.meta.log_start)
             self.store.materialize(
-                group.gid, start, now_ms, self.config.ordering, lease_upto, owner, deadline_ms, end
+                group.gid, start, now_ms, self.config.ordering, end, owner, deadline_ms
             )
             group.materialized_upto = end
             self.store.group_set_materialized(group.gid, group.materialized_upto)
@@ -692,7 +689,7 @@ class PartitionMachine:
             # each row once (leased) instead of once ready and again leased.
             fresh = [o for o in taken if o >= fresh_from]
             if fresh:
-                self._materialize(group, now_ms, fresh[-1], cmd.member, deadline, fresh[-1] + 1)
+                self._materialize(group, now_ms, fresh[-1] + 1, cmd.member, deadline)
             self.store.lease(group.gid, taken[: len(taken) - len(fresh)], cmd.member, deadline)
         else:
             self.store.lease(group.gid, taken, cmd.member, deadline)

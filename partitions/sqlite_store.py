@@ -375,13 +375,11 @@ class SqliteStore:
         from_offset: int,
         now_ms: int,
         ordering: int,
-        lease_upto: int = -1,
+        end_offset: int | None = None,
         owner: str | None = None,
         deadline_ms: int = 0,
-        end_offset: int | None = None,
     ) -> int:
-        # ?5: leased here = visible now and at or below lease_upto (a prefix of the fresh ones);
-        # ?8: the first offset not materialized (None: the end of the log)
+        # leased: an owner is given (?6) and the record is visible now
         self._cur.execute(
             "INSERT INTO pending(gid, ofs, k1, k2, visible_at_ms, ready, owner, delivery_count) "
             "SELECT ?1, ofs, CASE WHEN ?2 THEN priority ELSE 0 END, "
@@ -390,17 +388,16 @@ class SqliteStore:
             "CASE WHEN leased THEN 0 ELSE deliver_at_ms <= ?3 END, "
             "CASE WHEN leased THEN ?6 ELSE NULL END, leased "
             "FROM (SELECT ofs, priority, deliver_at_ms, "
-            "(ofs <= ?5 AND deliver_at_ms <= ?3) AS leased FROM records "
-            "WHERE ofs >= ?4 AND ofs < ?8)",
+            "(?6 IS NOT NULL AND deliver_at_ms <= ?3) AS leased FROM records "
+            "WHERE ofs >= ?4 AND ofs < ?5)",
             (
                 gid,
                 ordering,
                 now_ms,
                 from_offset,
-                lease_upto,
+                INT64_MAX if end_offset is None else end_offset,
                 owner,
                 deadline_ms,
-                INT64_MAX if end_offset is None else end_offset,
             ),
         )
         return self._conn.changes()

@@ -80,19 +80,18 @@ class PartitionStore(Protocol):
     def fence_get(self, name: str) -> int: ...
     def fence_set(self, name: str, generation: int) -> None: ...
     # Give the group a pending row for every record from from_offset on (up to end_offset,
-    # exclusive, when given). Rows at or below
-    # lease_upto that are visible at now_ms are written already leased to ``owner`` until
-    # deadline_ms (delivery 1): a fifo Lease taking fresh records writes each row once.
+    # exclusive, when given). With an ``owner``, the rows visible at now_ms are written
+    # already leased to it until deadline_ms (delivery 1): a fifo Lease taking fresh records
+    # writes each row once.
     def materialize(
         self,
         gid: int,
         from_offset: int,
         now_ms: int,
         ordering: int,
-        lease_upto: int = -1,
+        end_offset: int | None = None,
         owner: str | None = None,
         deadline_ms: int = 0,
-        end_offset: int | None = None,
     ) -> int: ...
     # records from from_offset on that are visible at now_ms, in offset order, as ReadyRecords
     # with delivery_count 0: what a fifo Lease takes after the group's ready rows
@@ -374,10 +373,9 @@ class MemoryStore:
         from_offset: int,
         now_ms: int,
         ordering: int,
-        lease_upto: int = -1,
+        end_offset: int | None = None,
         owner: str | None = None,
         deadline_ms: int = 0,
-        end_offset: int | None = None,
     ) -> int:
         _fits(deadline_ms)
         pending = self._pending[gid]
@@ -389,7 +387,7 @@ class MemoryStore:
             rec = self._records[offset]
             k1, k2 = order_keys(ordering, rec.priority, rec.deliver_at_ms)
             ready = rec.deliver_at_ms <= now_ms
-            if ready and offset <= lease_upto:
+            if ready and owner is not None:
                 pending[offset] = PendingRow(offset, k1, k2, deadline_ms, False, owner, 1)
             else:
                 pending[offset] = PendingRow(offset, k1, k2, rec.deliver_at_ms, ready, None, 0)

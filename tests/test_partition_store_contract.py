@@ -658,12 +658,13 @@ def test_materialize_can_write_a_visible_prefix_already_leased(store: PartitionS
     assert [(r[0], r[1]) for r in fresh] == [(0, 0), (2, 0), (3, 0)]
     assert store.fresh_records(3, 100, 10)[0][0] == 3 and store.fresh_records(9, 100, 10) == []
     with store.transaction():
-        assert store.materialize(g1, 0, 100, ORDER_FIFO, 3, "m", 900) == 5
+        leased = store.materialize(g1, 0, 100, ORDER_FIFO, 4, "m", 900)
+        assert leased + store.materialize(g1, 4, 100, ORDER_FIFO) == 5
     rows = store.pending_get(g1, [0, 1, 2, 3, 4])
     assert rows[0] == pend(0, visible=900, ready=False, owner="m", count=1)
     assert rows[1] == pend(1, visible=500, ready=False, count=0)  # waiting: not leased
     assert rows[3] == pend(3, visible=900, ready=False, owner="m", count=1)
-    assert rows[4] == pend(4, visible=0, ready=True, count=0)  # past lease_upto: ready
+    assert rows[4] == pend(4, visible=0, ready=True, count=0)  # materialized unleased: ready
     assert store.pending_leases(g1, [0, 2, 3, 4], "m", 100) == {0: 1, 2: 1, 3: 1}
     # the slim forms answer the same choices as (offset, delivery_count)
     assert (
