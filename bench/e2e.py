@@ -48,7 +48,10 @@ def add_arguments(parser: argparse._ArgumentGroup) -> None:
     parser.add_argument("--e2e-consumers", type=int, default=3, help="members of the group")
     parser.add_argument("--e2e-poll-records", type=int, default=2000, help="max records a poll")
     parser.add_argument(
-        "--e2e-batch-records", type=int, default=None, help="producer batch (the Producer's)"
+        "--e2e-batch-records",
+        type=int,
+        default=ClientSettings().batch_records_max,
+        help="producer batch (default: the Producer's)",
     )
     parser.add_argument("--e2e-latency-samples", type=int, default=1000, help="sends timed")
 
@@ -72,13 +75,11 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 def produce(
-    cluster: ProcessCluster, topic: str, records: int, value_bytes: int, batch: int | None
+    cluster: ProcessCluster, topic: str, records: int, value_bytes: int, batch: int
 ) -> float:
     """Records/s of one producer sending ``records`` records and flushing."""
     value = b"x" * value_bytes
-    with Producer(
-        cluster.bootstrap, batch_records_max=batch or ClientSettings().batch_records_max
-    ) as producer:
+    with Producer(cluster.bootstrap, batch_records_max=batch) as producer:
         producer.send(topic, value).result(30)  # metadata and channels warm
         started = time.perf_counter()
         futures = [producer.send(topic, value) for _ in range(records)]

@@ -106,25 +106,12 @@ class MetadataReplica:
 
     def wait_until(self, predicate: Callable[[Table], bool], timeout_s: float) -> bool:
         """Block until ``predicate(table)`` holds; False on timeout."""
-        deadline = time.monotonic() + timeout_s
         with self._changed:
-            while not predicate(self.machine.table):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(left)
-        return True
+            return self._changed.wait_for(lambda: predicate(self.machine.table), timeout_s)
 
     def wait_for(self, index: int, timeout_s: float) -> bool:
         """Block until the table has applied ``index``; False on timeout."""
-        deadline = time.monotonic() + timeout_s
-        with self._changed:
-            while self.machine.table.applied_index < index:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(left)
-        return True
+        return self.wait_until(lambda table: table.applied_index >= index, timeout_s)
 
     # -- writes --------------------------------------------------------------------------------
 

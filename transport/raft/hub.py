@@ -183,12 +183,13 @@ class HubEndpoint:
     # -- hub side ----------------------------------------------------------------------------------
 
     def _take_outbox(self, early_only: bool = False) -> list[tuple[str, str, Any]]:
-        if early_only:  # as MuxEndpoint.flush_early: only what may leave before the fsync
-            out = [m for m in self._outbox if sendable_before_sync(m[2])]
-            self._outbox = [m for m in self._outbox if not sendable_before_sync(m[2])]
-            return out
         out, self._outbox = self._outbox, []
-        return out
+        if not early_only:
+            return out
+        early: list[tuple[str, str, Any]] = []  # as MuxEndpoint.flush_early; the rest waits
+        for message in out:
+            (early if sendable_before_sync(message[2]) else self._outbox).append(message)
+        return early
 
     def _deliver(self, src: str, group: str, message: Any) -> str | None:
         view = self._views.get(group)

@@ -369,12 +369,7 @@ class _HardenedSyncObj(SyncObj):
         self._quiet_beats = 0
         now = monotonic_time()
         if self._SyncObj__raftState == _LEADER:
-            # While quiet, a follower's link being heard stood in for its answers.
-            last_response = self._SyncObj__lastResponseTime
-            for n in self._SyncObj__otherNodes:
-                heard = self._link_heard_at(n)
-                if heard is not None and heard > last_response.get(n, -math.inf):
-                    last_response[n] = min(heard, now)
+            self._count_links_as_answers(now)
             self._SyncObj__newAppendEntriesTime = now  # heartbeat at this or the next tick
         else:
             base = now if heard_at is None else heard_at
@@ -384,6 +379,15 @@ class _HardenedSyncObj(SyncObj):
             self._SyncObj__raftElectionDeadline = deadline
         logger.debug("[group=%s] awake: %s", self._group, why)
 
+    def _count_links_as_answers(self, now: float) -> None:
+        """Leader: while quiet, a follower's link being heard stands in for its answers, so
+        the leader-fallback check does not depose a leader for having been quiet."""
+        last_response = self._SyncObj__lastResponseTime
+        for n in self._SyncObj__otherNodes:
+            heard = self._link_heard_at(n)
+            if heard is not None and heard > last_response.get(n, -math.inf):
+                last_response[n] = min(heard, now)
+
     def _check_quiet_links(self, now: float) -> None:
         """On a quiesced replica's tick: stay asleep only while the links it relies on are
         heard (and, for a leader, no link opened or closed since it quiesced)."""
@@ -391,14 +395,11 @@ class _HardenedSyncObj(SyncObj):
             if self._SyncObj__transport.peer_generation != self._quiet_generation:
                 self._unquiesce("a link opened or closed")
                 return
-            last_response = self._SyncObj__lastResponseTime
             for n in self._SyncObj__otherNodes:
-                heard = self._link_heard_at(n)
-                if heard is None or now - heard >= self._silent_after_s:
+                if not self._link_alive(n, now):
                     self._unquiesce(f"link to {n.id} silent")
                     return
-                if heard > last_response.get(n, -math.inf):
-                    last_response[n] = min(heard, now)
+            self._count_links_as_answers(now)
             return
         leader = self._SyncObj__raftLeader
         heard = None if leader is None else self._link_heard_at(leader)
