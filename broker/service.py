@@ -394,11 +394,13 @@ class BrokerService:
             )
             try:
                 outcome = self._append(request.topic, partition, append, timeout)
+                hint = self._forwarded_to(request.topic, partition)
                 for i, record_result in zip(indexes, outcome.records, strict=True):
                     results[i].offset = record_result.offset
                     results[i].duplicate = record_result.duplicate
                     results[i].error = record_result.error
                     results[i].message = record_result.message
+                    results[i].leader_hint = hint
             except errors.RaftqError as exc:
                 for i in indexes:
                     results[i].error, results[i].message = exc.code, exc.message  # type: ignore[assignment]
@@ -432,6 +434,7 @@ class BrokerService:
                     f"not {count}: restart with a new producer id"
                 )
             result.offset, result.duplicate = outcome.range.first_offset, outcome.range.duplicate
+            result.leader_hint = self._forwarded_to(request.topic, partition)
         except errors.RaftqError as exc:
             result.error, result.message = exc.code, exc.message  # type: ignore[assignment]
             result.leader_hint = exc.leader_hint
@@ -446,6 +449,16 @@ class BrokerService:
         if outcome.error:
             raise errors.error_for(outcome.error, outcome.message)
         return outcome
+
+    def _forwarded_to(self, topic: str, partition: int) -> str:
+        """After a send this broker forwarded: the leader's client address, so the client sends
+        there directly from now on (a broker that leads answers ""). Kafka answers such a send
+        NOT_LEADER and the client refreshes its metadata; forwarding keeps the send and still
+        tells the client where to go."""
+        if self.router.local_leader(topic, partition) is not None:
+            return ""
+        hint = self.router.leader_hint(topic, partition)
+        return "" if hint == self.router.client_addr else hint
 
     def _next_counter(self) -> int:
         with self._counter_lock:

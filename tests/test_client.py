@@ -212,11 +212,13 @@ def test_retries_run_out_then_the_partition_continues_under_a_new_producer_id(
 
 
 class Recording:
-    """A facade proxy that logs (server name, RPC) and can answer NOT_LEADER once."""
+    """A facade proxy that logs (server name, RPC), can answer NOT_LEADER once, and can
+    answer sends as a broker that forwarded them to the leader at ``forwarded_to``."""
 
     def __init__(self, facade: ApiFacade, name: str, log: list[tuple[str, str]]) -> None:
         self.facade, self.name, self.log = facade, name, log
         self.not_leader_hint: str | None = None
+        self.forwarded_to = ""
 
     def __getattr__(self, method: str) -> Any:
         def call(request: Any, *, timeout_s: float | None) -> Any:
@@ -224,7 +226,11 @@ class Recording:
             if method == "send" and self.not_leader_hint is not None:
                 hint, self.not_leader_hint = self.not_leader_hint, None
                 raise errors.NotLeader("moved", leader_hint=hint)
-            return getattr(self.facade, method)(request, timeout_s=timeout_s)
+            response = getattr(self.facade, method)(request, timeout_s=timeout_s)
+            if method == "send":
+                for result in response.results:
+                    result.leader_hint = self.forwarded_to
+            return response
 
         return call
 
@@ -247,6 +253,31 @@ def test_sends_go_to_the_leader_from_metadata_and_follow_not_leader(
             producer.send("orders", b"y", partition=0).result(WAIT_S)
         assert [n for n, m in log if m == "send"] == ["b", "b", "a"]
         assert ("a", "describe_topic") in log  # metadata came through the bootstrap broker
+    finally:
+        for server in servers:
+            server.stop(None).wait(5)
+        facade.close()
+
+
+def test_a_forwarded_send_moves_the_next_sends_to_the_leader_it_names(
+    tmp_path: pathlib.Path,
+) -> None:
+    facade = ApiFacade(tmp_path)
+    log: list[tuple[str, str]] = []
+    a, b = Recording(facade, "a", log), Recording(facade, "b", log)
+    addr_a, addr_b = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    servers = [serve(a, addr_a, max_workers=8), serve(b, addr_b, max_workers=8)]
+    try:
+        facade.client_addr = addr_b  # stale metadata: b leads every partition
+        Admin(addr_a).create_topic("orders", partitions=1)
+        b.forwarded_to = addr_a  # b no longer leads: it forwards, answers OK and names a
+        with Producer(addr_a, linger_ms=0) as producer:
+            first = producer.send("orders", b"x", partition=0).result(WAIT_S)
+            second = producer.send("orders", b"y", key=b"k", partition=0).result(WAIT_S)
+            many = producer.send_many("orders", [b"v1", b"v2"])
+            [m.result(WAIT_S) for m in many]
+        assert (first.offset, second.offset) == (0, 1)  # nothing resent
+        assert [n for n, m in log if m == "send"] == ["b", "a", "a"]
     finally:
         for server in servers:
             server.stop(None).wait(5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import grpc
@@ -87,6 +88,47 @@ def test_sigkill_every_broker_and_restart_loses_no_acknowledged_record(tmp_path:
                 offset = offsets[-1] + 1
         assert acked <= set(stored), f"lost {len(acked - set(stored))} acknowledged records"
         assert len(stored) == len(set(stored)), "a record was applied twice"
+
+
+def test_a_forwarded_send_names_the_leader_and_the_leader_names_none(tmp_path: Path) -> None:
+    """Every broker accepts a send; one that forwarded it says where the leader is (the
+    client then sends there directly), the leader says nothing."""
+    with ProcessCluster(tmp_path) as cluster:
+        cluster.wait_ready()
+        cluster.admin().create_topic("hint", partitions=1)
+        cluster.wait_leaders("hint")
+
+        def hints() -> dict[int, str]:
+            out = {}
+            for broker in (1, 2, 3):
+                with grpc.insecure_channel(cluster.client_addr(broker)) as channel:
+                    request = api_pb2.SendRequest(topic="hint", values=[b"v"], partition=0)
+                    response = api_pb2_grpc.ProducerStub(channel).Send(request, timeout=30)
+                    out[broker] = response.results[0].leader_hint
+            return out
+
+        def consistent() -> bool:  # leadership may still move to the preferred leader
+            seen = hints()
+            leaders = [b for b, hint in seen.items() if not hint]
+            return len(leaders) == 1 and all(
+                hint == cluster.client_addr(leaders[0]) for hint in seen.values() if hint
+            )
+
+        wait_until(consistent, 30, "one leader answering no hint, the others naming it")
+        # A call without a deadline is forwarded too (gRPC reports ~9e18 s left for it; as a
+        # forwarded call's timeout that expired at once, and the router retried forever).
+        answered: list[api_pb2.SendResponse] = []
+        follower = next(b for b, hint in hints().items() if hint)
+
+        def send_without_deadline() -> None:
+            with grpc.insecure_channel(cluster.client_addr(follower)) as channel:
+                request = api_pb2.SendRequest(topic="hint", values=[b"w"], partition=0)
+                answered.append(api_pb2_grpc.ProducerStub(channel).Send(request))
+
+        caller = threading.Thread(target=send_without_deadline, daemon=True)
+        caller.start()
+        caller.join(30)
+        assert answered and answered[0].results[0].error == 0
 
 
 def test_bare_values_through_a_follower_broker_land_once_with_dense_offsets(

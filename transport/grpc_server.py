@@ -392,6 +392,18 @@ def _no_check(request: Any) -> None:
 # --- servicers -----------------------------------------------------------------------------
 
 
+NO_DEADLINE_S = 10**6  # gRPC reports "no deadline" as about 9.2e18 s left
+
+
+def _time_left(context: grpc.ServicerContext) -> float | None:
+    """Seconds left before the caller's deadline; None when it set none. (gRPC then reports
+    about 9.2e18 s: passed on as the timeout of a forwarded call, that overflows the deadline,
+    the call fails DEADLINE_EXCEEDED at once, and the router retried it until the end of time.)
+    """
+    remaining = context.time_remaining()
+    return None if remaining is None or remaining >= NO_DEADLINE_S else remaining
+
+
 def _call(
     facade: BrokerFacade,
     method: str,
@@ -408,7 +420,7 @@ def _unary(method: str, check: Callable[[Any], None]) -> Callable[..., Any]:
 
     def handler(self: _Servicer, request: Any, context: grpc.ServicerContext) -> Any:
         try:
-            return _call(self.facade, method, check, request, context.time_remaining())
+            return _call(self.facade, method, check, request, _time_left(context))
         except errors.RaftqError as error:
             abort(context, error)
         except Exception as exc:
@@ -432,7 +444,7 @@ class ProducerServicer(_Servicer, api_pb2_grpc.ProducerServicer):
     ) -> Iterator[api_pb2.SendResponse]:
         for request in request_iterator:
             try:
-                response = _call(self.facade, "send", check_send, request, context.time_remaining())
+                response = _call(self.facade, "send", check_send, request, _time_left(context))
             except errors.RaftqError as error:
                 response = api_pb2.SendResponse(
                     error=error.code,  # type: ignore[arg-type]
@@ -525,7 +537,7 @@ class ConsumerServicer(_Servicer, api_pb2_grpc.ConsumerServicer):
             if start.HasField("lease_ms"):
                 poll.lease_ms = start.lease_ms
             try:
-                response = self.facade.poll(poll, timeout_s=context.time_remaining())
+                response = self.facade.poll(poll, timeout_s=_time_left(context))
             except errors.RaftqError as error:
                 abort(context, error)
             except Exception as exc:

@@ -166,7 +166,8 @@ class Producer:
         self.idempotent = idempotent
         self.producer_id = (producer_id or uuid.uuid4().hex) if idempotent else None
         self._lock = threading.Lock()  # not reentrant: nothing calls back in under it
-        self._cond = threading.Condition(self._lock)
+        self._cond = threading.Condition(self._lock)  # the sender waits for work
+        self._drained = threading.Condition(self._lock)  # flush() waits for _outstanding == 0
         self._queues: dict[tuple[str, int], deque[_Batch]] = {}
         self._in_flight: set[tuple[str, int]] = set()
         self._next_sequence: dict[tuple[str, int], int] = {}
@@ -345,7 +346,7 @@ class Producer:
             self._flushing += 1
             self._cond.notify_all()
             try:
-                if not self._cond.wait_for(lambda: self._outstanding == 0, timeout_s):
+                if not self._drained.wait_for(lambda: self._outstanding == 0, timeout_s):
                     raise errors.Timeout(f"{self._outstanding} records still unsent")
             finally:
                 self._flushing -= 1
@@ -429,6 +430,17 @@ class Producer:
                 meta.leaders[partition] = leader_hint  # follow the hint at once
             else:
                 meta.stale = True
+
+    def _follow_hint(self, batch: _Batch, response: api_pb2.SendResponse) -> None:
+        """A broker that forwarded the batch to the leader names it: send there from now on
+        (leadership moved since the metadata was fetched, e.g. leaders spread after start-up)."""
+        hint = response.results[0].leader_hint if response.results else ""
+        if not hint or hint == batch.address:
+            return
+        with self._meta_lock:
+            meta = self._meta.get(batch.topic)
+            if meta is not None and batch.partition < len(meta.leaders):
+                meta.leaders[batch.partition] = hint
 
     # -- the sender thread -----------------------------------------------------------------
 
@@ -548,6 +560,8 @@ class Producer:
                         error = errors.error_for(
                             first.error, first.message, leader_hint=first.leader_hint
                         )
+        if error is None and response is not None:
+            self._follow_hint(batch, response)
         rerouted = False
         if error is not None and error.retriable:
             self._stale(batch.topic, batch.partition, error.leader_hint)  # before any retry
@@ -573,9 +587,8 @@ class Producer:
                 else:
                     each.append(errors.error_for(code, r.message))
                     out_of_order = out_of_order or code == _OUT_OF_ORDER_SEQUENCE
-        with self._cond:
+        with self._lock:
             self._in_flight.discard(tp)
-            self._cond.notify_all()
             if error is not None and error.retriable and batch.attempts < self.retries:
                 batch.attempts += 1
                 backoff_ms = min(RETRY_BACKOFF_MS * 2 ** (batch.attempts - 1), RETRY_BACKOFF_MAX_MS)
@@ -583,8 +596,11 @@ class Producer:
                     backoff_ms = 0
                 batch.retry_at_s = time.monotonic() + backoff_ms / 1000
                 self._queues.setdefault(tp, deque()).appendleft(batch)
+                self._cond.notify_all()
                 log.info("[topic/partition=%s/%d] retrying batch: %s", *tp, error)
                 return
+            if self._queues.get(tp):
+                self._cond.notify_all()  # the partition's next batch can go now
             if error is not None:
                 if error.retriable or isinstance(error, errors.OutOfOrderSequence):
                     self._new_epoch(tp)  # outcome unknown: never reuse this sequence
@@ -602,9 +618,12 @@ class Producer:
             outcome.resolve_range(first.offset, first.timestamp_ms, first.duplicate)
         else:
             outcome.resolve_each(each)
-        with self._cond:  # only now: flush() returns with every future done
+        with self._lock:  # only now: flush() returns with every future done
             self._outstanding -= len(batch.items)
-            self._cond.notify_all()
+            if self._outstanding == 0:
+                self._drained.notify_all()
+                if self._closing:
+                    self._cond.notify_all()
 
     def _new_epoch(self, tp: tuple[str, int]) -> None:
         self._epoch[tp] = self._epoch.get(tp, 0) + 1
