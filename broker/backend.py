@@ -188,7 +188,7 @@ class Backend:
             cache_kib=b.config.storage.cache_kib,
             wal_autocheckpoint_pages=b.config.storage.wal_autocheckpoint_pages,
             max_inflight_entries=b.config.raft.max_inflight_entries_per_partition,
-            timings=b.timings,
+            timings=b.partition_timings,
             standby=standby,
         )
         replica.on_applied = b.service.notify_records

@@ -455,6 +455,8 @@ class _FakeEndpoint:
     def poll(self, timeout_s: float) -> set[str]:
         self.log.append("poll")
         out, self.deliver = self.deliver, set()
+        for group in out:  # a delivered message leaves an answer to send (an ack)
+            self.pending[group] = self.pending.get(group, 0) + 1
         return out
 
     def flush(self) -> None:
@@ -491,7 +493,7 @@ class _FakeNode:
             raise OSError("fsync failed")
 
 
-def test_driver_order_is_poll_tick_flush_early_sync_flush_and_failed_sync_discards() -> None:
+def test_driver_order_is_poll_answer_tick_flush_early_sync_flush_and_failed_sync_discards() -> None:
     log: list[str] = []
     ep = _FakeEndpoint(log)
     d = RaftDriver(ep, tick_interval_s=10.0, full_tick_interval_s=10.0)
@@ -510,7 +512,15 @@ def test_driver_order_is_poll_tick_flush_early_sync_flush_and_failed_sync_discar
     log.clear()
     ep.deliver = {"a"}
     d.run_once(0.0)  # not a round: only the group that received messages is ticked and synced
-    assert log == ["poll", "tick a", "flush_early", "sync a", "flush [('a', 1)]"]
+    assert log == [
+        "poll",
+        "sync a",  # its answers leave after its fsync, before any tick (which applies)
+        "flush [('a', 1)]",
+        "tick a",
+        "flush_early",
+        "sync a",
+        "flush [('a', 1)]",
+    ]
     assert d.stats["sync_errors"] == 1
 
 

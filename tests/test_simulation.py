@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.sim.cluster import memory_cap, run_schedule
+from proto import partition_pb2
+from tests.sim.cluster import STEP_S, TIMINGS, SimCluster, memory_cap, no_fsync, run_schedule
 
 QUICK_SCHEDULES = 30
 QUICK_BASE_SEED = 1000
@@ -75,3 +76,39 @@ def test_regression_leader_snapshot_send_loop(tmp_path: Path) -> None:
     never advanced on the manual clock (memory ran out)."""
     with memory_cap():
         run_schedule(1085, tmp_path)
+
+
+def test_a_commit_rides_on_the_next_append_or_follows_alone(tmp_path: Path) -> None:
+    """Partition groups defer a commit-only push (RaftTimings.commit_push_s): followers learn
+    an acknowledged append's commit from the next append_entries, or from a push sent
+    commit_push_s later when none comes; never later than that."""
+    cluster = SimCluster(7, tmp_path, producers=0)
+    with cluster.hub.time(), no_fsync():
+        cluster.start()
+        cluster.settle()
+        (leader,) = [r for r in cluster.live() if r.is_leader()]
+        followers = [r for r in cluster.live() if r is not leader]
+        outcomes: list[object] = []
+
+        def append(value: bytes) -> None:
+            append = partition_pb2.Append(values=[value])
+            leader.append_async(append, lambda result, error: outcomes.append(error or result))
+
+        append(b"first")
+        while not outcomes:
+            cluster.step()
+        acked_at = cluster.hub.clock.now()
+        committed = leader.node.applied_index
+        for _ in range(2):  # 20 ms: a push at once would have reached them by now
+            cluster.step()
+        assert all(f.node.applied_index < committed for f in followers)
+        append(b"second")  # its append_entries carry the first one's commit
+        while len(outcomes) < 2:
+            cluster.step()
+        assert all(f.node.applied_index >= committed for f in followers)
+        assert cluster.hub.clock.now() - acked_at < TIMINGS.commit_push_s
+        second_at, second = cluster.hub.clock.now(), leader.node.applied_index
+        while not all(f.node.applied_index == second for f in followers):
+            cluster.step()
+        assert cluster.hub.clock.now() - second_at <= TIMINGS.commit_push_s + 3 * STEP_S
+        assert all(isinstance(o, partition_pb2.CommandResult) for o in outcomes)

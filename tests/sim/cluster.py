@@ -47,6 +47,7 @@ TIMINGS = RaftTimings.fast(
     connection_timeout_s=0.6,
     compaction_min_entries=25,
     compaction_min_time_s=0.5,
+    commit_push_s=0.04,  # as the brokers' partition groups: a commit rides on the next append
 )
 QUOTA = 60  # batches per producer: spread over the whole schedule by the think time
 THINK_S = 0.1  # simulated pause after an ack

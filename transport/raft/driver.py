@@ -298,6 +298,14 @@ class RaftDriver:
         now = self._clock()
         wait = 0.0 if woken else max(0.0, min(timeout_s, self._next_round - now))
         touched = self.endpoint.poll(wait)
+        if touched:
+            # Answers first: a follower's ack waits for its fsync only, not for the ticks
+            # below, which apply committed entries to the state machine.
+            for name in sorted(touched):
+                group_or_none = self._groups.get(name)
+                if group_or_none is not None:
+                    self._sync(group_or_none)
+            self.endpoint.flush()
         now = self._clock()
         raft_time = raft_now()
         groups = self._groups

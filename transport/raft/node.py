@@ -139,6 +139,10 @@ class RaftTimings:
     compaction_min_entries: int = 5000
     compaction_min_time_s: float = 300.0
     snapshot_chunk_bytes: int = 1 << 20
+    # A commit the followers have not heard of rides on the leader's next append_entries (new
+    # entries or a heartbeat), or goes alone once it is this old; 0 pushes it at once (stock
+    # pysyncobj with appendEntriesUseBatch off). Only followers' apply waits for it.
+    commit_push_s: float = 0.0
     # Idle groups stop heartbeating while their brokers' links are heard (node.py,
     # "Quiescence"); only over a transport with link liveness (mux, hub) and only when the
     # election timeout exceeds the transport's silent_after_s.
@@ -177,6 +181,10 @@ class RaftTimings:
             ),
             (self.leader_fallback_s > self.heartbeat_s, "leader_fallback_s > heartbeat_s"),
             (self.tick_s > 0, "tick_s > 0"),
+            (
+                0 <= self.commit_push_s <= self.heartbeat_s,
+                "0 <= commit_push_s <= heartbeat_s",
+            ),
             # pysyncobj chunks a single entry whose stored command (type byte + format byte +
             # data) reaches append_batch_bytes, and that path is broken: never let it happen.
             (
@@ -276,6 +284,7 @@ class _HardenedSyncObj(SyncObj):
         self._SyncObj__votedForNodeId = journal.getVotedForNodeId()
         self._SyncObj__raftCommitIndex = journal.getRaftCommitIndex()
         self._ack_refresh_s = conf.leaderFallbackTimeout / ACKS_PER_LEADER_FALLBACK
+        self._commit_push_s = owner.timings.commit_push_s
         if not poll_io:
             self._drop_pipe_notifier()
         transport = self._SyncObj__transport
@@ -927,10 +936,17 @@ class _HardenedSyncObj(SyncObj):
                 self._SyncObj__raftLeader = None
 
         need_send = self._SyncObj__applyLogEntries()
-        if self._SyncObj__raftState == _RAFT_STATE.LEADER and (
-            monotonic_time() > self._SyncObj__newAppendEntriesTime or need_send
-        ):
-            self._SyncObj__sendAppendEntries()
+        if self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            if need_send and self._commit_push_s:
+                # Only the new commit index is news here: let it ride on the next
+                # append_entries. A follower then applies and appends in one wake-up instead
+                # of two, and the leader sends half the messages (one per proposal).
+                need_send = False
+                self._SyncObj__newAppendEntriesTime = min(
+                    self._SyncObj__newAppendEntriesTime, now + self._commit_push_s
+                )
+            if monotonic_time() > self._SyncObj__newAppendEntriesTime or need_send:
+                self._SyncObj__sendAppendEntries()
 
         if (
             not self._SyncObj__onReadyCalled
