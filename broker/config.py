@@ -422,6 +422,7 @@ class ClientSettings(_Section):
     batch_bytes_max: int = _setting(
         1_048_576, min=1, max=GRPC_MESSAGE_BYTES_MAX, why="gRPC's default message limit"
     )
+    send_streams: bool = True
 
     def _relations(self) -> list[Problem]:
         return _less(

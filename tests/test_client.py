@@ -9,15 +9,17 @@ from __future__ import annotations
 import itertools
 import pathlib
 import pickle
+import queue
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
 
 from assignors.partitioner import partition_for
 from broker.client import Admin, Consumer, Message, Producer, RecordMetadata, parse_bootstrap
-from proto import api_pb2, errors
+from proto import api_pb2, api_pb2_grpc, errors
 from tests.api_facade import ApiFacade, api_server
 from tests.helpers import free_port, wait_until
 from transport.grpc_server import serve
@@ -170,6 +172,81 @@ class LosesAnswers(ApiFacade):
             self.lose -= 1
             raise errors.Timeout("the answer was lost")
         return response
+
+
+class Stalls(ApiFacade):
+    """A Send to a topic in ``stalled`` waits for ``release`` before it is applied."""
+
+    def __init__(self, data_dir: pathlib.Path) -> None:
+        super().__init__(data_dir)
+        self.stalled: set[str] = set()
+        self.release = threading.Event()
+
+    def send(self, request: api_pb2.SendRequest, *, timeout_s: float | None) -> Any:
+        if request.topic in self.stalled:
+            self.stalled.discard(request.topic)  # the next one goes through
+            self.release.wait(WAIT_S)
+        return super().send(request, timeout_s=timeout_s)
+
+
+def test_a_send_stream_answers_each_request_as_it_completes(tmp_path: pathlib.Path) -> None:
+    with api_server(tmp_path, Stalls(tmp_path)) as (address, facade):
+        assert isinstance(facade, Stalls)
+        with Admin(address) as admin:
+            admin.create_topic("slow", partitions=1)
+            admin.create_topic("fast", partitions=1)
+        facade.stalled.add("slow")
+        requests: queue.SimpleQueue[api_pb2.SendRequest | None] = queue.SimpleQueue()
+        with grpc.insecure_channel(address) as channel:
+            answers = api_pb2_grpc.ProducerStub(channel).SendStream(iter(requests.get, None))
+            requests.put(api_pb2.SendRequest(topic="slow", values=[b"s"], request_id=1))
+            requests.put(api_pb2.SendRequest(topic="fast", values=[b"f"], request_id=2))
+            assert next(answers).request_id == 2  # not held behind the stalled one
+            facade.release.set()
+            assert next(answers).request_id == 1
+            requests.put(None)
+            assert list(answers) == []
+
+
+def test_an_unanswered_stream_send_times_out_and_its_retry_writes_once(
+    tmp_path: pathlib.Path,
+) -> None:
+    with api_server(tmp_path, Stalls(tmp_path)) as (address, facade):
+        assert isinstance(facade, Stalls)
+        Admin(address).create_topic("orders", partitions=1)
+        facade.stalled.add("orders")
+        with Producer(address, linger_ms=0, request_timeout_ms=500, retries=1) as producer:
+            sent = producer.send("orders", b"a").result(WAIT_S)  # the retry's answer
+            facade.release.set()  # the stalled first attempt now applies: a duplicate
+            assert (sent.offset, sent.duplicate) == (0, False)
+            after = producer.send("orders", b"b").result(WAIT_S)
+        assert after.offset == 1  # "a" was written once
+        assert sends(facade) == 3
+
+
+def test_a_broker_out_of_send_streams_is_sent_unary(tmp_path: pathlib.Path) -> None:
+    facade = ApiFacade(tmp_path)
+    address = f"127.0.0.1:{free_port()}"
+    facade.client_addr = address
+    server = serve(facade, address, max_workers=2)  # room for one send stream
+    try:
+        Admin(address).create_topic("orders", partitions=1)
+        requests: queue.SimpleQueue[api_pb2.SendRequest | None] = queue.SimpleQueue()
+        with grpc.insecure_channel(address) as channel:
+            stub = api_pb2_grpc.ProducerStub(channel)
+            held = stub.SendStream(iter(requests.get, None))  # takes the one stream slot
+            requests.put(api_pb2.SendRequest(topic="orders", values=[b"x"], request_id=1))
+            assert next(held).request_id == 1
+            with pytest.raises(grpc.RpcError) as refused:
+                next(stub.SendStream(iter([api_pb2.SendRequest(topic="orders", values=[b"y"])])))
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            with Producer(address, linger_ms=0) as producer:
+                sent = [producer.send("orders", b"v%d" % i).result(WAIT_S) for i in range(3)]
+            assert [m.offset for m in sent] == [1, 2, 3]
+            requests.put(None)
+    finally:
+        server.stop(None).wait(5)
+        facade.close()
 
 
 def test_a_retried_batch_keeps_its_sequence_so_nothing_is_written_twice(

@@ -10,8 +10,11 @@ exception is a bug: it is logged and answered as INTERNAL.
 The two streaming RPCs are built here on the facade's unary methods, so a facade implements
 one method per unary RPC and nothing else:
 
-- ``SendStream``: each request goes through ``facade.send``; its response carries the
-  request's ``request_id``; a whole-request error is put in-band and the stream goes on.
+- ``SendStream``: each request goes through ``facade.send`` on a pool thread, so a stream has
+  many requests in flight; each response carries its request's ``request_id`` and leaves as
+  soon as it is ready (in any order); a whole-request error is put in-band and the stream goes
+  on. Open streams are capped at half the worker threads (each holds one); one more is
+  refused RESOURCE_EXHAUSTED at once (the Python client then sends unary).
 - ``PollStream``: a reader thread adds the client's credits; the writer calls ``facade.poll``
   for at most the outstanding credit, long-polling in slices of ``POLL_STREAM_WAIT_MS``, and
   streams what it gets. A typed error ends the stream with its status.
@@ -23,6 +26,7 @@ service SERVING) and server reflection (``grpcurl -plaintext HOST:PORT list``).
 from __future__ import annotations
 
 import logging
+import queue
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -439,23 +443,73 @@ class _Servicer:
 class ProducerServicer(_Servicer, api_pb2_grpc.ProducerServicer):
     Send = _unary("send", check_send)
 
+    def __init__(self, facade: BrokerFacade, max_streams: int = 32) -> None:
+        super().__init__(facade)
+        # Sends of all streams run here, so one stream has many in flight (a producer's
+        # partitions on this broker), answered as each completes.
+        self._sends = futures.ThreadPoolExecutor(64, thread_name_prefix="raftq-stream-send")
+        self._streams = threading.BoundedSemaphore(max_streams)
+
     def SendStream(
         self, request_iterator: Iterator[api_pb2.SendRequest], context: grpc.ServicerContext
     ) -> Iterator[api_pb2.SendResponse]:
-        for request in request_iterator:
-            try:
-                response = _call(self.facade, "send", check_send, request, _time_left(context))
-            except errors.RaftqError as error:
-                response = api_pb2.SendResponse(
-                    error=error.code,  # type: ignore[arg-type]
-                    message=error.message,
-                    leader_hint=error.leader_hint,
-                )
-            except Exception as exc:
-                log.exception("send (stream) failed")
-                response = api_pb2.SendResponse(error=errors.Internal.kind.code, message=repr(exc))  # type: ignore[arg-type]
-            response.request_id = request.request_id
-            yield response
+        """Pipelined: every request is answered as soon as its send completes, in any order
+        (the client matches ``request_id``). A stream holds a server thread while open, so at
+        most ``max_streams`` are open at once; beyond that a stream ends RESOURCE_EXHAUSTED
+        at once and the client sends unary."""
+        if not self._streams.acquire(blocking=False):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many send streams: use Send")
+        try:
+            yield from _pipelined(self.facade, self._sends, request_iterator, context)
+        finally:
+            self._streams.release()
+
+
+_READ_DONE = object()
+
+
+def _pipelined(
+    facade: BrokerFacade,
+    pool: futures.Executor,
+    requests: Iterator[api_pb2.SendRequest],
+    context: grpc.ServicerContext,
+) -> Iterator[api_pb2.SendResponse]:
+    answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def one(request: api_pb2.SendRequest) -> None:
+        try:
+            response = _call(facade, "send", check_send, request, _time_left(context))
+        except errors.RaftqError as error:
+            response = api_pb2.SendResponse(
+                error=error.code,  # type: ignore[arg-type]
+                message=error.message,
+                leader_hint=error.leader_hint,
+            )
+        except Exception as exc:
+            log.exception("send (stream) failed")
+            response = api_pb2.SendResponse(error=errors.Internal.kind.code, message=repr(exc))  # type: ignore[arg-type]
+        response.request_id = request.request_id
+        answers.put(response)
+
+    def read() -> None:
+        count = 0
+        try:
+            for request in requests:
+                count += 1
+                pool.submit(one, request)
+        except Exception:  # the call ended (cancelled, deadline): the answers loop sees it
+            pass
+        answers.put((_READ_DONE, count))
+
+    threading.Thread(target=read, name="raftq-stream-reader", daemon=True).start()
+    answered, expected = 0, None
+    while expected is None or answered < expected:
+        item = answers.get()
+        if isinstance(item, tuple):
+            expected = item[1]
+            continue
+        answered += 1
+        yield item
 
 
 class _Credits:
@@ -667,7 +721,8 @@ def serve(
         interceptors=(MalformedRequestInterceptor(), *interceptors),
         options=tuple(options),
     )
-    api_pb2_grpc.add_ProducerServicer_to_server(ProducerServicer(facade), server)
+    producer = ProducerServicer(facade, max_streams=max(1, max_workers // 2))
+    api_pb2_grpc.add_ProducerServicer_to_server(producer, server)
     api_pb2_grpc.add_ConsumerServicer_to_server(ConsumerServicer(facade), server)
     api_pb2_grpc.add_LogServicer_to_server(LogServicer(facade), server)
     api_pb2_grpc.add_AdminServicer_to_server(AdminServicer(facade), server)

@@ -41,6 +41,7 @@ import grpc
 
 from assignors.partitioner import partition_for
 from broker.client.channels import _DEFAULTS, _OK, DEFAULT_BOOTSTRAP, _Channels, channel_security
+from broker.client.streams import Refused, SendStreams
 from broker.send_future import BatchOutcome, RecordMetadata, SendFuture
 from proto import api_pb2, common_pb2, errors
 from proto.common_pb2 import ErrorCode
@@ -152,6 +153,7 @@ class Producer:
         tls_cert_file: str | None = None,
         tls_key_file: str | None = None,
         token: str | None = None,
+        send_streams: bool = _DEFAULTS.send_streams,
     ) -> None:
         if linger_ms < 0 or batch_records_max < 1 or batch_bytes_max < 1 or retries < 0:
             raise errors.InvalidArgument(
@@ -159,6 +161,11 @@ class Producer:
             )
         security = channel_security(tls_ca_file, tls_cert_file, tls_key_file, token)
         self._channels = _Channels(bootstrap, request_timeout_ms, security)
+        self._streams = (
+            SendStreams(lambda address: self._channels.stubs(address).producer.SendStream)
+            if send_streams
+            else None
+        )
         self.linger_s = linger_ms / 1000
         self.batch_records_max = batch_records_max
         self.batch_bytes_max = batch_bytes_max
@@ -362,6 +369,8 @@ class Producer:
                 self._closing = True
                 self._cond.notify_all()
             self._sender.join(timeout_s)
+            if self._streams is not None:
+                self._streams.close()
             self._channels.close()
             self._closed = True
 
@@ -506,6 +515,18 @@ class Producer:
         request.request_id = next(self._request_ids)
         try:
             batch.address = self._leader(batch.topic, batch.partition)
+        except errors.RaftqError as exc:
+            self._settle(batch, None, exc)
+            return
+        timeout_s = self._channels.request_timeout_s
+        if self._streams is not None and self._streams.send(
+            batch.address, request, timeout_s, lambda r, e: self._on_answer(batch, r, e)
+        ):
+            return
+        self._send_unary(batch, request)
+
+    def _send_unary(self, batch: _Batch, request: api_pb2.SendRequest) -> None:
+        try:
             stubs = self._channels.stubs(batch.address)
             call = stubs.producer.Send.future(request, timeout=self._channels.request_timeout_s)
         except errors.RaftqError as exc:
@@ -518,6 +539,25 @@ class Producer:
             self._settle(batch, call.result(), None)
         except grpc.RpcError as exc:
             self._settle(batch, None, from_rpc_error(exc))
+
+    def _on_answer(
+        self, batch: _Batch, response: api_pb2.SendResponse | None, error: BaseException | None
+    ) -> None:
+        """A stream's answer: a response (a whole-request error in-band, as SendStream puts
+        it), an error, or Refused (the broker holds too many streams: go unary)."""
+        if isinstance(error, Refused):
+            assert self._streams is not None and batch.request is not None
+            self._streams.refused(batch.address)
+            self._send_unary(batch, batch.request)
+        elif error is not None:
+            failed = error if isinstance(error, errors.RaftqError) else errors.Internal(repr(error))
+            self._settle(batch, None, failed)
+        elif response is not None and response.error != _OK:
+            hint = response.leader_hint
+            failed = errors.error_for(response.error, response.message, leader_hint=hint)
+            self._settle(batch, None, failed)
+        else:
+            self._settle(batch, response, None)
 
     @staticmethod
     def _range_error(batch: _Batch, response: api_pb2.SendResponse) -> errors.RaftqError | None:
