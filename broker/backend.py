@@ -12,7 +12,9 @@ One thread, a step every ``interval_s`` (sooner when the table changes). Each st
    first use) and then proposes ``DeadLetterDone``, and hands leadership to the partition's
    preferred leader when that broker is alive (leader balance, like Kafka's preferred-leader
    election: placement spreads preferred leaders evenly);
-5. on the metadata leader: expires consumer sessions (LeaveGroup + lease release).
+5. on the metadata leader: expires consumer sessions (LeaveGroup + lease release);
+6. every 0.1 s, runs the proposer housekeeping of replicas with sends in flight (a send
+   stream's sends have no waiting thread to do it: broker/proposer.py ``maintain``).
 
 Every step is idempotent; a failure is logged and retried on the next step.
 """
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("raftq.broker.backend")
 
 REPORT_INTERVAL_S = 0.5
+PROPOSER_MAINTAIN_S = 0.1
 RETAIN_INTERVAL_S = 5.0
 # A partition whose state did not change since its last Retain is retained this seldom (only
 # time can expire its records or dedup state); one never appended to is never retained.
@@ -115,6 +118,13 @@ class Backend:
                 if replica.is_leader():
                     self._guarded(replica.where, lambda r=replica: self._lead(r, table))  # type: ignore[misc]
         self._guarded("sessions", lambda: self._coordinate(table))
+        if self._every("proposers", PROPOSER_MAINTAIN_S):
+            # Sends taken without a waiting thread (a send stream's) have no waiter to run
+            # the proposer's housekeeping (NotLeader for queued sends after a leadership
+            # loss, expiry of lost entries): run it here.
+            for replica in list(self.broker.replicas.values()):
+                if replica.proposer.busy():
+                    replica.proposer.maintain()
 
     def _guarded(self, what: str, fn: Callable[[], None]) -> None:
         try:

@@ -181,6 +181,10 @@ class Proposer:
                     self._count_entry(len(sends))
                 self._propose(self._encode(sends), functools.partial(self._on_outcome, entry))
 
+    def busy(self) -> bool:
+        """Sends queued or entries in flight (read unlocked: a hint for housekeeping)."""
+        return bool(self._queue or self._inflight)
+
     def maintain(self) -> None:
         """Housekeeping a waiting caller (or the simulation) runs now and then: answer queued
         sends with NotLeader when leadership is gone, forget in-flight entries older than

@@ -133,6 +133,33 @@ def _timeout(timeout_s: float | None) -> float:
     return DEFAULT_TIMEOUT_S if timeout_s is None else max(0.0, timeout_s)
 
 
+def _values_answer(
+    request: api_pb2.SendRequest,
+    partition: int,
+    outcome: partition_pb2.CommandResult | None,
+    error: errors.RaftqError | None,
+    forwarded_to: Callable[[str, int], str] | None = None,
+) -> api_pb2.SendResponse:
+    """The one SendResult of a values request: its range, or the error that stopped it."""
+    count = len(request.values)
+    result = api_pb2.SendResult(partition=partition, count=count)
+    if error is None and outcome is not None and outcome.range.count != count:
+        error = errors.OutOfOrderSequence(
+            f"producer {request.producer_id!r} sequence {request.sequence} was used "
+            f"for a batch of {outcome.range.count or len(outcome.records)} records, "
+            f"not {count}: restart with a new producer id"
+        )
+    if error is not None or outcome is None:
+        error = error or errors.Internal("no outcome")
+        result.error, result.message = error.code, error.message  # type: ignore[assignment]
+        result.leader_hint = error.leader_hint
+    else:
+        result.offset, result.duplicate = outcome.range.first_offset, outcome.range.duplicate
+        if forwarded_to is not None:
+            result.leader_hint = forwarded_to(request.topic, partition)
+    return api_pb2.SendResponse(results=[result], request_id=request.request_id)
+
+
 def _assignment(member: MemberInfo) -> list[api_pb2.TopicPartitions]:
     by_topic: dict[str, list[int]] = defaultdict(list)
     for topic, partition in member.assignment:
@@ -411,34 +438,56 @@ class BrokerService:
         self, request: api_pb2.SendRequest, topic: TopicInfo, timeout: float
     ) -> api_pb2.SendResponse:
         """The bare-value fast path: one partition, one Append, one SendResult covering all."""
+        partition, append = self._values_append(request, topic)
+        try:
+            outcome = self._append(request.topic, partition, append, timeout)
+        except errors.RaftqError as exc:
+            return _values_answer(request, partition, None, exc)
+        return _values_answer(request, partition, outcome, None, self._forwarded_to)
+
+    def _values_append(
+        self, request: api_pb2.SendRequest, topic: TopicInfo
+    ) -> tuple[int, partition_pb2.Append]:
+        """Check a values request; its partition and Append. Raises for a bad request."""
         if request.records:
             raise errors.InvalidArgument("a send carries records or values, not both")
         problem = check_values(request.values, topic.config)
         if problem is not None:
             raise errors.error_for(problem.code, problem.message)
-        count = len(request.values)
         if request.HasField("partition"):
             partition = request.partition
         else:
             partition = self._next_counter() % topic.partition_count
-        result = api_pb2.SendResult(partition=partition, count=count)
         append = partition_pb2.Append(
             values=request.values, producer_id=request.producer_id, sequence=request.sequence
         )
-        try:
-            outcome = self._append(request.topic, partition, append, timeout)
-            if outcome.range.count != count:
-                raise errors.OutOfOrderSequence(
-                    f"producer {request.producer_id!r} sequence {request.sequence} was used "
-                    f"for a batch of {outcome.range.count or len(outcome.records)} records, "
-                    f"not {count}: restart with a new producer id"
-                )
-            result.offset, result.duplicate = outcome.range.first_offset, outcome.range.duplicate
-            result.leader_hint = self._forwarded_to(request.topic, partition)
-        except errors.RaftqError as exc:
-            result.error, result.message = exc.code, exc.message  # type: ignore[assignment]
-            result.leader_hint = exc.leader_hint
-        return api_pb2.SendResponse(results=[result], request_id=request.request_id)
+        return partition, append
+
+    def send_async(
+        self,
+        request: api_pb2.SendRequest,
+        on_done: Callable[[api_pb2.SendResponse], None],
+    ) -> bool:
+        """A send stream's fast path: a values request for a partition whose leader is on this
+        broker goes straight to that replica's proposer, no thread waiting on it;
+        ``on_done(response)`` runs once, here or on the Raft driver thread. False (nothing
+        done) for any other request: ``send`` it. Raises like ``send`` for a bad request."""
+        if not request.values or not request.HasField("partition"):
+            return False
+        replica = self.router.local_leader(request.topic, request.partition)
+        if replica is None:
+            return False
+        topic = self._topic(request.topic)
+        self.router.check_partition(request.topic, request.partition)
+        partition, append = self._values_append(request, topic)
+
+        def done(
+            outcome: partition_pb2.CommandResult | None, error: errors.RaftqError | None
+        ) -> None:
+            on_done(_values_answer(request, partition, outcome, error))
+
+        replica.append_async(append, done)
+        return True
 
     def _append(
         self, topic: str, partition: int, append: partition_pb2.Append, timeout: float

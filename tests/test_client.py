@@ -298,6 +298,8 @@ class Recording:
         self.forwarded_to = ""
 
     def __getattr__(self, method: str) -> Any:
+        getattr(self.facade, method)  # only what the facade has (no send_async)
+
         def call(request: Any, *, timeout_s: float | None) -> Any:
             self.log.append((self.name, method))
             if method == "send" and self.not_leader_hint is not None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -129,6 +131,52 @@ def test_a_forwarded_send_names_the_leader_and_the_leader_names_none(tmp_path: P
         caller.start()
         caller.join(30)
         assert answered and answered[0].results[0].error == 0
+
+
+def test_a_send_stream_to_the_leader_answers_values_like_send(tmp_path: Path) -> None:
+    """On the leader a stream's bare values go straight to the proposer (send_async, no
+    thread waiting): answers as Send's, a retried sequence answered from dedup state, a bad
+    value refused in-band, and records (the pool path) in between."""
+    with ProcessCluster(tmp_path) as cluster:
+        cluster.wait_ready()
+        admin = cluster.admin()
+        admin.create_topic("s", partitions=1, max_record_bytes=64)
+        cluster.wait_leaders("s")
+        wait_until(  # leadership settled on the preferred leader
+            lambda: (
+                admin.describe_topic("s").partitions[0].leader
+                == admin.describe_topic("s").partitions[0].replicas[0]
+            ),
+            30,
+            "the preferred leader leads",
+        )
+        leader = admin.describe_topic("s").partitions[0].leader
+        requests: queue.SimpleQueue[api_pb2.SendRequest | None] = queue.SimpleQueue()
+        with grpc.insecure_channel(cluster.client_addr(leader)) as channel:
+            answers = api_pb2_grpc.ProducerStub(channel).SendStream(iter(requests.get, None))
+
+            def send(request_id: int, **fields: Any) -> api_pb2.SendResponse:
+                requests.put(api_pb2.SendRequest(topic="s", request_id=request_id, **fields))
+                response: api_pb2.SendResponse = next(answers)
+                assert response.request_id == request_id
+                return response
+
+            first = send(1, values=[b"a", b"b"], partition=0, producer_id="p", sequence=0)
+            again = send(2, values=[b"a", b"b"], partition=0, producer_id="p", sequence=0)
+            records = send(3, records=[common_pb2.Record(value=b"r")], partition=0)
+            bad = send(4, values=[b"x" * 65], partition=0)
+            third = send(5, values=[b"c"], partition=0, producer_id="p", sequence=1)
+            requests.put(None)
+            assert list(answers) == []
+        assert [(r.offset, r.count, r.duplicate, r.leader_hint) for r in first.results] == [
+            (0, 2, False, "")
+        ]
+        assert [(r.offset, r.count, r.duplicate) for r in again.results] == [(0, 2, True)]
+        assert [(r.offset, r.error) for r in records.results] == [(2, 0)]
+        assert (bad.error, list(bad.results)) == (errors.RecordTooLarge.kind.code, [])
+        assert [(r.offset, r.count) for r in third.results] == [(3, 1)]
+        stored = [r.record.value for r in admin.fetch("s", 0, 0, 10).records]
+        assert stored == [b"a", b"b", b"r", b"c"]
 
 
 def test_bare_values_through_a_follower_broker_land_once_with_dense_offsets(

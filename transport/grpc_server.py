@@ -65,6 +65,9 @@ class BrokerFacade(Protocol):
     ``leader_hint``), UnknownTopic, UnknownGroup, UnknownMember, Fenced, TopicExists,
     InvalidArgument, Timeout, Unavailable... Per-record (Send) and per-ref (Ack, Nack,
     ExtendLease) failures go in the response items instead. Called from many threads at once.
+
+    Optional: ``send_async(request, on_done) -> bool`` takes a SendStream request without a
+    thread waiting on it (False: not one it takes; it then goes through ``send``).
     """
 
     # Producer
@@ -474,29 +477,53 @@ def _pipelined(
     requests: Iterator[api_pb2.SendRequest],
     context: grpc.ServicerContext,
 ) -> Iterator[api_pb2.SendResponse]:
+    """A facade with ``send_async`` takes what it can without a thread waiting (bare values
+    for a partition it leads); everything else runs ``facade.send`` on ``pool``."""
     answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    send_async = getattr(facade, "send_async", None)
+
+    def answer(request: api_pb2.SendRequest, response: api_pb2.SendResponse) -> None:
+        response.request_id = request.request_id
+        answers.put(response)
+
+    def failed(request: api_pb2.SendRequest, exc: Exception) -> None:
+        if isinstance(exc, errors.RaftqError):
+            response = api_pb2.SendResponse(
+                error=exc.code,  # type: ignore[arg-type]
+                message=exc.message,
+                leader_hint=exc.leader_hint,
+            )
+        else:
+            log.exception("send (stream) failed", exc_info=exc)
+            response = api_pb2.SendResponse(error=errors.Internal.kind.code, message=repr(exc))  # type: ignore[arg-type]
+        answer(request, response)
 
     def one(request: api_pb2.SendRequest) -> None:
         try:
             response = _call(facade, "send", check_send, request, _time_left(context))
-        except errors.RaftqError as error:
-            response = api_pb2.SendResponse(
-                error=error.code,  # type: ignore[arg-type]
-                message=error.message,
-                leader_hint=error.leader_hint,
-            )
         except Exception as exc:
-            log.exception("send (stream) failed")
-            response = api_pb2.SendResponse(error=errors.Internal.kind.code, message=repr(exc))  # type: ignore[arg-type]
-        response.request_id = request.request_id
-        answers.put(response)
+            failed(request, exc)
+            return
+        answer(request, response)
+
+    def start(request: api_pb2.SendRequest) -> bool:
+        if send_async is None:
+            return False
+        try:
+            check_send(request)
+            taken: bool = send_async(request, lambda response: answer(request, response))
+        except Exception as exc:
+            failed(request, exc)
+            return True
+        return taken
 
     def read() -> None:
         count = 0
         try:
             for request in requests:
                 count += 1
-                pool.submit(one, request)
+                if not start(request):
+                    pool.submit(one, request)
         except Exception:  # the call ended (cancelled, deadline): the answers loop sees it
             pass
         answers.put((_READ_DONE, count))
