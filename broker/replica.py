@@ -129,12 +129,21 @@ class PartitionReplica:
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         path = str(data_dir / f"{self.name}.sqlite")
-        self.store: PartitionStore = store or SqliteStore(
-            path,
-            synchronous=synchronous,
-            cache_kib=cache_kib,
-            wal_autocheckpoint_pages=wal_autocheckpoint_pages,
+        # With a driver, WAL checkpoints run after the driver's round has sent its messages
+        # (acks, appends) instead of inside the apply that grew the WAL.
+        self._sqlite = (
+            None
+            if store is not None
+            else SqliteStore(
+                path,
+                synchronous=synchronous,
+                cache_kib=cache_kib,
+                wal_autocheckpoint_pages=wal_autocheckpoint_pages,
+                deferred_checkpoints=driver is not None,
+            )
         )
+        self.store: PartitionStore = store or self._sqlite  # type: ignore[assignment]
+        self._checkpoint_deferred = False
         self.machine = PartitionMachine(self.store)
         # Reads go through a second connection (WAL: committed state, never blocking apply);
         # an injected store (tests) is read under the state lock instead.
@@ -497,6 +506,11 @@ class PartitionReplica:
         if self.on_apply_s is not None:
             self.on_apply_s(elapsed_s)
         self._counters["entries_applied"] += 1
+        sqlite = self._sqlite
+        if sqlite is not None and sqlite.checkpoint_due and not self._checkpoint_deferred:
+            assert self._driver is not None  # deferred checkpoints only with a driver
+            self._checkpoint_deferred = True
+            self._driver.defer(self._checkpoint)
         if self.on_applied is not None and (
             result.records or result.batch_results or result.range.count
         ):
@@ -514,6 +528,13 @@ class PartitionReplica:
             if self.node.is_leader():
                 self.node.transfer_leadership()
         return result
+
+    def _checkpoint(self) -> None:
+        """Driver thread, after its round's flush: the WAL checkpoint the apply put off."""
+        self._checkpoint_deferred = False
+        with self._state_lock:
+            if not self._closed and self._sqlite is not None:
+                self._sqlite.checkpoint()
 
     def _snapshot(self, path: str) -> None:
         with self._state_lock:

@@ -122,10 +122,16 @@ class SqliteStore:
         synchronous: str = "FULL",
         cache_kib: int = 65536,
         wal_autocheckpoint_pages: int = 1000,
+        deferred_checkpoints: bool = False,
     ) -> None:
+        """``deferred_checkpoints``: a commit that grows the WAL to ``wal_autocheckpoint_pages``
+        only sets ``checkpoint_due``, and the owner calls ``checkpoint()`` when it suits it
+        (the broker: after the driver's round sent its messages), instead of SQLite
+        checkpointing inside that commit."""
         if synchronous not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
         self.path = path
+        self.checkpoint_due = False
         self._conn = apsw.Connection(path)
         self._conn.setbusytimeout(5000)
         cur = self._conn.cursor()
@@ -134,6 +140,15 @@ class SqliteStore:
         cur.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
         cur.execute("PRAGMA temp_store=MEMORY")
         cur.execute(f"PRAGMA wal_autocheckpoint={int(wal_autocheckpoint_pages)}")
+        if deferred_checkpoints and wal_autocheckpoint_pages > 0:
+            threshold = int(wal_autocheckpoint_pages)
+
+            def wal_grew(_conn: apsw.Connection, _db: str, pages: int) -> int:
+                if pages >= threshold:
+                    self.checkpoint_due = True
+                return apsw.SQLITE_OK
+
+            self._conn.set_wal_hook(wal_grew)  # replaces SQLite's own autocheckpoint
         with self._conn:
             cur.execute(SCHEMA)
         self._cur = cur
@@ -670,6 +685,11 @@ class SqliteStore:
             ),
             self._rows("SELECT grp, generation FROM fences"),
         )
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file (PASSIVE: never waits for readers)."""
+        self.checkpoint_due = False
+        self._conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
 
     def close(self) -> None:
         self._conn.close()

@@ -524,6 +524,26 @@ def test_driver_order_is_poll_answer_tick_flush_early_sync_flush_and_failed_sync
     assert d.stats["sync_errors"] == 1
 
 
+def test_deferred_driver_tasks_run_after_the_rounds_flush() -> None:
+    log: list[str] = []
+    ep = _FakeEndpoint(log)
+    d = RaftDriver(ep, tick_interval_s=10.0, full_tick_interval_s=10.0)
+    node = _FakeNode("a", ep)
+    ticked = node.tick
+
+    def tick_and_defer(timeout: float) -> None:
+        ticked(timeout)
+        d.defer(lambda: log.append("deferred"))
+
+    node.tick = tick_and_defer  # type: ignore[method-assign]
+    d.register("a", node)
+    d.run_once(0.0)
+    assert log == ["poll", "tick a", "flush_early", "sync a", "flush [('a', 1)]", "deferred"]
+    log.clear()
+    d.run_once(0.0)  # a round without ticks runs nothing deferred twice
+    assert "deferred" not in log
+
+
 def test_kill9_broker_process_groups_reelect() -> None:
     """Real processes: kill -9 the broker leading the most groups; survivors re-elect."""
     from bench.idle_cpu import Settings, measure_reelection, start_cluster, wait_settled

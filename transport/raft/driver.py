@@ -188,6 +188,7 @@ class RaftDriver:
         # (driver clock, seq, group): groups by next full tick; stale entries re-pushed on pop.
         self._full_heap: list[tuple[float, int, _Group]] = []
         self._every_round: dict[str, _Group] = {}  # groups without a tick deadline
+        self._deferred: list[Callable[[], None]] = []  # run after the round's flush (defer)
         # peer -> quiesced groups that sleep while that peer's link is heard (node.py).
         self._quiet: dict[str, dict[str, _Group]] = {}
         self._quiesced = 0  # groups filed in _quiet (a thread-safe count for metrics)
@@ -356,6 +357,18 @@ class RaftDriver:
             if group_or_none is not None:
                 self._sync(group_or_none)
         self.endpoint.flush()
+        if self._deferred:  # housekeeping the groups put off until their messages were out
+            deferred, self._deferred = self._deferred, []
+            for fn in deferred:
+                try:
+                    fn()
+                except Exception:
+                    logger.exception("deferred driver task failed")
+
+    def defer(self, fn: Callable[[], None]) -> None:
+        """Driver thread only (a callback, an apply): run ``fn`` at the end of this round,
+        after its messages were sent. For work nothing waits on (WAL checkpoints)."""
+        self._deferred.append(fn)
 
     def _schedule(self, group: _Group, due_at: float) -> None:
         """Record `group`'s tick deadline; push a heap entry only if it moved earlier. A
