@@ -129,25 +129,23 @@ class PartitionReplica:
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         path = str(data_dir / f"{self.name}.sqlite")
-        # With a driver, WAL checkpoints run after the driver's round has sent its messages
-        # (acks, appends) instead of inside the apply that grew the WAL.
-        self._sqlite = (
-            None
-            if store is not None
-            else SqliteStore(
+        self._sqlite: SqliteStore | None = None
+        if store is None:
+            # With a driver, WAL checkpoints run after the driver's round has sent its
+            # messages (acks, appends) instead of inside the apply that grew the WAL.
+            store = self._sqlite = SqliteStore(
                 path,
                 synchronous=synchronous,
                 cache_kib=cache_kib,
                 wal_autocheckpoint_pages=wal_autocheckpoint_pages,
                 deferred_checkpoints=driver is not None,
             )
-        )
-        self.store: PartitionStore = store or self._sqlite  # type: ignore[assignment]
+        self.store: PartitionStore = store
         self._checkpoint_deferred = False
         self.machine = PartitionMachine(self.store)
         # Reads go through a second connection (WAL: committed state, never blocking apply);
         # an injected store (tests) is read under the state lock instead.
-        self._reader = None if store is not None else PartitionReader(SqliteStore(path))
+        self._reader = None if self._sqlite is None else PartitionReader(SqliteStore(path))
         self._state_lock = threading.Lock()
         self._calls_lock = threading.Lock()
         self._calls = 0

@@ -12,6 +12,8 @@ import pickle
 import queue
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -314,53 +316,65 @@ class Recording:
         return call
 
 
-def test_sends_go_to_the_leader_from_metadata_and_follow_not_leader(
-    tmp_path: pathlib.Path,
-) -> None:
+@dataclass
+class TwoBrokers:
+    """Two gRPC servers, ``a`` and ``b``, over one facade; ``log`` records (server, RPC)."""
+
+    facade: ApiFacade
+    log: list[tuple[str, str]]
+    a: Recording
+    b: Recording
+    addr_a: str
+    addr_b: str
+
+    def sends(self) -> list[str]:
+        return [name for name, method in self.log if method == "send"]
+
+
+@contextmanager
+def two_brokers(tmp_path: pathlib.Path) -> Iterator[TwoBrokers]:
     facade = ApiFacade(tmp_path)
     log: list[tuple[str, str]] = []
     a, b = Recording(facade, "a", log), Recording(facade, "b", log)
     addr_a, addr_b = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     servers = [serve(a, addr_a, max_workers=8), serve(b, addr_b, max_workers=8)]
     try:
-        facade.client_addr = addr_b  # metadata: b leads every partition
-        Admin(addr_a).create_topic("orders", partitions=2)
-        with Producer(addr_a, linger_ms=0) as producer:
-            producer.send("orders", b"x").result(WAIT_S)
-            assert [n for n, m in log if m == "send"] == ["b"]
-            b.not_leader_hint = addr_a  # leadership moved to a
-            producer.send("orders", b"y", partition=0).result(WAIT_S)
-        assert [n for n, m in log if m == "send"] == ["b", "b", "a"]
-        assert ("a", "describe_topic") in log  # metadata came through the bootstrap broker
+        yield TwoBrokers(facade, log, a, b, addr_a, addr_b)
     finally:
         for server in servers:
             server.stop(None).wait(5)
         facade.close()
+
+
+def test_sends_go_to_the_leader_from_metadata_and_follow_not_leader(
+    tmp_path: pathlib.Path,
+) -> None:
+    with two_brokers(tmp_path) as two:
+        two.facade.client_addr = two.addr_b  # metadata: b leads every partition
+        Admin(two.addr_a).create_topic("orders", partitions=2)
+        with Producer(two.addr_a, linger_ms=0) as producer:
+            producer.send("orders", b"x").result(WAIT_S)
+            assert two.sends() == ["b"]
+            two.b.not_leader_hint = two.addr_a  # leadership moved to a
+            producer.send("orders", b"y", partition=0).result(WAIT_S)
+        assert two.sends() == ["b", "b", "a"]
+        assert ("a", "describe_topic") in two.log  # metadata came through the bootstrap broker
 
 
 def test_a_forwarded_send_moves_the_next_sends_to_the_leader_it_names(
     tmp_path: pathlib.Path,
 ) -> None:
-    facade = ApiFacade(tmp_path)
-    log: list[tuple[str, str]] = []
-    a, b = Recording(facade, "a", log), Recording(facade, "b", log)
-    addr_a, addr_b = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    servers = [serve(a, addr_a, max_workers=8), serve(b, addr_b, max_workers=8)]
-    try:
-        facade.client_addr = addr_b  # stale metadata: b leads every partition
-        Admin(addr_a).create_topic("orders", partitions=1)
-        b.forwarded_to = addr_a  # b no longer leads: it forwards, answers OK and names a
-        with Producer(addr_a, linger_ms=0) as producer:
+    with two_brokers(tmp_path) as two:
+        two.facade.client_addr = two.addr_b  # stale metadata: b leads every partition
+        Admin(two.addr_a).create_topic("orders", partitions=1)
+        two.b.forwarded_to = two.addr_a  # b no longer leads: it forwards, answers OK, names a
+        with Producer(two.addr_a, linger_ms=0) as producer:
             first = producer.send("orders", b"x", partition=0).result(WAIT_S)
             second = producer.send("orders", b"y", key=b"k", partition=0).result(WAIT_S)
             many = producer.send_many("orders", [b"v1", b"v2"])
             [m.result(WAIT_S) for m in many]
         assert (first.offset, second.offset) == (0, 1)  # nothing resent
-        assert [n for n, m in log if m == "send"] == ["b", "a", "a"]
-    finally:
-        for server in servers:
-            server.stop(None).wait(5)
-        facade.close()
+        assert two.sends() == ["b", "a", "a"]
 
 
 def test_concurrent_senders_keep_per_partition_order(

@@ -10,11 +10,12 @@ exception is a bug: it is logged and answered as INTERNAL.
 The two streaming RPCs are built here on the facade's unary methods, so a facade implements
 one method per unary RPC and nothing else:
 
-- ``SendStream``: each request goes through ``facade.send`` on a pool thread, so a stream has
-  many requests in flight; each response carries its request's ``request_id`` and leaves as
-  soon as it is ready (in any order); a whole-request error is put in-band and the stream goes
-  on. Open streams are capped at half the worker threads (each holds one); one more is
-  refused RESOURCE_EXHAUSTED at once (the Python client then sends unary).
+- ``SendStream``: each request goes to ``facade.send_async`` when the facade has it and takes
+  the request (no thread waits on it), else through ``facade.send`` on a pool thread, so a
+  stream has many requests in flight; each response carries its request's ``request_id`` and
+  leaves as soon as it is ready (in any order); a whole-request error is put in-band and the
+  stream goes on. Open streams are capped at half the worker threads (each holds one); one
+  more is refused RESOURCE_EXHAUSTED at once (the Python client then sends unary).
 - ``PollStream``: a reader thread adds the client's credits; the writer calls ``facade.poll``
   for at most the outstanding credit, long-polling in slices of ``POLL_STREAM_WAIT_MS``, and
   streams what it gets. A typed error ends the stream with its status.
