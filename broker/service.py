@@ -138,9 +138,10 @@ def _values_answer(
     partition: int,
     outcome: partition_pb2.CommandResult | None,
     error: errors.RaftqError | None,
-    forwarded_to: Callable[[str, int], str] | None = None,
+    leader_hint: str = "",
 ) -> api_pb2.SendResponse:
-    """The one SendResult of a values request: its range, or the error that stopped it."""
+    """The one SendResult of a values request: its range (with ``leader_hint`` when this
+    broker forwarded it), or the error that stopped it."""
     count = len(request.values)
     result = api_pb2.SendResult(partition=partition, count=count)
     if error is None and outcome is not None and outcome.range.count != count:
@@ -155,8 +156,7 @@ def _values_answer(
         result.leader_hint = error.leader_hint
     else:
         result.offset, result.duplicate = outcome.range.first_offset, outcome.range.duplicate
-        if forwarded_to is not None:
-            result.leader_hint = forwarded_to(request.topic, partition)
+        result.leader_hint = leader_hint
     return api_pb2.SendResponse(results=[result], request_id=request.request_id)
 
 
@@ -443,7 +443,8 @@ class BrokerService:
             outcome = self._append(request.topic, partition, append, timeout)
         except errors.RaftqError as exc:
             return _values_answer(request, partition, None, exc)
-        return _values_answer(request, partition, outcome, None, self._forwarded_to)
+        hint = self._forwarded_to(request.topic, partition)
+        return _values_answer(request, partition, outcome, None, hint)
 
     def _values_append(
         self, request: api_pb2.SendRequest, topic: TopicInfo

@@ -541,7 +541,10 @@ class Producer:
             self._settle(batch, None, from_rpc_error(exc))
 
     def _on_answer(
-        self, batch: _Batch, response: api_pb2.SendResponse | None, error: BaseException | None
+        self,
+        batch: _Batch,
+        response: api_pb2.SendResponse | None,
+        error: errors.RaftqError | None,
     ) -> None:
         """A stream's answer: a response (a whole-request error in-band, as SendStream puts
         it), an error, or Refused (the broker holds too many streams: go unary)."""
@@ -550,8 +553,7 @@ class Producer:
             self._streams.refused(batch.address)
             self._send_unary(batch, batch.request)
         elif error is not None:
-            failed = error if isinstance(error, errors.RaftqError) else errors.Internal(repr(error))
-            self._settle(batch, None, failed)
+            self._settle(batch, None, error)
         elif response is not None and response.error != _OK:
             hint = response.leader_hint
             failed = errors.error_for(response.error, response.message, leader_hint=hint)

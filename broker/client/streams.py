@@ -39,11 +39,11 @@ REFUSED_BACKOFF_S = 60.0
 SWEEP_MAX_S = 1.0
 
 
-class Refused(Exception):
-    """The broker refused the stream: send this request unary instead."""
+class Refused(errors.Unavailable):
+    """The broker refused the stream (no slot free): send this request unary instead."""
 
 
-Answer = Callable[[api_pb2.SendResponse | None, BaseException | None], None]
+Answer = Callable[[api_pb2.SendResponse | None, errors.RaftqError | None], None]
 _END = None
 
 
@@ -77,15 +77,8 @@ class SendStream:
         self._requests.put(request)
         return True
 
-    def idle(self) -> bool:
-        with self._lock:
-            return not self._waiting
-
-    def overdue(self, now: float) -> bool:
-        with self._lock:
-            return any(deadline <= now for _, deadline in self._waiting.values())
-
     def earliest_deadline(self) -> float | None:
+        """When the oldest unanswered request is due; None when none waits (idle)."""
         with self._lock:
             return min((deadline for _, deadline in self._waiting.values()), default=None)
 
@@ -101,11 +94,8 @@ class SendStream:
             self.broken = True
         self._requests.put(_END)
 
-    def cancel(self) -> None:
-        self._call.cancel()
-
     def _read(self) -> None:
-        error: BaseException
+        error: errors.RaftqError
         try:
             for response in self._call:
                 with self._lock:
@@ -124,7 +114,7 @@ class SendStream:
         for answer, _ in waiting_all:
             _run(answer, None, error)
 
-    def _error_of(self, exc: grpc.RpcError) -> BaseException:
+    def _error_of(self, exc: grpc.RpcError) -> errors.RaftqError:
         code = exc.code() if hasattr(exc, "code") else None
         if self._timed_out:
             return errors.Timeout(f"no answer from {self.address} in time: outcome unknown")
@@ -134,7 +124,7 @@ class SendStream:
 
 
 def _run(
-    answer: Answer, response: api_pb2.SendResponse | None, error: BaseException | None
+    answer: Answer, response: api_pb2.SendResponse | None, error: errors.RaftqError | None
 ) -> None:
     try:
         answer(response, error)
@@ -201,17 +191,16 @@ class SendStreams:
             now = time.monotonic()
             wait = SWEEP_MAX_S
             for address, stream in streams:
-                if stream.overdue(now):
-                    stream.expire()
-                elif stream.idle() and now - stream.last_used_s >= IDLE_CLOSE_S:
+                deadline = stream.earliest_deadline()
+                if deadline is None and now - stream.last_used_s >= IDLE_CLOSE_S:
                     with self._lock:
                         if self._streams.get(address) is stream:
                             del self._streams[address]
                     stream.close()
-                else:
-                    deadline = stream.earliest_deadline()
-                    if deadline is not None:
-                        wait = min(wait, max(0.0, deadline - now))
+                elif deadline is not None and deadline <= now:
+                    stream.expire()
+                elif deadline is not None:
+                    wait = min(wait, deadline - now)
             self._next_sweep_s = now + wait
             self._wake.wait(wait)
             self._wake.clear()

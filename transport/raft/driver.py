@@ -5,7 +5,9 @@ and every group registered with it. Each loop iteration:
 
 1. applies queued register/unregister/submit requests (thread-safe entry points);
 2. ``endpoint.poll(timeout)``: waits for sockets, then delivers received messages into the
-   groups' callbacks, on this thread, so each SyncObj stays single-threaded;
+   groups' callbacks, on this thread, so each SyncObj stays single-threaded. Then the groups
+   that received messages are synced (``node.sync()``, the group-commit fsync) and their
+   replies flushed: an ack waits for its fsync only, not for the ticks that apply;
 3. ticks (``node.tick(0)`` if the node has it, else ``node.doTick(0)``) the groups that have
    something to do, and no others: groups whose *tick deadline* has passed (checked once per
    `tick_interval_s` round, so the ticks of many groups share one flush), groups that received
@@ -14,9 +16,10 @@ and every group registered with it. Each loop iteration:
    round after a peer link came up or went down;
 4. ``endpoint.flush_early()``: a leader's ``append_entries`` leave now, before the leader's own
    fsync (Raft §10.2.1; the leader counts itself toward commit only up to its fsync'd index);
-5. calls ``node.sync()`` (group-commit fsync, if the node has it) on every group that was ticked
-   or received messages: those are the only places a group writes its journal;
-6. ``endpoint.flush()``: only now do the replies (acks, votes) produced in 2-3 go on the wire.
+5. calls ``node.sync()`` on every group that was ticked: with the syncs after the poll, those
+   are the only places a group writes its journal;
+6. ``endpoint.flush()``: only now do the replies (acks, votes) produced in 3 go on the wire;
+7. runs what the groups ``defer()``red during the round (WAL checkpoints).
 
 Tick deadlines. A group's deadline (`syncobj_tick_deadline`, or the node's own
 ``tick_deadline()``) is the raft time after which it needs a tick: a leader's next heartbeat, a
@@ -43,8 +46,9 @@ safety-net tick comes every `quiet_full_tick_interval_s` (5 s by default) instea
 `full_tick_interval_s`. Before a group is unregistered, ``node.before_unregister()`` lets a
 quiesced leader wake its followers.
 
-Because 5 precedes 6, a follower's ``next_node_idx`` ack for an entry never leaves the broker
-before that entry's fsync, and a group whose sync raises has its buffered messages discarded.
+Because every flush follows the syncs of the groups whose replies it carries, a follower's
+``next_node_idx`` ack for an entry never leaves the broker before that entry's fsync, and a
+group whose sync raises has its buffered messages discarded.
 """
 
 from __future__ import annotations
@@ -350,12 +354,8 @@ class RaftDriver:
         # A leader's append_entries go out now, so the followers' round trip overlaps the
         # leader's own fsync below; acks and votes wait for their group's fsync (step 5).
         self.endpoint.flush_early()
-        for group in ticked:
+        for group in ticked:  # groups only delivered to were synced after the poll
             self._sync(group)
-        for name in sorted(touched.difference(g.name for g in ticked)):
-            group_or_none = groups.get(name)
-            if group_or_none is not None:
-                self._sync(group_or_none)
         self.endpoint.flush()
         if self._deferred:  # housekeeping the groups put off until their messages were out
             deferred, self._deferred = self._deferred, []

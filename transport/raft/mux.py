@@ -623,8 +623,8 @@ class MuxEndpoint:
         if peer not in self._connected:
             self.stats["messages_dropped_not_connected"] += 1
             return False
-        buffers = self._early if sendable_before_sync(message) else self._pending
         with self._pending_lock:
+            buffers = self._early if sendable_before_sync(message) else self._pending
             batch = buffers.get(peer)
             if batch is None:
                 buffers[peer] = [(group, message)]
