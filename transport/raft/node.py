@@ -30,6 +30,9 @@ the pysyncobj 0.3.17 defects that break "acknowledged = durable" (see ../shared/
    journal changes; the leader's send loop always advances, so a follower that needs a
    snapshot while none can be read (pysyncobj's serializer is busy for one tick after each
    snapshot) gets a heartbeat, not an unbounded loop.
+6. **No unpickled entry.** Membership changes are written as protobuf (entries.py) and every
+   membership entry is parsed there, never by pysyncobj's ``pickle.loads``; code-version
+   entries (pickles too) are never applied. A crafted entry changes nothing.
 
 Threading: everything pysyncobj does (message handling, apply, callbacks, snapshots) runs on
 the tick thread: the node's own thread with ``auto_tick=True``, the caller of :meth:`tick`
@@ -61,6 +64,7 @@ from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE, SyncObj, SyncObjExcept
 from pysyncobj.transport import TCPTransport, TransportNotReadyError
 
 from proto import errors
+from transport.raft.entries import decode_membership, encode_membership, is_membership
 from transport.raft.journal import DurableJournal
 from transport.raft.snapshot import (
     SnapshotReceiver,
@@ -441,13 +445,48 @@ class _HardenedSyncObj(SyncObj):
 
     # -------------------------------------------------------------------- apply
     def _SyncObj__doApplyCommand(self, command: bytes) -> Any:
-        if command[:1] == _REGULAR:
+        """Replaces syncobj.py:869: stock unpickles VERSION, MEMBERSHIP and REGULAR entries.
+        Here nothing is unpickled: membership entries go through entries.decode_membership,
+        any other non-REGULAR entry (NO_OP, VERSION, unknown) changes nothing."""
+        kind = command[:1]
+        if kind == _REGULAR:
             index = self.raftLastApplied + 1
             if command[1:2] == RAW_V1:
                 return self._raftq._apply_entry(bytes(command[2:]), index)
             logger.error("[group=%s] entry %d has an unknown command format", self._group, index)
             return ApplyError(index, "unknown command format")
-        return SyncObj._SyncObj__doApplyCommand(self, command)
+        if is_membership(command):
+            # Already done when appended; needed after a restart replays the journal.
+            change = self._SyncObj__parseChangeClusterRequest(command)
+            if change is not None:
+                self._SyncObj__doChangeCluster(change)
+        elif kind != _NO_OP:
+            logger.error(
+                "[group=%s] entry %d of type %r ignored",
+                self._group,
+                self.raftLastApplied + 1,
+                bytes(kind),
+            )
+        return None
+
+    # ------------------------------------------------------------ membership entries
+    def _SyncObj__parseChangeClusterRequest(self, command: bytes) -> list[str] | None:
+        """Replaces syncobj.py:1415 (plain pickle.loads): protobuf, or a legacy pickle read
+        without globals; an invalid entry is refused (None: it changes nothing)."""
+        return decode_membership(command)
+
+    def addNodeToCluster(self, node: Any, callback: Any = None) -> None:
+        """Replaces syncobj.py:370 (which pickles the change)."""
+        self._applyCommand(encode_membership("add", str(getattr(node, "id", node))), callback)
+
+    def removeNodeFromCluster(self, node: Any, callback: Any = None) -> None:
+        """Replaces syncobj.py:386 (which pickles the change)."""
+        self._applyCommand(encode_membership("rem", str(getattr(node, "id", node))), callback)
+
+    def setCodeVersion(self, newVersion: int, callback: Any = None) -> None:
+        """Refused: stock replicates a pickled VERSION entry; raftq versions its own codecs."""
+        if callback is not None:
+            callback(None, FAIL_REASON.REQUEST_DENIED)
 
     # ------------------------------------------------------------- connections
     def _SyncObj__onNodeDisconnected(self, node: Any) -> None:
