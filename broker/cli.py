@@ -12,6 +12,10 @@ Client commands, each taking ``--bootstrap HOST:PORT[,HOST:PORT...]`` (default: 
     raftq group list | describe GROUP
     raftq cluster status
 
+Offline: ``raftq inspect DATA_DIR [summary|records|groups|producers|dlq] [--topic T]
+[--partition N] [--offset O] [--limit N] [--json]`` reads a broker's partition files
+read-only (broker/inspector.py), whether the broker runs or not.
+
 Security options, on every client command: ``--tls-ca FILE`` (TLS; default
 ``$RAFTQ_TLS_CA``), ``--tls-cert FILE --tls-key FILE`` (mutual TLS), ``--token TOKEN``
 (default ``$RAFTQ_TOKEN``; prefer the variable: arguments show in ``ps``).
@@ -33,12 +37,14 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any, TextIO
 
 from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 
-from broker import cli_server
+from broker import cli_server, inspector
 from broker.client import Admin, Consumer, Message, Producer, SendFuture
 from proto import api_pb2, errors
 
@@ -525,7 +531,106 @@ def register(subparsers: Subparsers) -> None:
     )
 
 
-REGISTRARS: list[Callable[[Subparsers], None]] = [register, cli_server.register]
+# --- offline inspection ---------------------------------------------------------------------
+
+
+def inspect_data_dir(args: argparse.Namespace) -> int:
+    """``raftq inspect DATA_DIR [VIEW]``: partition files read offline (broker/inspector.py)."""
+    try:
+        chosen = inspector.select(Path(args.data_dir), args.topic, args.partition)
+    except inspector.InspectError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return 1
+    out = sys.stdout
+    view = args.view
+    if view == "summary":
+        if args.json:
+            emit_json([r.as_json() for r in chosen], out)
+            return 0
+        table(inspector.SUMMARY_HEADERS, [r.summary_row() for r in chosen], out)
+    elif view == "groups":
+        found = [(r, g) for r in chosen for g in r.groups]
+        if args.json:
+            emit_json(
+                [{"topic": r.topic, "partition": r.partition, **asdict(g)} for r, g in found], out
+            )
+            return 0
+        table(
+            ("TOPIC", "PART", "GROUP", "COMMITTED", "LAG", "READY", "LEASED", "WAITING"),
+            [
+                (
+                    r.topic,
+                    r.partition,
+                    g.group,
+                    g.committed,
+                    g.lag,
+                    g.ready + g.not_yet_materialized,
+                    g.leased,
+                    g.waiting,
+                )
+                for r, g in found
+            ],
+            out,
+        )
+    else:
+        _inspect_rows(args, chosen, out)
+    return 0
+
+
+def _inspect_rows(
+    args: argparse.Namespace, chosen: list[inspector.PartitionReport], out: TextIO
+) -> None:
+    """The views that list rows of each partition: records, producers, dlq."""
+    found: list[dict[str, Any]] = []
+    for r in chosen:
+        path = Path(r.path)
+        if args.view == "records":
+            rows: list[Any] = list(inspector.records(path, args.offset, args.limit))
+        elif args.view == "producers":
+            rows = inspector.producers(path)
+        else:
+            rows = inspector.dead_letters(path, args.limit)
+        found.extend({"topic": r.topic, "partition": r.partition, **asdict(x)} for x in rows)
+    if args.json:
+        emit_json(found, out)
+        return
+    if not found:
+        out.write(f"no {args.view}\n")
+        return
+    columns = [c for c in found[0] if c not in ("headers",)] + (
+        ["headers"] if "headers" in found[0] else []
+    )
+    table([c.upper() for c in columns], [[row[c] for c in columns] for row in found], out)
+
+
+def register_inspect(subparsers: Subparsers) -> None:
+    """``raftq inspect``: offline, read-only views of a broker's partition files."""
+    parser = subparsers.add_parser(
+        "inspect",
+        help="read a broker's partition files offline (read-only; broker running or not)",
+        description=inspector.__doc__.split("\n\n")[0] if inspector.__doc__ else None,
+    )
+    parser.add_argument("data_dir", metavar="DATA_DIR", help="a broker's broker.data_dir")
+    parser.add_argument(
+        "view",
+        nargs="?",
+        default="summary",
+        choices=("summary", "records", "groups", "producers", "dlq"),
+        help="what to show (default: summary)",
+    )
+    parser.add_argument("--topic", help="only this topic's partitions")
+    parser.add_argument("--partition", type=int, help="only this partition number")
+    parser.add_argument("--offset", type=int, default=0, help="records: from this offset")
+    parser.add_argument("--limit", type=int, default=100, help="records/dlq: at most N each")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.set_defaults(handler=inspect_data_dir)
+
+
+REGISTRARS: list[Callable[[Subparsers], None]] = [
+    register,
+    cli_server.register,
+    register_inspect,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -60,6 +60,13 @@ RULES = (
         ("broker/config.py",),
     ),
     Rule(
+        "Only broker/inspector.py imports sqlite_utils or sqlite3: the offline inspector reads "
+        "partition files; the broker writes them through APSW.",
+        frozenset({"sqlite_utils", "sqlite3"}),
+        EVERYWHERE,
+        ("broker/inspector.py",),
+    ),
+    Rule(
         "Only broker/metrics.py imports prometheus_client.",
         frozenset({"prometheus_client"}),
         EVERYWHERE,
