@@ -377,6 +377,66 @@ def test_wrong_secret_is_refused_both_ways() -> None:
             impostor.close()
 
 
+def _idle_connections(addr: str, hosts: list[str], per_host: int) -> list[socket.socket]:
+    """Open `per_host` connections to `addr` from each source host and say nothing."""
+    host, port = addr.rsplit(":", 1)
+    socks = []
+    for source in hosts:
+        for _ in range(per_host):
+            s = socket.socket()
+            s.bind((source, 0))
+            s.connect((host, int(port)))
+            socks.append(s)
+    return socks
+
+
+@pytest.mark.parametrize(
+    "hosts,per_host",
+    [(["127.0.0.9"], 200), ([f"127.0.1.{i}" for i in range(1, 17)], 8)],
+    ids=["one-host", "sixteen-hosts"],
+)
+def test_idle_unauthenticated_flood_does_not_delay_a_real_link(
+    hosts: list[str], per_host: int
+) -> None:
+    """Idle handshakes are capped per remote host and in all by evicting the flooder's oldest:
+    a real broker's dial is accepted at once, not after the flood's handshakes time out."""
+    slow_timeout = MuxConfig(
+        ping_interval_s=0.05,
+        silent_after_s=0.25,
+        dead_after_s=0.6,
+        reconnect_max_s=0.2,
+        handshake_timeout_s=60.0,
+    )
+    listener = MuxEndpoint("127.0.0.1:0", SECRET, config=slow_timeout)
+    dialer = MuxEndpoint("127.0.0.2:0", SECRET, config=slow_timeout)
+    drivers = [RaftDriver(e, tick_interval_s=0.02) for e in (listener, dialer)]
+    flood: list[socket.socket] = []
+    try:
+        for d in drivers:
+            d.start()
+        flood = _idle_connections(listener.address, hosts, per_host)
+        wait_for(
+            lambda: listener.stats["connections_accepted"] >= len(flood),
+            what="the flood accepted",
+        )
+        dialer.add_peer(listener.address)  # the higher address dials
+        wait_for(
+            lambda: dialer.address in listener.connected_peers(),
+            timeout_s=10.0,
+            what="the real link (the flood's handshakes time out only after 60 s)",
+        )
+        assert (
+            listener.stats["handshakes_evicted"] >= len(flood) - mux.UNAUTHENTICATED_CONNECTIONS_MAX
+        )
+    finally:
+        for s in flood:
+            s.close()
+        for d in drivers:
+            d.stop()
+        listener.close()
+        dialer.close()
+
+
 def test_garbage_and_pickle_bombs_change_nothing(cluster: Cluster, tmp_path: Path) -> None:
     wait_for(cluster.all_led, what="a leader in every group")
     target = cluster.brokers[cluster.addrs[0]]

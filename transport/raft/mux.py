@@ -55,6 +55,7 @@ enqueue path are safe from any thread; everything else runs on the driver thread
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import hashlib
@@ -94,7 +95,12 @@ SEAL_OVERHEAD_BYTES = 1 + TAG_BYTES  # inner kind byte + tag
 HANDSHAKE_FRAME_BYTES_MAX = 512
 FRAME_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
 OUT_BUFFER_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
+# Accepted connections still in the handshake: at most this many in all, and per remote host.
+# A new connection is always accepted; over a limit the oldest handshake of the same host (or,
+# over the total, of the host holding the most) is closed, so a flood of idle connections
+# from a few hosts cannot keep a real broker's link from being accepted.
 UNAUTHENTICATED_CONNECTIONS_MAX = 64
+UNAUTHENTICATED_PER_HOST_MAX = 8
 PICKLE_PROTOCOL = 5
 
 _LEN = struct.Struct("!I")
@@ -452,6 +458,7 @@ class _Conn:
     last_recv: float = 0.0
     last_send: float = 0.0
     want_write: bool = False
+    remote_host: str = ""  # accepted connections: the remote IP (handshake limits per host)
 
 
 @dataclass(frozen=True)
@@ -551,7 +558,7 @@ class MuxEndpoint:
                 "decrypt_failures",
                 "protocol_errors",
                 "connections_accepted",
-                "connections_refused",
+                "handshakes_evicted",
                 "callback_errors",
             ),
             0,
@@ -755,12 +762,7 @@ class MuxEndpoint:
             logger.warning("[peer=%s] accept failed: %s", self.address, exc)
             return
         label = f"{remote[0]}:{remote[1]}"
-        unauthenticated = sum(1 for c in self._conns if c.state != _State.OPEN)
-        if unauthenticated >= UNAUTHENTICATED_CONNECTIONS_MAX:
-            self.stats["connections_refused"] += 1
-            logger.warning("[peer=%s] refused: too many unauthenticated connections", label)
-            sock.close()
-            return
+        self._make_room_for_handshake(str(remote[0]))
         self.stats["connections_accepted"] += 1
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -775,9 +777,35 @@ class MuxEndpoint:
             created_at=now,
             last_recv=now,
             last_send=now,
+            remote_host=str(remote[0]),
         )
         self._conns.add(conn)
         self._sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _make_room_for_handshake(self, host: str) -> None:
+        """Keep accepted handshakes within UNAUTHENTICATED_PER_HOST_MAX for ``host`` and
+        UNAUTHENTICATED_CONNECTIONS_MAX in all by closing the oldest: of ``host``, or over the
+        total, of the host holding the most (the flooder, not the one real dial among them)."""
+        waiting = [
+            c
+            for c in self._conns
+            if not c.dialer and c.state in (_State.AWAIT_HELLO, _State.AWAIT_AUTH)
+        ]
+        same = [c for c in waiting if c.remote_host == host]
+        if len(same) >= UNAUTHENTICATED_PER_HOST_MAX:
+            victims = same
+        elif len(waiting) >= UNAUTHENTICATED_CONNECTIONS_MAX:
+            counts = collections.Counter(c.remote_host for c in waiting)
+            heaviest = max(counts, key=lambda h: (counts[h], h))
+            victims = [c for c in waiting if c.remote_host == heaviest]
+        else:
+            return
+        oldest = min(victims, key=lambda c: c.created_at)
+        self.stats["handshakes_evicted"] += 1
+        logger.debug(
+            "[peer=%s] handshake evicted: too many from %s", oldest.label, oldest.remote_host
+        )
+        self._close(oldest, "evicted: too many handshakes", log=False)
 
     def _dial(self, peer: str, now: float) -> None:
         host, port = _split_addr(peer)
