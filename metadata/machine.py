@@ -88,6 +88,12 @@ def check_topic_name(name: str, what: str = "topic name") -> None:
         raise errors.InvalidArgument(f"{what} must not be {name!r}")
 
 
+def check_group_name(name: str, what: str = "group") -> None:
+    """Group names follow the topic name rule (Kafka's is looser, but a group name ends up in
+    paths, metrics labels and ACL globs). Raises InvalidArgument."""
+    check_topic_name(name, what)
+
+
 def check_name(name: str, what: str) -> None:
     """Raises InvalidArgument unless ``name`` is 1-255 printable characters."""
     if not name or len(name) > NAME_CHARS_MAX or not name.isprintable():
@@ -505,7 +511,7 @@ def _group_result(table: Table, group: GroupInfo, bumped: bool) -> metadata_pb2.
 
 def check_join_group(cmd: metadata_pb2.JoinGroup) -> tuple[str, ...]:
     """The sorted, unique subscription; raises InvalidArgument for a bad field."""
-    check_name(cmd.group, "group")
+    check_group_name(cmd.group)
     check_name(cmd.member_id, "member_id")
     check_label(cmd.client_id, "client_id")
     check_label(cmd.client_host, "client_host")

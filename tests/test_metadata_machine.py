@@ -527,6 +527,10 @@ def test_unknown_topics_wait_for_creation_and_deletion_takes_them_away(cluster: 
         metadata_pb2.JoinGroup(group="g", member_id="", topics=["t"], session_timeout_ms=1),
         metadata_pb2.JoinGroup(group="g", member_id="m\n", topics=["t"], session_timeout_ms=1),
         metadata_pb2.JoinGroup(group="g" * 256, member_id="m", topics=["t"], session_timeout_ms=1),
+        metadata_pb2.JoinGroup(group="g" * 250, member_id="m", topics=["t"], session_timeout_ms=1),
+        metadata_pb2.JoinGroup(group="..", member_id="m", topics=["t"], session_timeout_ms=1),
+        metadata_pb2.JoinGroup(group=".", member_id="m", topics=["t"], session_timeout_ms=1),
+        metadata_pb2.JoinGroup(group="a/b", member_id="m", topics=["t"], session_timeout_ms=1),
         metadata_pb2.JoinGroup(group="g", member_id="m", topics=[], session_timeout_ms=1),
         metadata_pb2.JoinGroup(group="g", member_id="m", topics=["a b"], session_timeout_ms=1),
         metadata_pb2.JoinGroup(group="g", member_id="m", topics=["t"], session_timeout_ms=0),
@@ -543,6 +547,10 @@ def test_unknown_topics_wait_for_creation_and_deletion_takes_them_away(cluster: 
         "no-member",
         "control-char",
         "long-group",
+        "group-just-past-249",
+        "group-dotdot",
+        "group-dot",
+        "group-slash",
         "no-topics",
         "bad-topic",
         "zero-timeout",
@@ -553,6 +561,12 @@ def test_unknown_topics_wait_for_creation_and_deletion_takes_them_away(cluster: 
 )
 def test_join_rejects_invalid_requests(cluster: Cluster, msg: metadata_pb2.JoinGroup) -> None:
     cluster.rejected(command(join_group=msg), ErrorCode.INVALID_ARGUMENT)
+
+
+def test_group_names_follow_the_topic_name_rule_at_the_limit(cluster: Cluster) -> None:
+    for name in ("g" * 249, "a.b_c-D9", "..."):
+        cluster.ok(cluster.join(name, "m", ["t"]))
+        assert cluster.table.group(name) is not None
 
 
 def test_delete_group_only_when_empty(cluster: Cluster) -> None:

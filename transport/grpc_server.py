@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent import futures
@@ -38,13 +37,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from metadata import machine
 from partitions.machine import MAX_DELAY_MS, MAX_LEASE_MS, MAX_LEASE_RECORDS, MAX_REFS
 from proto import api_pb2, api_pb2_grpc, errors
 from transport.grpc_errors import abort
+from transport.wire_ints import out_of_range
 
 log = logging.getLogger("raftq.grpc")
 
-TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 NAME_CHARS_MAX = 255  # group, member and producer ids
 SEND_RECORDS_MAX = 100_000
 POLL_WAIT_MS_MAX = 300_000  # a long poll of at most five minutes
@@ -180,13 +180,16 @@ def _bad(message: str) -> errors.InvalidArgument:
 
 
 def check_topic_name(name: str, field: str = "topic") -> None:
+    """The metadata machine's name rule (topics and groups): one rule at every hop."""
     if not name:
         raise _bad(f"{field} is empty: name a topic")
-    if not TOPIC_NAME.fullmatch(name):
-        raise _bad(
-            f"{field} {name[:60]!r} is not a topic name: use 1-249 characters of "
-            "A-Z, a-z, 0-9, '.', '_' and '-'"
-        )
+    machine.check_topic_name(name, field)
+
+
+def check_group_name(name: str, field: str = "group") -> None:
+    if not name:
+        raise _bad(f"{field} is empty: name a group")
+    machine.check_group_name(name, field)
 
 
 def check_name(value: str, field: str) -> None:
@@ -234,7 +237,7 @@ def check_send(r: api_pb2.SendRequest) -> None:
 
 
 def check_join_group(r: api_pb2.JoinGroupRequest) -> None:
-    check_name(r.group, "group")
+    check_group_name(r.group)
     check_range(len(r.topics), "number of topics", 1, PARTITIONS_MAX)
     for i, topic in enumerate(r.topics):
         check_topic_name(topic, f"topics[{i}]")
@@ -654,30 +657,36 @@ class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
 
 
 class _Malformed:
-    """What a request that does not parse as its protobuf type deserializes to."""
+    """What a request that does not parse as its protobuf type deserializes to, or one with an
+    integer wider than its field (transport/wire_ints.py)."""
 
-    def __init__(self, error: Exception) -> None:
-        self.error = errors.InvalidArgument(
-            f"the request is not a valid protobuf message of its type: {error!r}"[:300]
-        )
+    def __init__(self, message: str) -> None:
+        self.error = errors.InvalidArgument(message[:300])
 
 
 def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
     if deserialize is None:
         return None
+    message_class = getattr(deserialize, "__self__", None)  # SomeRequest.FromString
 
     def parse(data: bytes) -> Any:
         try:
-            return deserialize(data)
+            request = deserialize(data)
         except Exception as exc:  # DecodeError and whatever else the parser raises
-            return _Malformed(exc)
+            return _Malformed(f"the request is not a valid protobuf message of its type: {exc!r}")
+        problem = out_of_range(message_class, data) if message_class is not None else None
+        if problem is not None:  # the parser kept only the low bits: refuse, never truncate
+            return _Malformed(f"{problem} (the field's type is narrower than the value sent)")
+        return request
 
     return parse
 
 
 class MalformedRequestInterceptor(grpc.ServerInterceptor):
     """Answers a request whose bytes do not parse with a typed INVALID_ARGUMENT (raftq-code
-    trailer) instead of gRPC's own untyped INTERNAL "Exception deserializing request!".
+    trailer) instead of gRPC's own untyped INTERNAL "Exception deserializing request!"; one
+    whose integers do not fit their fields (2**40 sent as an int32 partition) likewise,
+    instead of the low bits the parser keeps.
 
     It is the outermost interceptor: the ones inside it (metrics, auth) and the servicers only
     ever see parsed requests. A malformed request is refused before authentication: it is
