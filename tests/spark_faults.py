@@ -48,6 +48,8 @@ class CrashyStreamWriter(datasource.RaftqStreamWriter):
 
 
 class CrashySource(datasource.RaftqDataSource):
+    extra_options = frozenset({"crashfile", "crashbatch", "crashpoint"})
+
     @classmethod
     def name(cls) -> str:
         return "raftq_crashy"
@@ -101,6 +103,8 @@ class FlakyBatchWriter(datasource.RaftqBatchWriter):
 
 
 class FlakySource(datasource.RaftqDataSource):
+    extra_options = frozenset({"failfile", "failafterrows", "reportfile"})
+
     @classmethod
     def name(cls) -> str:
         return "raftq_flaky"

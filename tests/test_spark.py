@@ -334,3 +334,79 @@ def test_foreach_batch_with_txn_ids_is_replay_safe(
     again = spark.createDataFrame([(b"k", b"late")], "key binary, value binary")
     write(again, 0)
     values_once(admin, out, [v for _, v in rows])
+
+
+# --- 5. the Kafka connector's rules: option precedence, unknown options, modes, column types ----
+
+
+def test_copying_a_topic_writes_to_the_topic_option_not_the_read_topic_column(
+    spark: Any, cluster: ProcessCluster, admin: Admin
+) -> None:
+    """The reader's DataFrame has a ``topic`` column naming the source; the ``topic`` option
+    wins over it (Spark's Kafka sink rule): the copy lands in the target, the source is
+    unchanged. Without the option the column routes each row."""
+    src = make_topic(cluster, admin, "spark-copy-src")
+    dst = make_topic(cluster, admin, "spark-copy-dst")
+    rows = produce(cluster, src, 120)
+    read = spark.read.format("raftq").option("bootstrap", cluster.bootstrap).option("topic", src)
+    (
+        read.load()
+        .write.format("raftq")
+        .option("bootstrap", cluster.bootstrap)
+        .option("topic", dst)
+        .mode("append")
+        .save()
+    )
+    values_once(admin, dst, [v for _, v in rows])
+    values_once(admin, src, [v for _, v in rows])  # nothing written back into the source
+    routed = spark.createDataFrame(
+        [(dst, b"by-column")], "topic string, value binary"
+    )  # no topic option: the column names the topic
+    routed.write.format("raftq").option("bootstrap", cluster.bootstrap).mode("append").save()
+    values_once(admin, dst, [v for _, v in rows] + [b"by-column"])
+
+
+def test_unknown_options_overwrite_bad_columns_and_missing_partitions_are_refused(
+    spark: Any, cluster: ProcessCluster, admin: Admin
+) -> None:
+    name = make_topic(cluster, admin, "spark-refusals")
+    df = spark.createDataFrame([(b"k", b"v")], "key binary, value binary")
+
+    def writer(frame: Any = df) -> Any:
+        return (
+            frame.write.format("raftq").option("bootstrap", cluster.bootstrap).option("topic", name)
+        )
+
+    def reader() -> Any:
+        return spark.read.format("raftq").option("bootstrap", cluster.bootstrap)
+
+    def refused(action: Any, *expected: str) -> None:
+        with pytest.raises(Exception) as caught:
+            action()
+        for text in expected:
+            assert text in str(caught.value), str(caught.value)[:2000]
+
+    refused(
+        lambda: writer().option("kafka.bootstrap.servers", "x:1").mode("append").save(),
+        "kafka.bootstrap.servers (raftq: bootstrap)",
+        "valid: bootstrap",
+    )
+    refused(
+        lambda: reader().option("topic", name).option("startingOffset", "earliest").load(),
+        "startingoffset (raftq: startingOffsets)",
+    )
+    refused(lambda: reader().option("topic", name).option("includeHeaders", "true").load())
+    refused(lambda: writer().mode("overwrite").save(), 'mode("overwrite") is refused')
+    int_key = spark.createDataFrame([(1, b"v")], "key int, value binary")
+    refused(lambda: writer(int_key).mode("append").save(), "column 'key' has type int")
+    refused(
+        lambda: (
+            reader()
+            .option("topic", name)
+            .option("startingOffsets", json.dumps({name: {"7": 0}}))
+            .load()
+            .collect()
+        ),
+        "partitions 7 of topic 'spark-refusals'",
+    )
+    assert sum(p.end for p in admin.list_offsets(name)) == 0  # nothing was written

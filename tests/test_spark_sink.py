@@ -124,8 +124,13 @@ def test_at_least_once_and_bad_rows(cluster: ProcessCluster, admin: Admin) -> No
     task = sink.TaskSink(sink.connection(cluster.bootstrap), opts, producer_id=None)
     with pytest.raises(errors.InvalidArgument):
         task.add(b"x", partition=7)
+    task.add(b"x", topic="no-such-topic")  # the topic option wins over the row's topic
+    routed = sink.SinkOptions.parse({"bootstrap": cluster.bootstrap})  # no option: the row's
+    task = sink.TaskSink(sink.connection(cluster.bootstrap), routed, producer_id=None)
     with pytest.raises(errors.UnknownTopic):
         task.add(b"x", topic="no-such-topic")
+    with pytest.raises(errors.InvalidArgument, match="no topic"):
+        task.add(b"x")
 
 
 def test_sink_options_are_checked() -> None:
@@ -137,6 +142,15 @@ def test_sink_options_are_checked() -> None:
         sink.SinkOptions.parse({"bootstrap": "h:1", "txnappid": "a"})
     parsed = sink.SinkOptions.parse({"bootstrap": "h:1", "txnappid": "a", "txnversion": "4"})
     assert (parsed.app_id, parsed.version, parsed.guarantee) == ("a", 4, "exactly_once")
+    with pytest.raises(
+        errors.InvalidArgument,
+        match=r"batchrecord, kafka.bootstrap.servers \(raftq: bootstrap\); valid: bootstrap, ",
+    ):
+        sink.SinkOptions.parse(
+            {"bootstrap": "h:1", "kafka.bootstrap.servers": "h:1", "batchrecord": "5"}
+        )
+    spark_own = {"bootstrap": "h:1", "path": "p", "checkpointLocation": "/c"}
+    assert sink.SinkOptions.parse(spark_own).topic is None  # Spark's own options pass
     long_id = sink.producer_id_for("x" * 400, 3, 1)
     assert len(long_id) <= 255 and long_id.endswith(":3:1")
     assert sink.producer_id_for("a", 3, 1) == "spark:a:3:1"
@@ -166,6 +180,8 @@ def test_resolve_ranges_and_cap() -> None:
     assert source.resolve("latest", bounds) == {"t": {"0": 10, "1": 4}}
     assert source.resolve({"t": {"0": 5, "1": -1}}, bounds) == {"t": {"0": 5, "1": 4}}
     assert source.resolve({"t": {"0": -2}}, bounds) == {"t": {"0": 3, "1": 0}}
+    with pytest.raises(errors.InvalidArgument, match="partitions 2 of topic 't'"):
+        source.resolve({"t": {"0": 5, "2": 0}}, bounds)
     got = source.ranges({"t": {"0": 5, "1": 4}}, {"t": {"0": 10, "1": 4}})
     assert got == [source.Range("t", 0, 5, 10)]
     assert source.cap({"t": {"0": 10, "1": 4}}, {"t": {"0": 7}}) == {"t": {"0": 7, "1": 4}}
@@ -183,6 +199,9 @@ def test_source_options_are_checked() -> None:
         {"topic": "a", "startingoffsets": '{"z": {"0": 1}}'},
         {"topic": "a", "maxoffsetspertrigger": "0"},
         {"topic": "a", "failondataloss": "perhaps"},
+        {"topic": "a", "startingoffset": "earliest"},
+        {"topic": "a", "includeheaders": "true"},
+        {"topic": "a", "fetchmaxbytes": "0"},
     ):
         with pytest.raises(errors.InvalidArgument):
             source.SourceOptions.parse({"bootstrap": "h:1", **bad})

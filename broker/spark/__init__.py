@@ -18,19 +18,28 @@ so the broker never needs pyspark. Register the format once per session::
         .option("maxOffsetsPerTrigger", 10000).load()
 
 Writer columns: ``value`` (required; binary or string), ``key`` (binary/string; partitions by
-the broker's murmur2, like Kafka), ``topic`` (overrides option topic per row), ``partition``,
-``headers`` (map<string, binary|string>), ``priority`` (int), ``deliver_at`` (timestamp, or
-long Unix ms). Options: ``bootstrap``, ``topic``, ``deliveryGuarantee`` (``exactly_once``,
-the default, or ``at_least_once``), ``txnAppId`` + ``txnVersion``, ``batchRecords`` (500),
-``batchBytes`` (1 MiB), ``requestTimeoutMs``.
+the broker's murmur2, like Kafka), ``topic`` (string: routes the row when no ``topic`` option
+is set; the option wins over the column, as in Spark's Kafka sink, so a DataFrame read from
+one topic can be written to another; to route by the column, leave the option out),
+``partition``, ``headers`` (map<string, binary|string>, or Kafka's array<struct<key,
+value>>), ``priority`` (int), ``deliver_at`` (timestamp, or long Unix ms). Other columns are
+ignored; a known column of the wrong type fails naming it. Options: ``bootstrap``, ``topic``,
+``deliveryGuarantee`` (``exactly_once``, the default, or ``at_least_once``), ``txnAppId`` +
+``txnVersion``, ``batchRecords`` (500), ``batchBytes`` (1 MiB), ``requestTimeoutMs``.
+``mode("overwrite")`` is refused (topics are append-only).
 
 Source columns: topic, partition, offset, timestamp, key, value, headers, priority,
 deliver_at. Options: ``bootstrap``, ``topic`` (comma-separated list), ``startingOffsets`` /
 ``endingOffsets`` (``earliest``, ``latest`` or JSON ``{"t": {"0": 42}}``, -2 = earliest,
--1 = latest; streams start at earliest by default, batch reads end at latest),
-``maxOffsetsPerTrigger``, ``failOnDataLoss`` (true). Trigger.AvailableNow reads up to the
-offsets current when the query starts, in maxOffsetsPerTrigger steps. Reads go through
-Log.Fetch and Log.ListOffsets only: no consumer-group state is touched.
+-1 = latest; a partition the topic lacks is an error; streams start at earliest by default,
+batch reads end at latest), ``maxOffsetsPerTrigger``, ``failOnDataLoss`` (true),
+``fetchMaxBytes`` (4 MiB per Fetch answer; a larger record still comes alone),
+``requestTimeoutMs``. Trigger.AvailableNow reads up to the offsets current when the query
+starts, in maxOffsetsPerTrigger steps. Reads go through Log.Fetch and Log.ListOffsets only:
+no consumer-group state is touched.
+
+Both sides refuse an option they do not know (a misspelling, a ``kafka.*`` setting), listing
+the valid ones and the raftq name of a Kafka-connector option.
 
 Exactly-once writing
 --------------------

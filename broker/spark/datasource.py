@@ -29,7 +29,19 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    ByteType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from broker.spark import sink, source
 from proto import errors
@@ -49,22 +61,37 @@ class RaftqDataSource(DataSource):
         return "raftq"
 
     def schema(self) -> str:
+        """Asked by ``load()`` only (a writer brings its own schema): the reader's options are
+        checked here, so a misspelled one fails at ``load()``, not at the first action."""
+        source.SourceOptions.parse(self._options())
         return SOURCE_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return RaftqBatchReader(source.SourceOptions.parse(self.options))
+        return RaftqBatchReader(source.SourceOptions.parse(self._options()))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return RaftqStreamReader(source.SourceOptions.parse(self.options))
+        return RaftqStreamReader(source.SourceOptions.parse(self._options()))
+
+    # Options a subclass reads itself (tests/spark_faults.py): not refused as unknown.
+    extra_options: frozenset[str] = frozenset()
+
+    def _options(self) -> dict[str, str]:
+        return {k: v for k, v in self.options.items() if k.lower() not in self.extra_options}
 
     def writer(self, schema: StructType, overwrite: bool) -> RaftqBatchWriter:
-        options = sink.SinkOptions.parse(self.options)
+        """Raises InvalidArgument for mode("overwrite") (a topic is append-only), an unknown
+        option, or a column of the wrong type."""
+        if overwrite:
+            raise errors.InvalidArgument(
+                'raftq topics are append-only: mode("overwrite") is refused; use mode("append")'
+            )
+        options = sink.SinkOptions.parse(self._options())
         _check_write_schema(schema)
         # Runs once per write job on the driver: every task and task retry shares the job id.
         return RaftqBatchWriter(options, job_id=uuid.uuid4().hex)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> RaftqStreamWriter:
-        options = sink.SinkOptions.parse(self.options)
+        options = sink.SinkOptions.parse(self._options())
         _check_write_schema(schema)
         return RaftqStreamWriter(options)
 
@@ -84,13 +111,51 @@ class RaftqCommitMessage(WriterCommitMessage):
     summary: sink.TaskSummary = field(default_factory=sink.TaskSummary)
 
 
+_BYTES_TYPES = (BinaryType, StringType)
+_INT_TYPES = (ByteType, ShortType, IntegerType, LongType)
+# What each writer column may be; other columns are ignored (as Spark's Kafka sink does).
+_COLUMN_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "value": (_BYTES_TYPES, "binary or string"),
+    "key": (_BYTES_TYPES, "binary or string"),
+    "topic": ((StringType,), "string"),
+    "partition": (_INT_TYPES, "an integer type"),
+    "headers": ((MapType, ArrayType), "map<string, binary|string>"),
+    "priority": (_INT_TYPES, "an integer type"),
+    "deliver_at": ((TimestampType, TimestampNTZType, *_INT_TYPES), "timestamp or long Unix ms"),
+}
+
+
 def _check_write_schema(schema: StructType) -> None:
-    names = set(schema.fieldNames())
-    if "value" not in names:
+    """Raises InvalidArgument naming the first column whose type the writer cannot take."""
+    fields = {f.name: f.dataType for f in schema.fields}
+    if "value" not in fields:
         raise errors.InvalidArgument(
-            f"raftq writes need a value column; columns: {sorted(names)}; optional: "
+            f"raftq writes need a value column; columns: {sorted(fields)}; optional: "
             + ", ".join(WRITE_COLUMNS[1:])
         )
+    for name, (types, wanted) in _COLUMN_TYPES.items():
+        found = fields.get(name)
+        if found is None:
+            continue
+        ok = isinstance(found, types)
+        if ok and name == "headers":
+            ok = _headers_type_ok(found)
+        if not ok:
+            raise errors.InvalidArgument(
+                f"column {name!r} has type {found.simpleString()}; the raftq writer takes "
+                f"{wanted} (cast it, e.g. cast({name} as string), or drop it)"
+            )
+
+
+def _headers_type_ok(found: Any) -> bool:
+    """map<string, binary|string>, or Kafka's array<struct<key: string, value: binary>>."""
+    if isinstance(found, MapType):
+        return isinstance(found.keyType, StringType) and isinstance(found.valueType, _BYTES_TYPES)
+    element = found.elementType
+    if not isinstance(element, StructType) or len(element.fields) != 2:
+        return False
+    key, value = element.fields
+    return isinstance(key.dataType, StringType) and isinstance(value.dataType, _BYTES_TYPES)
 
 
 def _bytes_column(array: pa.Array) -> list[Any]:
@@ -270,7 +335,9 @@ def _read(options: source.SourceOptions, partition: InputPartition) -> Iterator[
     assert isinstance(partition, RangePartition)
     conn = sink.connection(options.bootstrap, options.request_timeout_ms, options.security)
     wanted = source.Range(partition.topic, partition.partition, partition.start, partition.end)
-    for stored in source.read_range(conn.admin, wanted, options.fail_on_data_loss):
+    for stored in source.read_range(
+        conn.admin, wanted, options.fail_on_data_loss, options.fetch_max_bytes
+    ):
         record = stored.record
         yield (
             partition.topic,

@@ -53,7 +53,7 @@ class NondeterministicInput(errors.InvalidArgument):
 # --- options ----------------------------------------------------------------------------------
 
 
-def _int_option(options: Mapping[str, str], name: str, default: int, low: int) -> int:
+def int_option(options: Mapping[str, str], name: str, default: int, low: int) -> int:
     raw = options.get(name.lower())
     if raw is None or raw == "":
         return default
@@ -64,6 +64,39 @@ def _int_option(options: Mapping[str, str], name: str, default: int, low: int) -
     if value < low:
         raise errors.InvalidArgument(f"option {name}={value} must be >= {low}")
     return value
+
+
+# Kafka-connector option names a user may bring along, and what raftq calls them.
+KAFKA_EQUIVALENTS = {
+    "kafka.bootstrap.servers": "bootstrap",
+    "subscribepattern": "topic (a comma-separated list; no patterns)",
+    "assign": "startingOffsets / endingOffsets JSON naming the partitions",
+    "includeheaders": "nothing: the headers column is always there",
+    "startingoffset": "startingOffsets",
+    "endingoffset": "endingOffsets",
+    "startingtimestamp": "startingOffsets (offsets, not timestamps)",
+    "kafka.security.protocol": "tlsCaFile / tlsCertFile / tlsKeyFile",
+    "kafka.sasl.jaas.config": "token",
+    "maxoffsetspertrigger": "maxOffsetsPerTrigger",
+}
+# Options Spark itself passes to every data source; not ours to refuse.
+SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
+SECURITY_OPTIONS = ("tlsCaFile", "tlsCertFile", "tlsKeyFile", "token")
+
+
+def check_known(opts: Mapping[str, str], valid: Sequence[str], what: str) -> None:
+    """Raise InvalidArgument naming every option of (lower-cased) ``opts`` that is not one of
+    ``valid`` (or Spark's own), with the valid list and the raftq name of a Kafka option."""
+    allowed = {v.lower() for v in valid} | SPARK_OPTIONS
+    unknown = sorted(k for k in opts if k not in allowed)
+    if not unknown:
+        return
+    hints = [
+        f"{k} (raftq: {KAFKA_EQUIVALENTS[k]})" if k in KAFKA_EQUIVALENTS else k for k in unknown
+    ]
+    raise errors.InvalidArgument(
+        f"unknown raftq {what} option(s): {', '.join(hints)}; valid: {', '.join(valid)}"
+    )
 
 
 def bootstrap_option(opts: Mapping[str, str]) -> str:
@@ -103,12 +136,26 @@ class Security:
         )
 
 
+SINK_OPTIONS = (
+    "bootstrap",
+    "bootstrap.servers",
+    "topic",
+    "deliveryGuarantee",
+    "txnAppId",
+    "txnVersion",
+    "batchRecords",
+    "batchBytes",
+    "requestTimeoutMs",
+    *SECURITY_OPTIONS,
+)
+
+
 @dataclass(frozen=True)
 class SinkOptions:
     """The writer's options (Spark lower-cases option names)."""
 
     bootstrap: str
-    topic: str | None  # None: every row names its topic in a ``topic`` column
+    topic: str | None  # wins over a topic column (Kafka's rule); None: the column routes
     guarantee: Guarantee = "exactly_once"
     app_id: str | None = None  # txnAppId: the committed-batch watermark's key
     version: int | None = None  # txnVersion (foreachBatch: the batch id)
@@ -119,8 +166,9 @@ class SinkOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
-        """Raises InvalidArgument naming the option to fix."""
+        """Raises InvalidArgument naming the option to fix (an unknown one too)."""
         opts = {k.lower(): v for k, v in options.items()}
+        check_known(opts, SINK_OPTIONS, "writer")
         bootstrap = bootstrap_option(opts)
         guarantee = (opts.get("deliveryguarantee") or "exactly_once").lower()
         if guarantee not in ("exactly_once", "at_least_once"):
@@ -128,7 +176,7 @@ class SinkOptions:
                 f"deliveryGuarantee={guarantee!r}: use exactly_once or at_least_once"
             )
         app_id = opts.get("txnappid") or None
-        version = _int_option(opts, "txnVersion", -1, 0) if opts.get("txnversion") else None
+        version = int_option(opts, "txnVersion", -1, 0) if opts.get("txnversion") else None
         if (app_id is None) != (version is None):
             raise errors.InvalidArgument("set txnAppId and txnVersion together (or neither)")
         return cls(
@@ -137,9 +185,9 @@ class SinkOptions:
             guarantee=guarantee,  # type: ignore[arg-type]
             app_id=app_id,
             version=version,
-            batch_records=_int_option(opts, "batchRecords", 500, 1),
-            batch_bytes=_int_option(opts, "batchBytes", 1 << 20, 1),
-            request_timeout_ms=_int_option(opts, "requestTimeoutMs", 30_000, 1),
+            batch_records=int_option(opts, "batchRecords", 500, 1),
+            batch_bytes=int_option(opts, "batchBytes", 1 << 20, 1),
+            request_timeout_ms=int_option(opts, "requestTimeoutMs", 30_000, 1),
             security=Security.parse(opts),
         )
 
@@ -298,11 +346,12 @@ class TaskSink:
         priority: int = 0,
         deliver_at_ms: int = 0,
     ) -> None:
-        """Queue one row. Raises InvalidArgument (no topic, bad partition, record too large),
+        """Queue one row: to option topic if set, else ``topic``. Raises InvalidArgument (no
+        topic, bad partition, record too large),
         UnknownTopic, or the first non-retriable send error."""
-        name = topic or self.options.topic
+        name = self.options.topic or topic  # the option wins, as in Spark's Kafka sink
         if not name:
-            raise errors.InvalidArgument("no topic: set option topic or a topic column")
+            raise errors.InvalidArgument("no topic: set option topic, or a topic column value")
         meta = self._topic(name)
         record = common_pb2.Record(value=value, priority=priority, deliver_at_ms=deliver_at_ms)
         if key is not None:

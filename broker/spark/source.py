@@ -15,13 +15,36 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.client import Admin
-from broker.spark.sink import Security, bootstrap_option
+from broker.spark.sink import (
+    SECURITY_OPTIONS,
+    Security,
+    bootstrap_option,
+    check_known,
+    int_option,
+)
 from proto import common_pb2, errors
 
 log = logging.getLogger("raftq.spark")
 
 Offsets = dict[str, dict[str, int]]
 FETCH_RECORDS_MAX = 2_000
+
+
+SOURCE_OPTIONS = (
+    "bootstrap",
+    "bootstrap.servers",
+    "topic",
+    "topics",
+    "subscribe",
+    "startingOffsets",
+    "endingOffsets",
+    "maxOffsetsPerTrigger",
+    "failOnDataLoss",
+    "fetchMaxBytes",
+    "requestTimeoutMs",
+    *SECURITY_OPTIONS,
+)
+FETCH_BYTES_DEFAULT = 4 << 20  # a fetch's byte budget (one record over it still comes back)
 
 
 @dataclass(frozen=True)
@@ -32,13 +55,15 @@ class SourceOptions:
     ending: str | Offsets = "latest"  # batch reads only
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
+    fetch_max_bytes: int = FETCH_BYTES_DEFAULT
     request_timeout_ms: int = 30_000
     security: Security = field(default_factory=Security)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        """Raises InvalidArgument naming the option to fix."""
+        """Raises InvalidArgument naming the option to fix (an unknown one too)."""
         opts = {k.lower(): v for k, v in options.items()}
+        check_known(opts, SOURCE_OPTIONS, "reader")
         bootstrap = bootstrap_option(opts)
         raw_topics = opts.get("topic") or opts.get("topics") or opts.get("subscribe") or ""
         topics = tuple(t.strip() for t in raw_topics.split(",") if t.strip())
@@ -60,6 +85,8 @@ class SourceOptions:
             ending=_offsets_option(opts.get("endingoffsets"), "latest", topics),
             max_offsets_per_trigger=max_offsets,
             fail_on_data_loss=fail == "true",
+            fetch_max_bytes=int_option(opts, "fetchMaxBytes", FETCH_BYTES_DEFAULT, 1),
+            request_timeout_ms=int_option(opts, "requestTimeoutMs", 30_000, 1),
             security=Security.parse(opts),
         )
 
@@ -103,10 +130,17 @@ def list_bounds(admin: Admin, topics: Sequence[str]) -> dict[str, dict[str, Part
 
 def resolve(spec: str | Offsets, bounds: Mapping[str, Mapping[str, PartitionBounds]]) -> Offsets:
     """Concrete offsets for ``earliest`` / ``latest`` / JSON (partitions a JSON spec leaves
-    out start at earliest; -2 = earliest, -1 = latest)."""
+    out start at earliest; -2 = earliest, -1 = latest). Raises InvalidArgument when the JSON
+    names a partition the topic does not have (Kafka's connector fails the same way)."""
     out: Offsets = {}
     for topic, parts in bounds.items():
         named = spec.get(topic, {}) if isinstance(spec, dict) else {}
+        missing = sorted(set(named) - set(parts), key=int)
+        if missing:
+            raise errors.InvalidArgument(
+                f"offsets name partitions {', '.join(missing)} of topic {topic!r}, which has "
+                f"partitions 0..{len(parts) - 1}"
+            )
         out[topic] = {}
         for p, b in parts.items():
             if isinstance(spec, str):
@@ -179,13 +213,16 @@ def ranges(start: Offsets, end: Offsets) -> list[Range]:
 
 
 def read_range(
-    admin: Admin, r: Range, fail_on_data_loss: bool
+    admin: Admin, r: Range, fail_on_data_loss: bool, max_bytes: int = FETCH_BYTES_DEFAULT
 ) -> Iterator[common_pb2.StoredRecord]:
-    """Every record of ``r`` in offset order (cancelled records leave gaps). Records below
+    """Every record of ``r`` in offset order (cancelled records leave gaps), fetched in
+    answers of at most ``max_bytes`` (or one record, if it alone is larger). Records below
     the log start are gone (retention): DataLoss raises, or is logged and skipped."""
     offset = r.start
     while offset < r.end:
-        response = admin.fetch(r.topic, r.partition, offset, min(FETCH_RECORDS_MAX, r.end - offset))
+        response = admin.fetch(
+            r.topic, r.partition, offset, min(FETCH_RECORDS_MAX, r.end - offset), max_bytes
+        )
         if offset < response.log_start:
             message = (
                 f"{r.topic}/{r.partition}: offsets {offset}..{response.log_start - 1} are gone "
