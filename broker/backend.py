@@ -3,20 +3,26 @@
 One thread, a step every ``interval_s`` (sooner when the table changes). Each step:
 
 1. registers this broker in the table if it is missing or its addresses changed;
-2. opens a PartitionReplica for every partition the table places here and closes (and deletes)
-   the replicas of topics that no longer exist;
-3. reports its replicas to the metadata leader (liveness, leadership, offsets);
-4. for every partition it leads: replicates the topic's config into the partition
-   (``Configure``) when it differs, applies retention (``Retain``) every ``retain_interval_s``,
-   forwards dead letters from the outbox to the dead-letter topic (creating that topic on
-   first use) and then proposes ``DeadLetterDone``, and hands leadership to the partition's
-   preferred leader when that broker is alive (leader balance, like Kafka's preferred-leader
-   election: placement spreads preferred leaders evenly);
-5. on the metadata leader: expires consumer sessions (LeaveGroup + lease release);
-6. every 0.1 s, runs the proposer housekeeping of replicas with sends in flight (a send
+2. opens a PartitionReplica for every partition the table places here and closes the replicas
+   of topics that no longer exist; then removes the directory of every topic the table has
+   deleted (``deleted_topic_dirs``: an id below ``next_topic_id`` that no topic has), so the
+   files of a topic deleted while this broker was down go at its first reconcile;
+3. for every partition it leads whose topic the latest table still has (never one deleted
+   meanwhile: its peers are gone and a proposal would only time out): replicates the topic's
+   config into the partition (``Configure``) when it differs, applies retention (``Retain``)
+   every ``retain_interval_s``, forwards dead letters from the outbox to the dead-letter topic
+   (creating that topic on first use) and then proposes ``DeadLetterDone``, and hands
+   leadership to the partition's preferred leader when that broker is alive (leader balance,
+   like Kafka's preferred-leader election: placement spreads preferred leaders evenly);
+4. on the metadata leader: expires consumer sessions (LeaveGroup + lease release);
+5. every 0.1 s, runs the proposer housekeeping of replicas with sends in flight (a send
    stream's sends have no waiting thread to do it: broker/proposer.py ``maintain``).
 
 Every step is idempotent; a failure is logged and retried on the next step.
+
+Reports of this broker's replicas to the metadata leader (its liveness, leadership, offsets)
+go from a thread of their own every ``REPORT_INTERVAL_S``: no backend duty (a proposal to a
+partition without quorum waits up to 5 s) can delay them past the leader's 3 s liveness window.
 """
 
 from __future__ import annotations
@@ -65,6 +71,9 @@ class Backend:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="raftq-backend", daemon=True)
+        self._reporter = threading.Thread(
+            target=self._report_run, name="raftq-reporter", daemon=True
+        )
         self._due: dict[str, float] = {}
         self._was_meta_leader = False
         self._registered: tuple[str, str, str] | None = None
@@ -72,15 +81,18 @@ class Backend:
         self._reconciled_table: Table | None = None
         self._retained_at: dict[str, int] = {}  # replica name -> raft applied index after Retain
         self._outbox_empty_at: dict[str, int] = {}  # replica name -> outbox_seq seen empty
+        self._swept: tuple[int, frozenset[int]] | None = None  # table topic ids last swept
 
     def start(self) -> None:
         self._thread.start()
+        self._reporter.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
+        for thread in (self._thread, self._reporter):
+            if thread.is_alive():
+                thread.join(timeout=10)
 
     def wake(self, _table: Table | None = None) -> None:
         self._wake.set()
@@ -93,6 +105,19 @@ class Backend:
                 logger.exception("[broker=%d] backend step failed; retrying", self.broker.id)
             self._wake.wait(self.interval_s)
             self._wake.clear()
+
+    def _report_run(self) -> None:
+        """Report every REPORT_INTERVAL_S on a fixed cadence, whatever the backend step does."""
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self._report()
+            except errors.RaftqError as exc:
+                logger.info("[broker=%d] report: %s (will retry)", self.broker.id, exc)
+            except Exception:
+                logger.exception("[broker=%d] report failed; retrying", self.broker.id)
+            next_at = max(next_at + REPORT_INTERVAL_S, time.monotonic())
+            self._stop.wait(next_at - time.monotonic())
 
     def _every(self, key: str, interval_s: float) -> bool:
         now = time.monotonic()
@@ -110,13 +135,13 @@ class Backend:
             self._reconciled_table = table  # a retry (failed open) waits for the next interval
             self._reconcile(table)
         self._guarded("members", self.broker.membership.persist)
-        if self._every("report", REPORT_INTERVAL_S):
-            self._guarded("report", self._report)
         if self._every("lead", LEAD_INTERVAL_S) or table is not self._led_table:
             self._led_table = table
             for replica in list(self.broker.replicas.values()):
                 if replica.is_leader():
-                    self._guarded(replica.where, lambda r=replica: self._lead(r, table))  # type: ignore[misc]
+                    # the latest table: a topic deleted since this step began is skipped
+                    latest = self.broker.meta.table
+                    self._guarded(replica.where, lambda r=replica, t=latest: self._lead(r, t))  # type: ignore[misc]
         self._guarded("sessions", lambda: self._coordinate(table))
         if self._every("proposers", PROPOSER_MAINTAIN_S):
             # Sends taken without a waiting thread (a send stream's) have no waiter to run
@@ -165,6 +190,7 @@ class Backend:
                     self._remove(key, replica, delete_files=True)
                 continue
             self._remove(key, replica)
+        self._sweep_deleted_topics(table)
         started = time.monotonic()
         for key, (topic_id, addrs) in wanted.items():
             if key not in b.replicas:
@@ -209,17 +235,41 @@ class Backend:
     def _remove(
         self, key: tuple[str, int], replica: PartitionReplica, *, delete_files: bool = False
     ) -> None:
+        """Close a replica. A moved replica's files go now (``delete_files``); a deleted
+        topic's directory goes in ``_sweep_deleted_topics``, once no replica of it is open
+        here (the topic's partitions share it)."""
         b = self.broker
         del b.replicas[key]
         replica.close()
-        topic_id = replica.topic_id
-        data_dir = self._partition_dir(replica.topic, topic_id)
-        if b.meta.table.topic_by_id(topic_id) is None:  # deleted: its files go too
-            shutil.rmtree(data_dir, ignore_errors=True)
-        elif delete_files:  # moved to another broker: this replica's files only
+        if delete_files:  # moved to another broker: this replica's files only
+            data_dir = self._partition_dir(replica.topic, replica.topic_id)
             for path in data_dir.glob(f"{replica.name}.*"):
                 path.unlink(missing_ok=True)
         logger.info("%s [group=%s] replica removed", replica.where, replica.name)
+
+    def _sweep_deleted_topics(self, table: Table) -> None:
+        """Remove the directories of deleted topics (none of their replicas is open here).
+        Runs when the table's topic ids change, so also at the first reconcile after a restart:
+        a topic deleted while this broker was down, or mid-removal, leaves nothing behind."""
+        b = self.broker
+        swept = (table.next_topic_id, frozenset(t.topic_id for t in table.topics.values()))
+        if swept == self._swept:
+            return
+        open_ids = {replica.topic_id for replica in list(b.replicas.values())}
+        root = Path(b.data_dir) / "partitions"
+        names = [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+        failed = False
+        for name, topic_id in deleted_topic_dirs(table, names):
+            if topic_id in open_ids:
+                continue
+            try:
+                shutil.rmtree(root / name)
+            except OSError as exc:
+                failed = True
+                logger.warning("[broker=%d] deleted topic's %s not removed: %s", b.id, name, exc)
+                continue
+            logger.info("[broker=%d] removed %s: its topic was deleted", b.id, name)
+        self._swept = None if failed else swept
 
     def _report(self) -> None:
         b = self.broker
@@ -255,7 +305,7 @@ class Backend:
     def _lead(self, replica: PartitionReplica, table: Table) -> None:
         info = table.topic(replica.topic)
         if info is None or info.topic_id != replica.topic_id:
-            return
+            return  # deleted (the next reconcile closes it): nothing to propose to
         if replica.config_bytes() != info.config_bytes:
             configure = partition_pb2.Configure(
                 config=info.config, topic=replica.topic, partition=replica.partition
@@ -357,3 +407,20 @@ class Backend:
         for group, members in b.sessions.expired(table).items():
             logger.info("[group=%s] sessions expired: %s", group, members)
             b.service.remove_members(group, members, "session expired", 5.0)
+
+
+def deleted_topic_dirs(table: Table, names: list[str]) -> list[tuple[str, int]]:
+    """The partition directories (``<topic>-<topic_id>``) among ``names`` that belong to a
+    deleted topic: an id the table has handed out (below ``next_topic_id``; ids are never
+    reused) that no current topic has. Safe on a table still replaying after a restart: a topic
+    the table has not created yet has an id at or above ``next_topic_id`` and is kept."""
+    live = {topic.topic_id for topic in table.topics.values()}
+    out = []
+    for name in names:
+        topic, _, raw_id = name.rpartition("-")
+        if not topic or not raw_id.isdigit():
+            continue
+        topic_id = int(raw_id)
+        if topic_id < table.next_topic_id and topic_id not in live:
+            out.append((name, topic_id))
+    return out
