@@ -117,7 +117,11 @@ def initial_voters(
             f"broker.raft_addr {me} is not in broker.seeds and this broker never joined: set "
             "broker.join_addrs to the client addresses of running brokers"
         )
-    client = InternalClient(config.broker.cluster_secret, channel_factory=peer_channels(config))
+    client = InternalClient(
+        config.broker.cluster_secret,
+        broker_id=config.broker.id,
+        channel_factory=peer_channels(config),
+    )
     try:
         while stop is None or not stop.is_set():
             for addr in config.broker.join_addrs:

@@ -95,7 +95,9 @@ class Broker:
         self.replicas: dict[tuple[str, int], PartitionReplica] = {}
         # Client-port TLS, tokens and ACLs; TLS on broker-to-broker calls (broker/security.py).
         self.security = BrokerSecurity.from_config(config, lambda: self.meta.table)
-        self.internal = InternalClient(secret, channel_factory=self.security.channel)
+        self.internal = InternalClient(
+            secret, broker_id=self.id, channel_factory=self.security.channel
+        )
         self.sessions = SessionTable()
         self.reports = BrokerReports()
         self.service = BrokerService(

@@ -27,8 +27,8 @@ What each RPC needs (`requirements`; any one of the listed operations on every t
     Admin.ListTopics, ListGroups, DescribeGroup,
       DescribeCluster, GetTxn                       an authenticated principal
 
-The broker-to-broker ``raftq.v1.Internal`` service authenticates with its own cluster-secret
-HMAC (transport/internal.py); health checking and reflection stay open. The member's topics
+The broker-to-broker ``raftq.v1.Internal`` service authenticates with its own per-call
+credentials (transport/internal_auth.py); health checking and reflection stay open. The member's topics
 come from ``member_topics(group, member_id)`` (the broker's metadata table); an unknown member
 is UNKNOWN_MEMBER, as the broker would answer anyway.
 """

@@ -1,15 +1,15 @@
 """Broker-to-broker gRPC: partition commands and reads forwarded to the partition's leader.
 
-Callers authenticate with ``raftq-internal`` metadata, an HMAC of the cluster secret, compared in
-constant time; a call without it is refused with UNAUTHENTICATED before anything is decoded
-into the broker. A broker that does not lead the partition answers NOT_LEADER with a leader
+Every call carries ``raftq-internal`` metadata: a per-broker, per-call credential bound to the
+method, a timestamp and a never-repeated counter (transport/internal_auth.py), checked before
+the request reaches the broker; a missing, forged, stale or replayed one is refused with
+UNAUTHENTICATED. A broker that does not lead the partition answers NOT_LEADER with a leader
 hint; forwarded calls are never forwarded again, so a stale view cannot loop.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -18,13 +18,11 @@ import grpc
 
 from proto import errors, internal_pb2, internal_pb2_grpc, metadata_pb2, partition_pb2
 from transport.grpc_errors import abort, raise_from_rpc_error
+from transport.internal_auth import CredentialSigner, CredentialVerifier
+
+logger = logging.getLogger("raftq.transport.internal")
 
 AUTH_KEY = "raftq-internal"
-
-
-def internal_token(secret: str) -> str:
-    """The credential one broker shows another: HMAC-SHA256 of a fixed label under the secret."""
-    return hmac.new(secret.encode(), b"raftq-internal-v1", hashlib.sha256).hexdigest()
 
 
 class PartitionHost(Protocol):
@@ -60,13 +58,15 @@ class PartitionHost(Protocol):
 class InternalServicer(internal_pb2_grpc.InternalServicer):
     def __init__(self, host: PartitionHost, secret: str, *, default_timeout_s: float) -> None:
         self._host = host
-        self._token = internal_token(secret)
+        self._verifier = CredentialVerifier(secret)
         self._timeout_s = default_timeout_s
 
-    def _authenticate(self, context: grpc.ServicerContext) -> None:
+    def _authenticate(self, context: grpc.ServicerContext, method: str) -> None:
         shown = dict(context.invocation_metadata()).get(AUTH_KEY, "")
-        if not isinstance(shown, str) or not hmac.compare_digest(shown, self._token):
-            abort(context, errors.Unauthenticated("internal call without the cluster secret"))
+        refused = self._verifier.check(method, shown)
+        if refused is not None:
+            logger.warning("internal %s from %s refused: %s", method, context.peer(), refused)
+            abort(context, errors.Unauthenticated(refused))
 
     def _timeout(self, context: grpc.ServicerContext) -> float:
         remaining = context.time_remaining()
@@ -75,7 +75,7 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
     def Propose(
         self, request: internal_pb2.ProposeRequest, context: grpc.ServicerContext
     ) -> internal_pb2.ProposeResponse:
-        self._authenticate(context)
+        self._authenticate(context, "Propose")
         try:
             return self._host.propose_local(
                 request.topic,
@@ -90,7 +90,7 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
     def Read(
         self, request: internal_pb2.ReadRequest, context: grpc.ServicerContext
     ) -> internal_pb2.ReadResponse:
-        self._authenticate(context)
+        self._authenticate(context, "Read")
         try:
             return self._host.read_local(request)
         except errors.RaftqError as exc:
@@ -99,7 +99,7 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
     def MetaPropose(
         self, request: internal_pb2.MetaProposeRequest, context: grpc.ServicerContext
     ) -> internal_pb2.MetaProposeResponse:
-        self._authenticate(context)
+        self._authenticate(context, "MetaPropose")
         try:
             result = self._host.meta_propose_local(
                 request.command, timeout_s=self._timeout(context)
@@ -111,7 +111,7 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
     def Forward(
         self, request: internal_pb2.ForwardRequest, context: grpc.ServicerContext
     ) -> internal_pb2.ForwardResponse:
-        self._authenticate(context)
+        self._authenticate(context, "Forward")
         try:
             response = self._host.forward_local(
                 request.method, request.request, timeout_s=self._timeout(context)
@@ -123,7 +123,7 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
     def Report(
         self, request: internal_pb2.BrokerReport, context: grpc.ServicerContext
     ) -> internal_pb2.ReportAck:
-        self._authenticate(context)
+        self._authenticate(context, "Report")
         try:
             return self._host.report_local(request)
         except errors.RaftqError as exc:
@@ -132,7 +132,7 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
     def MetaMembers(
         self, request: internal_pb2.MetaMembersRequest, context: grpc.ServicerContext
     ) -> internal_pb2.MetaMembersResponse:
-        self._authenticate(context)
+        self._authenticate(context, "MetaMembers")
         try:
             return self._host.meta_members_local()
         except errors.RaftqError as exc:
@@ -141,7 +141,7 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
     def JoinCluster(
         self, request: internal_pb2.JoinClusterRequest, context: grpc.ServicerContext
     ) -> internal_pb2.MetaMembersResponse:
-        self._authenticate(context)
+        self._authenticate(context, "JoinCluster")
         try:
             return self._host.join_cluster_local(request, timeout_s=self._timeout(context))
         except errors.RaftqError as exc:
@@ -156,9 +156,14 @@ class InternalClient:
     """Calls other brokers' Internal service; one channel per address, created lazily."""
 
     def __init__(
-        self, secret: str, *, channel_factory: Callable[[str], grpc.Channel] | None = None
+        self,
+        secret: str,
+        *,
+        broker_id: int = 0,
+        channel_factory: Callable[[str], grpc.Channel] | None = None,
     ) -> None:
-        self._metadata = ((AUTH_KEY, internal_token(secret)),)
+        """``broker_id`` names the caller in its credentials (0: a tool, not a broker)."""
+        self._signer = CredentialSigner(secret, broker_id)
         self._factory = channel_factory or grpc.insecure_channel
         self._stubs: dict[str, internal_pb2_grpc.InternalStub] = {}
         self._channels: dict[str, grpc.Channel] = {}
@@ -173,9 +178,11 @@ class InternalClient:
                 stub = self._stubs[address] = internal_pb2_grpc.InternalStub(channel)
             return stub
 
-    def _call(self, method: Any, request: Any, timeout_s: float) -> Any:
+    def _call(self, address: str, name: str, request: Any, timeout_s: float) -> Any:
+        method = getattr(self._stub(address), name)
+        metadata = ((AUTH_KEY, self._signer.credential(name)),)
         try:
-            return method(request, timeout=timeout_s, metadata=self._metadata)
+            return method(request, timeout=timeout_s, metadata=metadata)
         except grpc.RpcError as exc:
             raise_from_rpc_error(exc)
 
@@ -183,38 +190,36 @@ class InternalClient:
         self, address: str, request: internal_pb2.ProposeRequest, timeout_s: float
     ) -> internal_pb2.ProposeResponse:
         """Raises NotLeader (with hint), Unavailable, Timeout and the other catalogue errors."""
-        return self._call(self._stub(address).Propose, request, timeout_s)
+        return self._call(address, "Propose", request, timeout_s)
 
     def read(
         self, address: str, request: internal_pb2.ReadRequest, timeout_s: float
     ) -> internal_pb2.ReadResponse:
-        return self._call(self._stub(address).Read, request, timeout_s)
+        return self._call(address, "Read", request, timeout_s)
 
     def meta_propose(
         self, address: str, command: metadata_pb2.MetaCommand, timeout_s: float
     ) -> metadata_pb2.MetaResult:
         request = internal_pb2.MetaProposeRequest(command=command)
         response: internal_pb2.MetaProposeResponse = self._call(
-            self._stub(address).MetaPropose, request, timeout_s
+            address, "MetaPropose", request, timeout_s
         )
         return response.result
 
     def forward(self, address: str, method: str, request: bytes, timeout_s: float) -> bytes:
         message = internal_pb2.ForwardRequest(method=method, request=request)
-        response: internal_pb2.ForwardResponse = self._call(
-            self._stub(address).Forward, message, timeout_s
-        )
+        response: internal_pb2.ForwardResponse = self._call(address, "Forward", message, timeout_s)
         return response.response
 
     def report(
         self, address: str, report: internal_pb2.BrokerReport, timeout_s: float
     ) -> internal_pb2.ReportAck:
-        ack: internal_pb2.ReportAck = self._call(self._stub(address).Report, report, timeout_s)
+        ack: internal_pb2.ReportAck = self._call(address, "Report", report, timeout_s)
         return ack
 
     def meta_members(self, address: str, timeout_s: float) -> internal_pb2.MetaMembersResponse:
         response: internal_pb2.MetaMembersResponse = self._call(
-            self._stub(address).MetaMembers, internal_pb2.MetaMembersRequest(), timeout_s
+            address, "MetaMembers", internal_pb2.MetaMembersRequest(), timeout_s
         )
         return response
 
@@ -223,7 +228,7 @@ class InternalClient:
     ) -> internal_pb2.MetaMembersResponse:
         """Raises NotLeader (hint: the metadata leader's client address), Unavailable, Timeout."""
         response: internal_pb2.MetaMembersResponse = self._call(
-            self._stub(address).JoinCluster, request, timeout_s
+            address, "JoinCluster", request, timeout_s
         )
         return response
 
