@@ -28,9 +28,9 @@ What each RPC needs (`requirements`; any one of the listed operations on every t
       DescribeCluster, GetTxn                       an authenticated principal
 
 The broker-to-broker ``raftq.v1.Internal`` service authenticates with its own per-call
-credentials (transport/internal_auth.py); health checking and reflection stay open. The member's topics
-come from ``member_topics(group, member_id)`` (the broker's metadata table); an unknown member
-is UNKNOWN_MEMBER, as the broker would answer anyway.
+credentials (transport/internal_auth.py); health checking and reflection stay open. The
+member's topics come from ``member_topics(group, member_id)`` (the broker's metadata table);
+an unknown member is UNKNOWN_MEMBER, as the broker would answer anyway.
 """
 
 from __future__ import annotations
