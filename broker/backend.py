@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.replica import PartitionReplica, group_name
-from broker.service import dead_letter_record
+from broker.service import dead_letter_partition, dead_letter_record
 from metadata.table import Table
-from proto import api_pb2, errors, internal_pb2, partition_pb2
+from partitions.rows import OutboxRow
+from proto import api_pb2, common_pb2, errors, internal_pb2, partition_pb2
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -350,26 +351,11 @@ class Backend:
         info = table.topics[replica.topic]
         target = info.config.dead_letter_topic
         if target:
-            if table.topic(target) is None:
-                plan = b.frontend.dead_letter_topic(
-                    table,
-                    replica.topic,
-                    live_ids=b.service.live_brokers(),
-                    now_ms=b.service.now_ms(),
-                )
-                if plan is not None:
-                    b.service.meta_propose(plan, 5.0)
-                    return  # next round, once the topic has leaders
-            request = api_pb2.SendRequest(
-                topic=target,
-                records=[dead_letter_record(replica.topic, replica.partition, r) for r in rows],
-            )
-            response = b.service.send(request, timeout_s=5.0)
-            failed = [r for r in response.results if r.error]
-            if failed:
-                raise errors.Unavailable(
-                    f"{replica.where} dead letters not forwarded to {target}: {failed[0].message}"
-                )
+            dlq = table.topic(target)
+            if dlq is None:  # created on the metadata leader: its view of live brokers
+                b.service.create_dead_letter_topic(replica.topic, 5.0)
+                return  # next round, once the topic has leaders
+            self._send_dead_letters(replica, rows, target, dlq.partition_count)
         else:
             logger.warning(
                 "%s dropping %d dead letters: the topic has no dead_letter_topic",
@@ -379,6 +365,28 @@ class Backend:
         done = partition_pb2.DeadLetterDone(up_to_seq=rows[-1].seq)
         replica.propose(partition_pb2.PartitionCommand(dead_letter_done=done), 5.0)
         logger.info("%s forwarded %d dead letters to %r", replica.where, len(rows), target)
+
+    def _send_dead_letters(
+        self, replica: PartitionReplica, rows: list[OutboxRow], target: str, partitions: int
+    ) -> None:
+        """Append the outbox rows to the dead-letter topic, each to the partition it goes to
+        on every attempt with an idempotency key naming it: forwarding rows again (a new
+        leader after the old one died before ``DeadLetterDone``) stores nothing twice.
+        Raises Unavailable (will retry) when some row was not stored."""
+        by_partition: dict[int, list[common_pb2.Record]] = {}
+        for row in rows:
+            record = dead_letter_record(replica.topic, replica.partition, row, replica.topic_id)
+            partition = dead_letter_partition(record, replica.partition, partitions)
+            by_partition.setdefault(partition, []).append(record)
+        for partition, records in sorted(by_partition.items()):
+            request = api_pb2.SendRequest(topic=target, records=records, partition=partition)
+            response = self.broker.service.send(request, timeout_s=5.0)
+            failed = [r for r in response.results if r.error]
+            if failed:
+                raise errors.Unavailable(
+                    f"{replica.where} dead letters not forwarded to {target}/{partition}: "
+                    f"{failed[0].message}"
+                )
 
     def _prefer_leader(self, replica: PartitionReplica, table: Table) -> None:
         b = self.broker

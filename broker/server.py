@@ -110,6 +110,7 @@ class Broker:
             sessions=self.sessions,
             reports=self.reports,
             heartbeat_interval_ms=config.groups.heartbeat_interval_ms,
+            heard_brokers=self.heard_brokers,
         )
         self.membership = Membership(self, joining=joining)
         self.service.membership = self.membership
@@ -144,6 +145,17 @@ class Broker:
             self.metrics_addr or "(off)",
             self.data_dir,
         )
+
+    def heard_brokers(self) -> set[int]:
+        """Registered brokers heard on their raft link (pings every 0.1 s) within the liveness
+        window of broker reports: alive, whether or not their reports arrived yet."""
+        window_s = self.reports.alive_s
+        heard = set()
+        for broker in self.meta.table.brokers.values():
+            silence = self.endpoint.link_silence_s(broker.raft_addr)
+            if silence is not None and silence <= window_s:
+                heard.add(broker.broker_id)
+        return heard
 
     def stop(self, grace_s: float = 1.0) -> None:
         """Stop serving, close every replica and the raft endpoint. Idempotent."""

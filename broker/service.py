@@ -30,6 +30,7 @@ time RELEASE_AGAIN_S later in case the first Release failed.)
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -85,6 +86,7 @@ LEADER_ONLY: dict[str, type[Any]] = {
     "remove_broker": api_pb2.RemoveBrokerRequest,
     "commit_txn": api_pb2.CommitTxnRequest,
     "get_txn": api_pb2.GetTxnRequest,
+    "create_dead_letter_topic": api_pb2.DescribeTopicRequest,  # the source topic's name
 }
 RESPONSES: dict[str, type[Any]] = {
     "create_topic": api_pb2.TopicDescription,
@@ -99,6 +101,7 @@ RESPONSES: dict[str, type[Any]] = {
     "remove_broker": api_pb2.RemoveBrokerResponse,
     "commit_txn": api_pb2.TxnState,
     "get_txn": api_pb2.TxnState,
+    "create_dead_letter_topic": api_pb2.TopicDescription,  # only its name
 }
 
 
@@ -190,8 +193,11 @@ class BrokerService:
         reports: BrokerReports,
         heartbeat_interval_ms: int,
         clock: Callable[[], float] = time.time,
+        heard_brokers: Callable[[], set[int]] = set,
     ) -> None:
         self.broker_id = broker_id
+        # brokers this one hears on their raft links now (liveness that needs no report)
+        self.heard_brokers = heard_brokers
         self.client_addr = client_addr
         self.meta = meta
         self.frontend = frontend
@@ -966,9 +972,13 @@ class BrokerService:
         return response
 
     def live_brokers(self) -> set[int]:
-        """Brokers that may take new replicas: reporting, and not being removed."""
+        """Brokers that may take new replicas: reporting or heard on their raft link within
+        the reports' liveness window, and not being removed. The links make a fresh metadata
+        leader (no reports yet) and a broker whose reports are late (a starved backend
+        thread) see every broker that is up; only the metadata leader's view is right for
+        placement, so anything that creates topics runs there."""
         draining = self.membership.draining if self.membership is not None else set()
-        return (self.reports.alive() | {self.broker_id}) - draining
+        return (self.reports.alive() | self.heard_brokers() | {self.broker_id}) - draining
 
     def remove_broker(
         self, request: api_pb2.RemoveBrokerRequest, *, timeout_s: float | None
@@ -1010,6 +1020,25 @@ class BrokerService:
         self.meta_propose(data, timeout_s)
         self.wait_for_leaders(request.name, min(timeout_s, LEADER_WAIT_S))
         return self._describe_topic(api_pb2.DescribeTopicRequest(name=request.name), timeout_s)
+
+    def create_dead_letter_topic(self, source: str, timeout_s: float) -> None:
+        """Create ``source``'s dead-letter topic unless it exists, on the metadata leader: its
+        replication factor comes from the leader's view of live brokers (a partition leader
+        elsewhere knows only itself). Raises UnknownTopic, Unavailable, Timeout (normal)."""
+        request = api_pb2.DescribeTopicRequest(name=source)
+        self._leader_only("create_dead_letter_topic", request, timeout_s)
+
+    def _create_dead_letter_topic(
+        self, request: api_pb2.DescribeTopicRequest, timeout_s: float
+    ) -> api_pb2.TopicDescription:
+        table = self.meta.table
+        plan = self.frontend.dead_letter_topic(
+            table, request.name, live_ids=self.live_brokers(), now_ms=self.now_ms()
+        )
+        if plan is not None:
+            self.meta_propose(plan, timeout_s)
+        source = table.topic(request.name)
+        return api_pb2.TopicDescription(name=source.config.dead_letter_topic if source else "")
 
     def wait_for_leaders(self, topic: str, timeout_s: float) -> bool:
         """Wait (on the metadata leader) until every partition of ``topic`` reports a leader."""
@@ -1301,11 +1330,28 @@ def dead_letter_headers(topic: str, partition: int, row: Any) -> dict[str, bytes
     }
 
 
-def dead_letter_record(topic: str, partition: int, row: Any) -> common_pb2.Record:
+def dead_letter_record(
+    topic: str, partition: int, row: Any, topic_id: int = 0
+) -> common_pb2.Record:
+    """The record a dead letter (an outbox row) becomes in the dead-letter topic. Its
+    idempotency key names the dead letter (source topic id, partition, group, offset) in a
+    fixed 36 characters, so a forward repeated by a new leader (the old one died between
+    forwarding and ``DeadLetterDone``) is deduplicated by the dead-letter partition."""
     stored = common_pb2.StoredRecord.FromString(row.record)
     record = common_pb2.Record()
     record.CopyFrom(stored.record)
     record.deliver_at_ms = 0
-    record.idempotency_key = f"dlq/{topic}/{partition}/{row.group}/{row.offset}"
+    name = f"{topic}\0{topic_id}\0{partition}\0{row.group}\0{row.offset}".encode()
+    record.idempotency_key = "dlq/" + hashlib.blake2b(name, digest_size=16).hexdigest()
     record.headers.update(dead_letter_headers(topic, partition, row))
     return record
+
+
+def dead_letter_partition(record: common_pb2.Record, source_partition: int, partitions: int) -> int:
+    """Where a dead letter goes, the same on every attempt (idempotency keys are kept per
+    partition): by its key as a producer's record would, else the source partition's
+    number modulo the dead-letter topic's partitions (never spread: a retry would land
+    elsewhere and be stored twice)."""
+    if record.HasField("key"):
+        return partition_for(record.key, partitions, 0)
+    return source_partition % partitions
