@@ -1,7 +1,8 @@
 """The ``raftq`` command line (console script ``raftq = broker.cli:main``).
 
 Client commands, each taking ``--bootstrap HOST:PORT[,HOST:PORT...]`` (default: the
-``RAFTQ_BOOTSTRAP`` environment variable, else 127.0.0.1:7070) and ``--json``::
+``RAFTQ_BOOTSTRAP`` environment variable, else the three brokers of ``raftq dev up``) and
+``--json``::
 
     raftq topic create NAME [--partitions N] [--replication-factor N] [--ordering priority]
                             [--lease-ms MS] [--max-deliveries N] ... (every topic setting)
@@ -48,7 +49,7 @@ from broker import cli_server, inspector
 from broker.client import Admin, Consumer, Message, Producer, SendFuture
 from proto import api_pb2, errors
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:7070"
+DEFAULT_BOOTSTRAP = "127.0.0.1:7070,127.0.0.1:7071,127.0.0.1:7072"  # raftq dev up's brokers
 BOOTSTRAP_ENV = "RAFTQ_BOOTSTRAP"
 TOKEN_ENV = "RAFTQ_TOKEN"
 TLS_CA_ENV = "RAFTQ_TLS_CA"

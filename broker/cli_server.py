@@ -1,7 +1,9 @@
 """``raftq serve`` (one broker), ``raftq dev up`` (a local cluster on loopback) and
 ``raftq dev ca`` (a dev CA, broker and client certificates, tokens and ACLs: broker/devca.py).
-``raftq dev up --tls`` creates them under ``<data-dir>/tls`` if missing and starts the cluster
-with TLS on the client ports and tokens required (``--mtls``: client certificates too).
+``raftq dev up`` checks its ports first, supervises its brokers (one that exits is reported,
+the others keep serving) and takes ``raftq dev kill N`` / ``raftq dev start N`` from another
+terminal. ``raftq dev up --tls`` creates them under ``<data-dir>/tls`` if missing and starts the
+cluster with TLS on the client ports and tokens required (``--mtls``: client certificates too).
 
 Imports of the broker itself happen inside the handlers, so client commands stay light.
 """
@@ -13,9 +15,11 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,35 +47,159 @@ def serve_command(args: argparse.Namespace) -> int:
     return run_until_signalled(config)
 
 
-def broker_env(index: int, brokers: int, data: Path, host: str = "127.0.0.1") -> dict[str, str]:
+def broker_env(
+    index: int, brokers: int, data: Path, host: str = "127.0.0.1", ports: Ports | None = None
+) -> dict[str, str]:
     """The RAFTQ_* settings of broker ``index`` (1-based) of a loopback dev cluster."""
+    ports = ports or Ports()
     voters = min(brokers, METADATA_VOTERS_MAX)
-    seeds = [f"{host}:{RAFT_PORT_BASE + i}" for i in range(voters)]
+    seeds = [f"{host}:{ports.raft + i}" for i in range(voters)]
     return {
         "RAFTQ_BROKER__ID": str(index),
-        "RAFTQ_BROKER__CLIENT_ADDR": f"{host}:{CLIENT_PORT_BASE + index - 1}",
-        "RAFTQ_BROKER__RAFT_ADDR": f"{host}:{RAFT_PORT_BASE + index - 1}",
-        "RAFTQ_BROKER__METRICS_ADDR": f"{host}:{METRICS_PORT_BASE + index - 1}",
+        "RAFTQ_BROKER__CLIENT_ADDR": f"{host}:{ports.client + index - 1}",
+        "RAFTQ_BROKER__RAFT_ADDR": f"{host}:{ports.raft + index - 1}",
+        "RAFTQ_BROKER__METRICS_ADDR": f"{host}:{ports.metrics + index - 1}",
         "RAFTQ_BROKER__DATA_DIR": str(data / f"broker-{index}"),
         "RAFTQ_BROKER__SEEDS": json.dumps(seeds),
         "RAFTQ_TOPIC_DEFAULTS__REPLICATION_FACTOR": str(min(3, brokers)),
     }
 
 
+@dataclass(frozen=True)
+class Ports:
+    """A dev cluster's port bases: broker N listens on base + N - 1."""
+
+    client: int = CLIENT_PORT_BASE
+    raft: int = RAFT_PORT_BASE
+    metrics: int = METRICS_PORT_BASE
+
+    def of(self, index: int) -> dict[str, int]:
+        return {
+            "client": self.client + index - 1,
+            "raft": self.raft + index - 1,
+            "metrics": self.metrics + index - 1,
+        }
+
+
+def taken_ports(ports: Ports, brokers: int, host: str = "127.0.0.1") -> list[str]:
+    """Every port of the cluster that something else already listens on, named."""
+    taken = []
+    for index in range(1, brokers + 1):
+        for role, port in ports.of(index).items():
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.bind((host, port))
+                except OSError:
+                    taken.append(f"{host}:{port} (broker {index} {role})")
+    return taken
+
+
+class DevCluster:
+    """``raftq dev up``'s brokers: child processes it supervises, restarts on request.
+
+    The running ``dev up`` keeps ``<data-dir>/dev.json`` (its pid, each broker's pid and
+    addresses). ``raftq dev kill N`` signals broker N from that file; ``raftq dev start N``
+    drops ``<data-dir>/control/start-N``, which the supervisor picks up within 0.2 s and
+    starts broker N again as its own child. A broker that exits is reported, never fatal to
+    the others: the dev cluster shows fault tolerance as a production one would.
+    """
+
+    def __init__(
+        self, data: Path, brokers: int, ports: Ports, env: dict[str, str], log_level: str
+    ) -> None:
+        self.data = data
+        self.brokers = brokers
+        self.ports = ports
+        self.env = env
+        self.log_level = log_level
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.reported: set[int] = set()
+        self.control = data / "control"
+        self.control.mkdir(parents=True, exist_ok=True)
+        for stale in self.control.glob("start-*"):
+            stale.unlink()
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.ports.client + i}" for i in range(self.brokers))
+
+    def start(self, index: int) -> None:
+        env = {**os.environ, **broker_env(index, self.brokers, self.data, ports=self.ports)}
+        log_path = self.data / f"broker-{index}.log"
+        with log_path.open("ab") as log:
+            self.procs[index] = subprocess.Popen(
+                [sys.executable, "-m", "broker.cli", "serve", "--log-level", self.log_level],
+                env={**env, **self.env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.reported.discard(index)
+        self.save()
+
+    def save(self) -> None:
+        state = {
+            "supervisor_pid": os.getpid(),
+            "brokers": {
+                str(i): {"pid": p.pid, **self.ports.of(i)} for i, p in sorted(self.procs.items())
+            },
+        }
+        tmp = self.data / "dev.json.tmp"
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.data / "dev.json")
+
+    def exited(self) -> list[tuple[int, int]]:
+        """Brokers that exited since the last call, with their exit codes."""
+        gone = []
+        for index, proc in sorted(self.procs.items()):
+            code = proc.poll()
+            if code is not None and index not in self.reported:
+                self.reported.add(index)
+                gone.append((index, code))
+        return gone
+
+    def start_requested(self) -> list[int]:
+        wanted = []
+        for request in self.control.glob("start-*"):
+            request.unlink(missing_ok=True)
+            index = int(request.name.removeprefix("start-"))
+            proc = self.procs.get(index)
+            if 1 <= index <= self.brokers and (proc is None or proc.poll() is not None):
+                wanted.append(index)
+        return sorted(wanted)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        (self.data / "dev.json").unlink(missing_ok=True)
+
+
 def _wait_for_cluster(
-    bootstrap: str, brokers: int, timeout_s: float, client: dict[str, Any] | None = None
+    cluster: DevCluster, timeout_s: float, client: dict[str, Any] | None = None
 ) -> Any:
+    """Until every broker of ``cluster`` reports alive; fails at once if one of them exits."""
     from broker.client import Admin
     from proto import errors
 
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
-    with Admin(bootstrap, **(client or {})) as admin:
+    with Admin(cluster.bootstrap, request_timeout_ms=2_000, **(client or {})) as admin:
         while time.monotonic() < deadline:
+            for index, code in cluster.exited():
+                raise SystemExit(
+                    f"broker {index} exited with code {code} while starting: "
+                    f"see {cluster.data / f'broker-{index}.log'}"
+                )
             try:
-                cluster = admin.describe_cluster()
-                if sum(1 for b in cluster.brokers if b.alive) >= brokers:
-                    return cluster
+                described = admin.describe_cluster()
+                if sum(1 for b in described.brokers if b.alive) >= cluster.brokers:
+                    return described
             except errors.RaftqError as exc:
                 last = exc
             time.sleep(0.2)
@@ -81,6 +209,15 @@ def _wait_for_cluster(
 def dev_up_command(args: argparse.Namespace) -> int:
     if not 1 <= args.brokers <= METADATA_VOTERS_MAX:
         sys.stderr.write(f"error: --brokers must be 1..{METADATA_VOTERS_MAX}\n")
+        return 2
+    ports = Ports(args.client_port, args.raft_port, args.metrics_port)
+    taken = taken_ports(ports, args.brokers)
+    if taken:
+        sys.stderr.write(
+            "error: ports already in use: " + ", ".join(taken) + "\n"
+            "hint: stop what listens there (another dev cluster?) or move this one with "
+            "--client-port/--raft-port/--metrics-port\n"
+        )
         return 2
     data = Path(args.data_dir).resolve()
     data.mkdir(parents=True, exist_ok=True)
@@ -95,52 +232,88 @@ def dev_up_command(args: argparse.Namespace) -> int:
         if args.mtls:
             client |= {"tls_cert_file": str(pki.client_cert), "tls_key_file": str(pki.client_key)}
         print(f"TLS and tokens on (certificates, tokens.json and auth.yaml in {pki.directory})")
-    procs: list[subprocess.Popen[bytes]] = []
-    for index in range(1, args.brokers + 1):
-        env = {**os.environ, **broker_env(index, args.brokers, data), **security}
-        log_path = data / f"broker-{index}.log"
-        log = log_path.open("ab")
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "broker.cli", "serve", "--log-level", args.log_level],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        )
-        print(f"broker {index}: client 127.0.0.1:{CLIENT_PORT_BASE + index - 1}, log {log_path}")
-    stopping = False
-
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    bootstrap = ",".join(f"127.0.0.1:{CLIENT_PORT_BASE + i}" for i in range(args.brokers))
+    cluster = DevCluster(data, args.brokers, ports, security, args.log_level)
+    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops it as Ctrl-C does
     try:
+        for index in range(1, args.brokers + 1):
+            cluster.start(index)
+            print(
+                f"broker {index}: client 127.0.0.1:{ports.client + index - 1}, "
+                f"log {data / f'broker-{index}.log'}"
+            )
         started = time.monotonic()
-        _wait_for_cluster(bootstrap, args.brokers, 60, client)
+        _wait_for_cluster(cluster, 60, client)
         print(f"cluster up in {time.monotonic() - started:.1f} s (Ctrl-C stops it)")
+        print(f"  export RAFTQ_BOOTSTRAP={cluster.bootstrap}")
+        print("  raftq dev kill N / raftq dev start N: stop or restart broker N", flush=True)
         if client:
             _print_client_env(data / "tls", mutual=args.mtls)
         if args.demo:
-            _demo(bootstrap, client)
-        while not stopping and all(p.poll() is None for p in procs):
-            time.sleep(0.2)
-        dead = [i + 1 for i, p in enumerate(procs) if p.poll() is not None]
-        if dead and not stopping:
-            print(f"broker(s) {dead} exited: see {data}/broker-N.log; stopping the others")
+            _demo(cluster.bootstrap, client)
+        _supervise(cluster)
+    except KeyboardInterrupt:
+        print("\nstopping")
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        print("cluster stopped")
+        cluster.stop()
+        print("cluster stopped", flush=True)
+    return 0
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _supervise(cluster: DevCluster) -> None:
+    """Report brokers that exit; restart those ``raftq dev start N`` asks for. Runs until
+    interrupted (Ctrl-C, SIGTERM)."""
+    while True:
+        for index, code in cluster.exited():
+            print(
+                f"broker {index} exited (code {code}); the others keep serving. "
+                f"Log: {cluster.data / f'broker-{index}.log'}; restart: raftq dev start {index}",
+                flush=True,
+            )
+        for index in cluster.start_requested():
+            cluster.start(index)
+            print(f"broker {index} started again", flush=True)
+        time.sleep(0.2)
+
+
+def _dev_state(data_dir: str) -> dict[str, Any]:
+    path = Path(data_dir).resolve() / "dev.json"
+    try:
+        state: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SystemExit(
+            f"no dev cluster runs with --data-dir {data_dir} ({path} is missing)"
+        ) from None
+    return state
+
+
+def dev_kill_command(args: argparse.Namespace) -> int:
+    state = _dev_state(args.data_dir)
+    broker = state["brokers"].get(str(args.broker))
+    if broker is None:
+        sys.stderr.write(f"error: no broker {args.broker}; brokers: {sorted(state['brokers'])}\n")
+        return 2
+    try:
+        os.kill(broker["pid"], getattr(signal, f"SIG{args.signal}"))
+    except ProcessLookupError:
+        print(f"broker {args.broker} is not running; raftq dev start {args.broker} starts it")
+        return 1
+    print(f"sent SIG{args.signal} to broker {args.broker} (pid {broker['pid']})")
+    return 0
+
+
+def dev_start_command(args: argparse.Namespace) -> int:
+    state = _dev_state(args.data_dir)
+    if str(args.broker) not in state["brokers"]:
+        sys.stderr.write(f"error: no broker {args.broker}; brokers: {sorted(state['brokers'])}\n")
+        return 2
+    control = Path(args.data_dir).resolve() / "control"
+    control.mkdir(exist_ok=True)
+    (control / f"start-{args.broker}").touch()
+    print(f"asked the dev cluster (pid {state['supervisor_pid']}) to start broker {args.broker}")
     return 0
 
 
@@ -221,7 +394,19 @@ def register(subparsers: Any) -> None:
         help="TLS on the client ports and tokens with ACLs (dev CA under DATA_DIR/tls)",
     )
     up.add_argument("--mtls", action="store_true", help="--tls plus client certificates")
+    up.add_argument("--client-port", type=int, default=CLIENT_PORT_BASE, help="broker 1's; N: +N-1")
+    up.add_argument("--raft-port", type=int, default=RAFT_PORT_BASE, help="broker 1's raft port")
+    up.add_argument("--metrics-port", type=int, default=METRICS_PORT_BASE, help="broker 1's")
     up.set_defaults(handler=dev_up_command)
+    kill = devs.add_parser("kill", help="signal broker N of the running dev cluster")
+    kill.add_argument("broker", type=int, metavar="N")
+    kill.add_argument("--signal", default="KILL", choices=("KILL", "TERM", "STOP", "CONT"))
+    kill.add_argument("--data-dir", default="./data")
+    kill.set_defaults(handler=dev_kill_command)
+    start = devs.add_parser("start", help="start broker N of the running dev cluster again")
+    start.add_argument("broker", type=int, metavar="N")
+    start.add_argument("--data-dir", default="./data")
+    start.set_defaults(handler=dev_start_command)
     ca = devs.add_parser(
         "ca",
         help="create a dev CA, certificates, tokens and ACLs",

@@ -34,7 +34,7 @@ from transport.tls import ChannelSecurity, open_channel
 
 T = TypeVar("T")
 _DEFAULTS = ClientSettings()
-DEFAULT_BOOTSTRAP = "127.0.0.1:7070"
+DEFAULT_BOOTSTRAP = "127.0.0.1:7070,127.0.0.1:7071,127.0.0.1:7072"  # raftq dev up's brokers
 # Seconds a broker that did not answer (UNAVAILABLE) is avoided as a partition leader: sends
 # go to another broker, which forwards them to the partition's (new) leader.
 DOWN_S = 2.0
