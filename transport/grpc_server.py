@@ -756,7 +756,9 @@ def serve(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="raftq-grpc"),
         interceptors=(MalformedRequestInterceptor(), *interceptors),
-        options=tuple(options),
+        # gRPC sets SO_REUSEPORT by default: a second broker on the same port would then share
+        # it silently, the kernel splitting connections between two clusters. Refuse instead.
+        options=(("grpc.so_reuseport", 0), *options),
     )
     producer = ProducerServicer(facade, max_streams=max(1, max_workers // 2))
     api_pb2_grpc.add_ProducerServicer_to_server(producer, server)
