@@ -47,6 +47,7 @@ from google.protobuf.message import Message as ProtoMessage
 
 from broker import cli_server, inspector
 from broker.client import Admin, Consumer, Message, Producer, SendFuture
+from broker.config import ClientSettings
 from proto import api_pb2, errors
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:7070,127.0.0.1:7071,127.0.0.1:7072"  # raftq dev up's brokers
@@ -54,6 +55,7 @@ BOOTSTRAP_ENV = "RAFTQ_BOOTSTRAP"
 TOKEN_ENV = "RAFTQ_TOKEN"
 TLS_CA_ENV = "RAFTQ_TLS_CA"
 PROGRESS_INTERVAL_S = 0.5
+CLIENT_DEFAULTS = ClientSettings()
 
 Subparsers = Any  # argparse._SubParsersAction[argparse.ArgumentParser], private in typeshed
 Handler = Callable[[argparse.Namespace], int]
@@ -110,7 +112,11 @@ def client_options() -> argparse.ArgumentParser:
     )
     parent.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parent.add_argument(
-        "--request-timeout-ms", type=int, default=10_000, help="per request (default 10000)"
+        "--request-timeout-ms",
+        type=int,
+        default=CLIENT_DEFAULTS.request_timeout_ms,
+        help=f"per request, retries included (default {CLIENT_DEFAULTS.request_timeout_ms}, "
+        "client.request_timeout_ms)",
     )
     parent.add_argument(
         "--tls-ca",

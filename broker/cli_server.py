@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import signal
 import socket
@@ -23,27 +22,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 CLIENT_PORT_BASE = 7070
 RAFT_PORT_BASE = 9070
 METRICS_PORT_BASE = 9100
 METADATA_VOTERS_MAX = 7
 
 
-def configure_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=LOG_FORMAT)
-
-
 def serve_command(args: argparse.Namespace) -> int:
+    from broker import logs
     from broker.config import ConfigError, load_config
     from broker.server import run_until_signalled
 
-    configure_logging(args.log_level)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
         sys.stderr.write(f"error: bad configuration: {exc}\n")
         return 2
+    logs.configure(args.log_level or config.log.level, config.log.format)
     return run_until_signalled(config)
 
 
@@ -376,7 +371,7 @@ def _demo(bootstrap: str, client: dict[str, Any] | None = None) -> None:
 def register(subparsers: Any) -> None:
     serve = subparsers.add_parser("serve", help="run one broker", description="run one broker")
     serve.add_argument("--config", help="YAML file (loaded after configs/default.yaml)")
-    serve.add_argument("--log-level", default="INFO")
+    serve.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default: log.level)")
     serve.set_defaults(handler=serve_command)
 
     dev = subparsers.add_parser("dev", help="local development cluster")

@@ -509,6 +509,16 @@ class SecuritySettings(_Section):
         return problems
 
 
+@dataclass(frozen=True, kw_only=True)
+class LogSettings(_Section):
+    """What a broker logs and how (broker/logs.py)."""
+
+    SECTION: ClassVar[str] = "log"
+
+    format: Literal["text", "json"] = "text"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
 _SECTIONS: dict[str, type[_Section]] = {
     "broker": BrokerSettings,
     "raft": RaftSettings,
@@ -517,6 +527,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "groups": GroupSettings,
     "client": ClientSettings,
     "security": SecuritySettings,
+    "log": LogSettings,
 }
 
 
@@ -531,6 +542,7 @@ class BrokerConfig:
     groups: GroupSettings = field(default_factory=GroupSettings)
     client: ClientSettings = field(default_factory=ClientSettings)
     security: SecuritySettings = field(default_factory=SecuritySettings)
+    log: LogSettings = field(default_factory=LogSettings)
 
     def __post_init__(self) -> None:
         problems = self._relations()

@@ -102,6 +102,25 @@ def test_reflection_lists_the_four_services_and_health(stubs: Stubs) -> None:
     } <= names
 
 
+def test_reflection_v1_answers_like_v1alpha_and_describes_a_service(stubs: Stubs) -> None:
+    """grpcurl and newer tools ask grpc.reflection.v1 first: it must answer, not UNIMPLEMENTED."""
+    info = stubs.channel.stream_stream(
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    requests = [
+        reflection_pb2.ServerReflectionRequest(list_services=""),
+        reflection_pb2.ServerReflectionRequest(file_containing_symbol="raftq.v1.Consumer"),
+    ]
+    listed, described = list(info(iter(requests), timeout=TIMEOUT_S))
+    names = {s.name for s in listed.list_services_response.service}
+    assert {"raftq.v1.Consumer", "grpc.reflection.v1.ServerReflection"} <= names
+    assert "grpc.reflection.v1alpha.ServerReflection" in names
+    files = described.file_descriptor_response.file_descriptor_proto
+    assert files and not described.HasField("error_response")
+
+
 # --- admin ----------------------------------------------------------------------------------
 
 

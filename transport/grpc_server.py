@@ -21,7 +21,7 @@ one method per unary RPC and nothing else:
   streams what it gets. A typed error ends the stream with its status.
 
 The server also offers standard gRPC health checking (``grpc.health.v1.Health``, every
-service SERVING) and server reflection (``grpcurl -plaintext HOST:PORT list``).
+service SERVING) and server reflection, v1 and v1alpha (``grpcurl -plaintext HOST:PORT list``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from metadata import machine
 from partitions.machine import MAX_DELAY_MS, MAX_LEASE_MS, MAX_LEASE_RECORDS, MAX_REFS
@@ -736,6 +736,27 @@ def _checked_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
     return checked
 
 
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
+
+
+def enable_reflection(server: grpc.Server, service_names: Sequence[str]) -> None:
+    """Server reflection under both names tools ask for: ``grpc.reflection.v1alpha`` (what
+    grpcio-reflection ships) and ``grpc.reflection.v1`` (grpcurl, Postman, newer clients).
+    The two protocols are the same messages under another package, byte for byte, so the v1
+    method runs grpcio-reflection's servicer with the v1alpha codec."""
+    names = (*service_names, reflection.SERVICE_NAME, REFLECTION_V1)
+    servicer = reflection.ReflectionServicer(names)
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
+    v1 = grpc.stream_stream_rpc_method_handler(
+        servicer.ServerReflectionInfo,
+        request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(REFLECTION_V1, {"ServerReflectionInfo": v1}),)
+    )
+
+
 def serve(
     facade: BrokerFacade,
     address: str,
@@ -771,9 +792,7 @@ def serve(
     for name in ("", *SERVICE_NAMES):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    enable_reflection(server, (*SERVICE_NAMES, health.SERVICE_NAME))
     try:
         if credentials is None:
             port = server.add_insecure_port(address)
