@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +95,9 @@ def _raise_first(results: Sequence[errors.RaftqError | None]) -> None:
     for error in results:
         if error is not None:
             raise error
+
+
+ITER_POLL_MS = 1_000  # how long `for message in consumer` waits per poll when nothing is ready
 
 
 class Consumer:
@@ -406,6 +409,20 @@ class Consumer:
             log.info("[group=%s] leave failed: %s", self.group, exc)
         finally:
             self._channels.close()
+
+    def __iter__(self) -> Iterator[Message]:
+        """``for message in consumer``: each leased message in turn, polling as needed (up to
+        ``max_poll_records`` at a time, long-polling ``ITER_POLL_MS`` when idle); ends when the
+        consumer is closed. Ack (or nack) each message; an unsettled one is redelivered when
+        its lease expires. Errors of poll propagate, as from :meth:`poll`."""
+        while not self._closed.is_set():
+            try:
+                messages = self.poll(timeout_ms=ITER_POLL_MS)
+            except errors.RaftqError:
+                if self._closed.is_set():  # close() from another thread cut the poll short
+                    return
+                raise
+            yield from messages
 
     def __enter__(self) -> Consumer:
         return self

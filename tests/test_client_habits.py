@@ -1,0 +1,47 @@
+"""Client habits of Kafka/NATS users against a real broker: ``for message in consumer``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from broker.client import Consumer, Message, Producer
+from tests.cluster import ProcessCluster
+
+
+@pytest.fixture(scope="module")
+def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with ProcessCluster(tmp_path_factory.mktemp("habits"), brokers=1) as cluster:
+        cluster.wait_ready()
+        cluster.admin().create_topic("habits", partitions=2, replication_factor=1)
+        cluster.wait_leaders("habits")
+        yield cluster.bootstrap
+
+
+def test_a_consumer_is_iterable_and_the_loop_ends_when_it_is_closed(bootstrap: str) -> None:
+    with Producer(bootstrap) as producer:
+        for i in range(6):
+            producer.send("habits", f"m{i}".encode()).result(30)
+    consumer = Consumer(bootstrap, "iterating", ["habits"])
+    seen: list[Message] = []
+    for message in consumer:
+        message.ack()
+        seen.append(message)
+        if len(seen) == 6:
+            break
+    assert sorted(m.value for m in seen) == [f"m{i}".encode() for i in range(6)]
+
+    ended = threading.Event()
+
+    def drain() -> None:
+        for _ in consumer:  # nothing left: waits until closed
+            pass
+        ended.set()
+
+    loop = threading.Thread(target=drain, daemon=True)
+    loop.start()
+    consumer.close()
+    loop.join(30)
+    assert ended.is_set()
