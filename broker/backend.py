@@ -15,7 +15,8 @@ One thread, a step every ``interval_s`` (sooner when the table changes). Each st
    leadership to the partition's preferred leader when that broker is alive (leader balance,
    like Kafka's preferred-leader election: placement spreads preferred leaders evenly);
 4. on the metadata leader: expires consumer sessions (LeaveGroup + lease release);
-5. every 0.1 s, runs the proposer housekeeping of replicas with sends in flight (a send
+5. refreshes the broker's gRPC health (``Broker.not_ready``), so health ``Watch`` streams follow;
+6. every 0.1 s, runs the proposer housekeeping of replicas with sends in flight (a send
    stream's sends have no waiting thread to do it: broker/proposer.py ``maintain``).
 
 Every step is idempotent; a failure is logged and retried on the next step.
@@ -136,6 +137,7 @@ class Backend:
             self._reconciled_table = table  # a retry (failed open) waits for the next interval
             self._reconcile(table)
         self._guarded("members", self.broker.membership.persist)
+        self.broker.health.refresh()  # gRPC health follows metadata quorum and registration
         if self._every("lead", LEAD_INTERVAL_S) or table is not self._led_table:
             self._led_table = table
             for replica in list(self.broker.replicas.values()):

@@ -31,7 +31,7 @@ from broker.replica import PartitionReplica
 from broker.security import BrokerSecurity
 from broker.service import BrokerService
 from metadata.frontend import GroupLimits, MetadataFrontend, TopicDefaults
-from transport.grpc_server import serve
+from transport.grpc_server import Health, serve
 from transport.internal import InternalClient, InternalServicer, add_internal_service
 from transport.raft import RaftTimings
 from transport.raft.driver import RaftDriver
@@ -127,12 +127,14 @@ class Broker:
         interceptors = [self.metrics.interceptor] if self.metrics is not None else []
         if self.security.interceptor is not None:  # after metrics: refusals are timed too
             interceptors.append(self.security.interceptor)
+        self.health = Health(self.not_ready)
         self.grpc = serve(
             self.service,
             config.broker.client_addr,
             interceptors=interceptors,
             extra_services=[lambda server: add_internal_service(server, internal)],
             credentials=self.security.credentials,
+            health_servicer=self.health,
         )
         self.backend.start()
         self.membership.start()
@@ -157,11 +159,27 @@ class Broker:
                 heard.add(broker.broker_id)
         return heard
 
+    def not_ready(self) -> str | None:
+        """Why this broker should not get clients now (gRPC health NOT_SERVING), or None: it is
+        joining the metadata group, hears no metadata leader, is cut off from a majority of
+        the metadata voters, or is not (or no longer) registered."""
+        node = self.meta.node
+        if node.standby:
+            return "joining the metadata group"
+        if node.leader() is None:
+            return "no metadata leader"
+        if not node.has_quorum():
+            return "no link to a majority of the metadata voters"
+        if self.meta.table.broker(self.id) is None:
+            return "not registered in the metadata table"
+        return None
+
     def stop(self, grace_s: float = 1.0) -> None:
         """Stop serving, close every replica and the raft endpoint. Idempotent."""
         if self._stopped.is_set():
             return
         self._stopped.set()
+        self.health.shutdown()  # NOT_SERVING while the in-flight calls finish
         self.grpc.stop(grace_s).wait(grace_s + 1)
         if self.metrics is not None:
             self.metrics.stop()

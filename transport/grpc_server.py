@@ -20,8 +20,9 @@ one method per unary RPC and nothing else:
   for at most the outstanding credit, long-polling in slices of ``POLL_STREAM_WAIT_MS``, and
   streams what it gets. A typed error ends the stream with its status.
 
-The server also offers standard gRPC health checking (``grpc.health.v1.Health``, every
-service SERVING) and server reflection, v1 and v1alpha (``grpcurl -plaintext HOST:PORT list``).
+The server also offers standard gRPC health checking (``grpc.health.v1.Health``: every service
+SERVING, or as a :class:`Health` given to ``serve`` decides) and server reflection, v1 and
+v1alpha (``grpcurl -plaintext HOST:PORT list``).
 """
 
 from __future__ import annotations
@@ -757,6 +758,46 @@ def enable_reflection(server: grpc.Server, service_names: Sequence[str]) -> None
     )
 
 
+class Health(health.HealthServicer):
+    """gRPC health of every raftq service: SERVING while ``why_not_ready()`` returns None,
+    else NOT_SERVING. Re-checked on every ``Check`` and whenever ``refresh()`` is called (a
+    broker's backend does, so ``Watch`` streams follow); NOT_SERVING for good after
+    ``shutdown()``."""
+
+    def __init__(self, why_not_ready: Callable[[], str | None] = lambda: None) -> None:
+        super().__init__()
+        self._why_not_ready = why_not_ready
+        self._serving: bool | None = None
+        self._down = False
+        self._refresh_lock = threading.Lock()
+        self.refresh()
+
+    def refresh(self) -> str | None:
+        """Re-evaluate readiness; returns why this broker does not serve (None: it does)."""
+        why = "shutting down" if self._down else self._why_not_ready()
+        with self._refresh_lock:
+            serving = why is None
+            if serving != self._serving:
+                self._serving = serving
+                status = health_pb2.HealthCheckResponse.SERVING
+                if not serving:
+                    status = health_pb2.HealthCheckResponse.NOT_SERVING
+                    log.info("health: NOT_SERVING (%s)", why)
+                else:
+                    log.info("health: SERVING")
+                for name in ("", *SERVICE_NAMES):
+                    self.set(name, status)
+        return why
+
+    def shutdown(self) -> None:
+        self._down = True
+        self.refresh()
+
+    def Check(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self.refresh()
+        return super().Check(request, context)
+
+
 def serve(
     facade: BrokerFacade,
     address: str,
@@ -766,12 +807,14 @@ def serve(
     options: Sequence[tuple[str, Any]] = (),
     extra_services: Iterable[Callable[[grpc.Server], None]] = (),
     credentials: grpc.ServerCredentials | None = None,
+    health_servicer: Health | None = None,
 ) -> grpc.Server:
     """Start serving the raftq API for ``facade`` on ``address`` (``host:port``).
 
     ``credentials`` (transport/tls.py ``server_credentials``) serve TLS, else plaintext.
-    Adds health checking (every service SERVING) and reflection. Each streaming call holds a
-    worker thread (PollStream two) while open: size ``max_workers`` for the streams expected.
+    Adds health checking (``health_servicer``, default: every service SERVING) and
+    reflection. Each streaming call holds a worker thread (PollStream two) while open: size
+    ``max_workers`` for the streams expected.
     Raises Unavailable when the address cannot be bound. Stop it with ``server.stop(grace)``.
     """
     server = grpc.server(
@@ -788,10 +831,7 @@ def serve(
     api_pb2_grpc.add_AdminServicer_to_server(AdminServicer(facade), server)
     for add_service in extra_services:  # e.g. the broker-to-broker Internal service
         add_service(server)
-    health_servicer = health.HealthServicer()
-    for name in ("", *SERVICE_NAMES):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer or Health(), server)
     enable_reflection(server, (*SERVICE_NAMES, health.SERVICE_NAME))
     try:
         if credentials is None:
@@ -812,6 +852,7 @@ __all__ = [
     "AdminServicer",
     "BrokerFacade",
     "ConsumerServicer",
+    "Health",
     "LogServicer",
     "MalformedRequestInterceptor",
     "ProducerServicer",

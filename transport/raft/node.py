@@ -1515,6 +1515,15 @@ class RaftNode:
     def hint(self) -> str:
         return self.leader() or ""
 
+    def has_quorum(self) -> bool:
+        """Whether this replica has open links to a majority of its group (itself included)."""
+        for _attempt in range(5):
+            try:  # the tick thread may change the sets while we count
+                return bool(self._obj.hasQuorum)
+            except RuntimeError:
+                continue
+        return False
+
     @property
     def term(self) -> int:
         return int(self._obj.raftCurrentTerm)
