@@ -42,6 +42,7 @@ from metadata import machine
 from partitions.machine import MAX_DELAY_MS, MAX_LEASE_MS, MAX_LEASE_RECORDS, MAX_REFS
 from proto import api_pb2, api_pb2_grpc, errors
 from transport.grpc_errors import abort
+from transport.tls import KEEPALIVE_SERVER_OPTIONS
 from transport.wire_ints import out_of_range
 
 log = logging.getLogger("raftq.grpc")
@@ -822,7 +823,8 @@ def serve(
         interceptors=(MalformedRequestInterceptor(), *interceptors),
         # gRPC sets SO_REUSEPORT by default: a second broker on the same port would then share
         # it silently, the kernel splitting connections between two clusters. Refuse instead.
-        options=(("grpc.so_reuseport", 0), *options),
+        # Clients ping every second to find a hung broker fast (transport/tls.py): accept it.
+        options=(("grpc.so_reuseport", 0), *KEEPALIVE_SERVER_OPTIONS, *options),
     )
     producer = ProducerServicer(facade, max_streams=max(1, max_workers // 2))
     api_pb2_grpc.add_ProducerServicer_to_server(producer, server)

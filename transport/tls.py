@@ -117,13 +117,44 @@ class _TokenInterceptor(
         return continuation(self._details(details), requests)
 
 
+# A broker that stops answering while its sockets stay open (SIGSTOP, a hung host) is found by
+# HTTP/2 pings, not by waiting out a call's deadline: a ping goes out at most once a second
+# (gRPC's floor) and a channel whose ping is unanswered for PING_TIMEOUT_MS fails its calls
+# UNAVAILABLE, so callers move to another broker within about 1.5 s. Pings are answered by
+# gRPC's C core, not by Python threads: a busy broker still answers them. A connection attempt
+# to such a broker (TCP connects, HTTP/2 never does) gives up after CONNECT_TIMEOUT_MS.
+KEEPALIVE_MS = 1_000
+PING_TIMEOUT_MS = 500
+CONNECT_TIMEOUT_MS = 1_000
+KEEPALIVE_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+    ("grpc.keepalive_timeout_ms", PING_TIMEOUT_MS),
+    ("grpc.http2.ping_timeout_ms", PING_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),  # gRPC's minimum connect timeout
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+)
+# What a broker's server needs to accept those pings (gRPC's default refuses pings more often
+# than every 5 minutes without data and closes the connection).
+KEEPALIVE_SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
+    ("grpc.http2.max_ping_strikes", 0),
+)
+
+
 def open_channel(
     address: str,
     security: ChannelSecurity | None = None,
     options: Sequence[tuple[str, Any]] = (),
 ) -> grpc.Channel:
     """A channel to ``address`` (host:port): TLS when ``security`` has a CA, the token on every
-    call when it has one. The server's certificate must name the host (SAN IP or DNS)."""
+    call when it has one. The server's certificate must name the host (SAN IP or DNS).
+    ``KEEPALIVE_OPTIONS`` apply unless ``options`` names them."""
+    named = {name for name, _ in options}
+    options = (*(o for o in KEEPALIVE_OPTIONS if o[0] not in named), *options)
     if security is None or not security.tls:
         channel = grpc.insecure_channel(address, options=tuple(options))
     else:
@@ -153,4 +184,11 @@ def server_credentials(
     )
 
 
-__all__ = ["ChannelSecurity", "open_channel", "read_pem", "server_credentials"]
+__all__ = [
+    "KEEPALIVE_OPTIONS",
+    "KEEPALIVE_SERVER_OPTIONS",
+    "ChannelSecurity",
+    "open_channel",
+    "read_pem",
+    "server_credentials",
+]
