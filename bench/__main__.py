@@ -23,6 +23,7 @@ BENCHMARKS = [
     "bench.idle_cpu",
     "bench.cluster_append",
     "bench.spark_write",
+    "bench.group_join",
 ]
 
 

@@ -377,9 +377,23 @@ class MetadataFrontend:
         machine.check_leave_group(table, cmd)
         return self._encode(now_ms, leave_group=cmd)
 
-    def delete_group(self, table: Table, group: str, *, now_ms: int) -> bytes:
-        """Forget an empty group. Raises UnknownGroup, InvalidArgument (it has members)."""
-        cmd = metadata_pb2.DeleteGroup(group=group)
+    def delete_group(
+        self,
+        table: Table,
+        group: str,
+        *,
+        now_ms: int,
+        empty_since_ms: int = 0,
+        finish: bool = False,
+    ) -> bytes:
+        """Start deleting an empty group (``empty_since_ms``: only if it has been empty since
+        then, the retention expiry), or ``finish`` the deletion once its partitions forgot it.
+
+        Raises (normal): UnknownGroup, GroupNotEmpty, InvalidArgument (finish of a group that
+        is not being deleted), Unavailable (joined since ``empty_since_ms``).
+        """
+        machine.check_name(group, "group")
+        cmd = metadata_pb2.DeleteGroup(group=group, empty_since_ms=empty_since_ms, finish=finish)
         machine.on_delete_group(table, cmd, now_ms, table.applied_index + 1)
         return self._encode(now_ms, delete_group=cmd)
 

@@ -28,7 +28,13 @@ assigned when the topic is created (as Kafka does); creating or deleting a topic
 group subscribed to it and bumps the generation of those whose assignment changed. An identical
 rejoin (same topics) changes nothing and keeps the generation; a changed session timeout or client
 id is recorded without a rebalance. Empty groups are kept (their generation stays monotonic) until
-DeleteGroup.
+DeleteGroup, with the topics their members subscribed to (``GroupInfo.topics``: where they may hold
+delivery state) and since when they are empty (``empty_since_ms``, the emptying command's stamped
+now_ms: retention expiry is judged by it, never by a clock here). DeleteGroup takes two commands:
+the first marks the group ``deleting`` (GROUP_NOT_EMPTY while members live; a JoinGroup is then
+UNAVAILABLE), the proposer has every partition of its topics forget the group, and the second
+(``finish``) removes it. The group store is a persistent map: changing one group copies that group
+and O(log n) map nodes, not the map.
 """
 
 from __future__ import annotations
@@ -483,21 +489,22 @@ def rebalanced(
     new_members = {m: replace(members[m], assignment=tuple(assignment[m])) for m in sorted(members)}
     if not bump and all(new_members[m].assignment == members[m].assignment for m in members):
         return replace(group, members=frozen_map(new_members))
-    return GroupInfo(group.name, group.generation + 1, frozen_map(new_members))
+    return replace(group, generation=group.generation + 1, members=frozen_map(new_members))
 
 
 def _rebalance_subscribers(table: Table, topic: str) -> tuple[Table, list[str]]:
     """Recompute every group subscribed to ``topic``; returns the groups whose generation rose."""
-    groups = dict(table.groups)
+    groups = table.groups
     bumped = []
     for name in table.groups_subscribing(topic):
         group = table.groups[name]
-        groups[name] = rebalanced(table, group, group.members, bump=False)
-        if groups[name].generation != group.generation:
+        new_group = rebalanced(table, group, group.members, bump=False)
+        groups = groups.set(name, new_group)
+        if new_group.generation != group.generation:
             bumped.append(name)
     if not bumped:
         return table, []
-    return replace(table, groups=frozen_map(groups)), bumped
+    return replace(table, groups=groups), bumped
 
 
 def _group_result(table: Table, group: GroupInfo, bumped: bool) -> metadata_pb2.MetaResult:
@@ -541,6 +548,9 @@ def on_join_group(
 ) -> tuple[Table, metadata_pb2.MetaResult]:
     topics = check_join_group(cmd)
     group = table.groups.get(cmd.group) or GroupInfo(cmd.group)
+    if group.deleting:
+        raise errors.Unavailable(f"group {cmd.group!r} is being deleted: join when it is gone")
+    group = replace(group, topics=tuple(sorted({*group.topics, *topics})), empty_since_ms=0)
     old = group.members.get(cmd.member_id)
     member = MemberInfo(
         cmd.member_id,
@@ -560,8 +570,8 @@ def on_join_group(
         new_group = rebalanced(table, group, members, bump=True)
         bumped = True
     new = table
-    if new_group != group or cmd.group not in table.groups:
-        new = replace(table, groups=frozen_map({**table.groups, cmd.group: new_group}))
+    if new_group != table.groups.get(cmd.group):
+        new = replace(table, groups=table.groups.set(cmd.group, new_group))
     result = _group_result(new, new_group, bumped)
     result.changed = new is not table
     result.assignment.extend(tp_refs(new_group.members[cmd.member_id].assignment))
@@ -576,22 +586,40 @@ def on_leave_group(
     group = table.groups[cmd.group]
     members = {m: info for m, info in group.members.items() if m not in leaving}
     new_group = rebalanced(table, group, members, bump=True)
-    new = replace(table, groups=frozen_map({**table.groups, cmd.group: new_group}))
+    if not members:  # at least 1: 0 means "has members"
+        new_group = replace(new_group, empty_since_ms=max(now_ms, 1))
+    new = replace(table, groups=table.groups.set(cmd.group, new_group))
     return new, _group_result(new, new_group, True)
 
 
 def on_delete_group(
     table: Table, cmd: metadata_pb2.DeleteGroup, now_ms: int, index: int
 ) -> tuple[Table, metadata_pb2.MetaResult]:
+    """Marks an empty group deleting, or (``finish``) removes a deleting one; see the module
+    docstring. Normal errors: UnknownGroup, GroupNotEmpty, InvalidArgument (finish of a group
+    not deleting), Unavailable (an expiry whose group was joined since it was judged)."""
     group = table.groups.get(cmd.group)
     if group is None:
         raise errors.UnknownGroup(f"group {cmd.group[:300]!r} does not exist")
+    if cmd.finish:
+        if not group.deleting:
+            raise errors.InvalidArgument(
+                f"group {cmd.group!r} is not being deleted: delete it before finishing"
+            )
+        new = replace(table, groups=table.groups.delete(cmd.group))
+        return new, metadata_pb2.MetaResult(changed=True, group=group.to_proto())
     if group.members:
-        raise errors.InvalidArgument(
-            f"group {cmd.group!r} has {len(group.members)} members: they must leave first"
+        raise errors.GroupNotEmpty(
+            f"group {cmd.group!r} has {len(group.members)} live members: they must leave "
+            "(or their sessions expire) first"
         )
-    groups = {name: info for name, info in table.groups.items() if name != cmd.group}
-    return replace(table, groups=frozen_map(groups)), metadata_pb2.MetaResult(changed=True)
+    if cmd.empty_since_ms and cmd.empty_since_ms != group.empty_since_ms:
+        raise _stale(f"group {cmd.group!r} was joined after it expired")
+    if group.deleting:
+        return table, metadata_pb2.MetaResult(changed=False, group=group.to_proto())
+    marked = replace(group, deleting=True)
+    new = replace(table, groups=table.groups.set(cmd.group, marked))
+    return new, metadata_pb2.MetaResult(changed=True, group=marked.to_proto())
 
 
 # -- Spark writer transactions ----------------------------------------------------------------

@@ -29,6 +29,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNKNOWN_MEMBER: _ClassVar[ErrorCode]
     TIMEOUT: _ClassVar[ErrorCode]
     INTERNAL: _ClassVar[ErrorCode]
+    GROUP_NOT_EMPTY: _ClassVar[ErrorCode]
 
 class Ordering(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -54,6 +55,7 @@ UNKNOWN_GROUP: ErrorCode
 UNKNOWN_MEMBER: ErrorCode
 TIMEOUT: ErrorCode
 INTERNAL: ErrorCode
+GROUP_NOT_EMPTY: ErrorCode
 FIFO: Ordering
 PRIORITY: Ordering
 

@@ -21,6 +21,7 @@ gRPC: the status is named here and looked up by the transport.
     ├── LeaseExpired                LEASE_EXPIRED   no         FAILED_PRECONDITION
     ├── NotLeased                   NOT_LEASED      no         FAILED_PRECONDITION
     ├── Fenced                      FENCED          no         FAILED_PRECONDITION
+    ├── GroupNotEmpty               GROUP_NOT_EMPTY no         FAILED_PRECONDITION
     ├── Unauthenticated             UNAUTHENTICATED no         UNAUTHENTICATED
     ├── PermissionDenied            PERMISSION_DENIED no       PERMISSION_DENIED
     └── Internal                    INTERNAL        no         INTERNAL
@@ -160,6 +161,15 @@ class Fenced(RaftqError):
     )
 
 
+class GroupNotEmpty(RaftqError):
+    kind = _kind(
+        "GROUP_NOT_EMPTY",
+        False,
+        "FAILED_PRECONDITION",
+        "the group has live members: stop its consumers (or let their sessions expire) first",
+    )
+
+
 class Unauthenticated(RaftqError):
     kind = _kind("UNAUTHENTICATED", False, "UNAUTHENTICATED", "missing or wrong credentials")
 
@@ -191,6 +201,7 @@ _BY_CODE: dict[int, type[RaftqError]] = {
         LeaseExpired,
         NotLeased,
         Fenced,
+        GroupNotEmpty,
         Unauthenticated,
         PermissionDenied,
         Internal,

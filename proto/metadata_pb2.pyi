@@ -126,10 +126,14 @@ class LeaveGroup(_message.Message):
     def __init__(self, group: _Optional[str] = ..., member_ids: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class DeleteGroup(_message.Message):
-    __slots__ = ("group",)
+    __slots__ = ("group", "empty_since_ms", "finish")
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    EMPTY_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_FIELD_NUMBER: _ClassVar[int]
     group: str
-    def __init__(self, group: _Optional[str] = ...) -> None: ...
+    empty_since_ms: int
+    finish: bool
+    def __init__(self, group: _Optional[str] = ..., empty_since_ms: _Optional[int] = ..., finish: _Optional[bool] = ...) -> None: ...
 
 class CommitTxn(_message.Message):
     __slots__ = ("app_id", "version")
@@ -208,14 +212,20 @@ class MemberState(_message.Message):
     def __init__(self, member_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., session_timeout_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., joined_ms: _Optional[int] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., start_from: _Optional[int] = ...) -> None: ...
 
 class GroupState(_message.Message):
-    __slots__ = ("name", "generation", "members")
+    __slots__ = ("name", "generation", "members", "topics", "empty_since_ms", "deleting")
     NAME_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    EMPTY_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    DELETING_FIELD_NUMBER: _ClassVar[int]
     name: str
     generation: int
     members: _containers.RepeatedCompositeFieldContainer[MemberState]
-    def __init__(self, name: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MemberState, _Mapping]]] = ...) -> None: ...
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    empty_since_ms: int
+    deleting: bool
+    def __init__(self, name: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MemberState, _Mapping]]] = ..., topics: _Optional[_Iterable[str]] = ..., empty_since_ms: _Optional[int] = ..., deleting: _Optional[bool] = ...) -> None: ...
 
 class TxnWatermark(_message.Message):
     __slots__ = ("app_id", "version")

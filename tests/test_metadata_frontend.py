@@ -389,7 +389,7 @@ def test_leave_and_delete_group(cluster: Cluster) -> None:
         f.leave_group(cluster.table, "g", ["m9"], now_ms=NOW)
     with pytest.raises(errors.InvalidArgument):
         f.leave_group(cluster.table, "g", [], now_ms=NOW)
-    with pytest.raises(errors.InvalidArgument):
+    with pytest.raises(errors.GroupNotEmpty):
         f.delete_group(cluster.table, "g", now_ms=NOW)
     plan = f.leave_group(
         cluster.table, "g", ["m2", "m1", "m2", "gone"], reason="session expired", now_ms=NOW
@@ -397,7 +397,12 @@ def test_leave_and_delete_group(cluster: Cluster) -> None:
     leave = decode(plan).leave_group
     assert list(leave.member_ids) == ["gone", "m1", "m2"] and leave.reason == "session expired"
     assert cluster.apply(plan).generation == 3
+    with pytest.raises(errors.InvalidArgument):  # not being deleted yet
+        f.delete_group(cluster.table, "g", now_ms=NOW, finish=True)
     cluster.apply(f.delete_group(cluster.table, "g", now_ms=NOW))
+    with pytest.raises(errors.Unavailable):  # joined since it was judged expired
+        f.delete_group(cluster.table, "g", now_ms=NOW, empty_since_ms=NOW - 1)
+    cluster.apply(f.delete_group(cluster.table, "g", now_ms=NOW, finish=True))
     with pytest.raises(errors.UnknownGroup):
         f.delete_group(cluster.table, "g", now_ms=NOW)
 

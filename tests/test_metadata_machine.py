@@ -569,14 +569,98 @@ def test_group_names_follow_the_topic_name_rule_at_the_limit(cluster: Cluster) -
         assert cluster.table.group(name) is not None
 
 
-def test_delete_group_only_when_empty(cluster: Cluster) -> None:
+def test_delete_group_marks_it_deleting_then_finishes_only_when_empty(cluster: Cluster) -> None:
     cluster.ok(cluster.join("g", "m1", ["t"]))
-    delete = command(delete_group=metadata_pb2.DeleteGroup(group="g"))
-    cluster.rejected(delete, ErrorCode.INVALID_ARGUMENT)
-    cluster.ok(cluster.leave("g", "m1"))
-    cluster.ok(delete)
+
+    def delete(finish: bool = False, empty_since_ms: int = 0) -> bytes:
+        msg = metadata_pb2.DeleteGroup(group="g", finish=finish, empty_since_ms=empty_since_ms)
+        return command(5000, delete_group=msg)
+
+    cluster.rejected(delete(), ErrorCode.GROUP_NOT_EMPTY)
+    cluster.rejected(delete(finish=True), ErrorCode.INVALID_ARGUMENT)  # not deleting
+    cluster.ok(command(3000, leave_group=metadata_pb2.LeaveGroup(group="g", member_ids=["m1"])))
+    marked = cluster.ok(delete())
+    assert marked.changed and marked.group.deleting and list(marked.group.topics) == ["t"]
+    group = cluster.table.group("g")
+    assert group is not None and group.deleting
+    again = cluster.ok(delete())
+    assert not again.changed and again.group.deleting
+    cluster.rejected(cluster.join("g", "m2", ["t"]), ErrorCode.UNAVAILABLE)  # being deleted
+    assert cluster.ok(delete(finish=True)).changed
     assert cluster.table.group("g") is None
-    cluster.rejected(delete, ErrorCode.UNKNOWN_GROUP)
+    cluster.rejected(delete(), ErrorCode.UNKNOWN_GROUP)
+    cluster.rejected(delete(finish=True), ErrorCode.UNKNOWN_GROUP)
+    fresh = cluster.ok(cluster.join("g", "m2", ["u"]))  # the name is free again, from scratch
+    assert fresh.generation == 1 and list(fresh.group.topics) == ["u"]
+
+
+def test_an_empty_group_keeps_its_topics_and_the_time_it_emptied(cluster: Cluster) -> None:
+    cluster.ok(cluster.topic("t", [[1]]))
+    cluster.ok(
+        command(
+            1000,
+            join_group=metadata_pb2.JoinGroup(
+                group="g", member_id="m1", topics=["t", "u"], session_timeout_ms=10_000
+            ),
+        )
+    )
+    cluster.ok(
+        command(
+            2000,
+            join_group=metadata_pb2.JoinGroup(
+                group="g", member_id="m2", topics=["v"], session_timeout_ms=10_000
+            ),
+        )
+    )
+    group = cluster.table.group("g")
+    assert group is not None and group.topics == ("t", "u", "v") and group.empty_since_ms == 0
+    cluster.ok(command(3000, leave_group=metadata_pb2.LeaveGroup(group="g", member_ids=["m2"])))
+    group = cluster.table.group("g")
+    assert group is not None and group.topics == ("t", "u", "v") and group.empty_since_ms == 0
+    cluster.ok(command(4000, leave_group=metadata_pb2.LeaveGroup(group="g", member_ids=["m1"])))
+    group = cluster.table.group("g")
+    assert group is not None and not group.members
+    assert group.topics == ("t", "u", "v") and group.empty_since_ms == 4000
+    cluster.ok(
+        command(
+            5000,
+            join_group=metadata_pb2.JoinGroup(
+                group="g", member_id="m3", topics=["t"], session_timeout_ms=10_000
+            ),
+        )
+    )
+    group = cluster.table.group("g")
+    assert group is not None and group.empty_since_ms == 0 and group.topics == ("t", "u", "v")
+
+
+def test_an_expiry_deletes_only_a_group_still_empty_since_the_time_judged(cluster: Cluster) -> None:
+    def leave(now_ms: int) -> bytes:
+        return command(now_ms, leave_group=metadata_pb2.LeaveGroup(group="g", member_ids=["m"]))
+
+    def expire(empty_since_ms: int) -> bytes:
+        msg = metadata_pb2.DeleteGroup(group="g", empty_since_ms=empty_since_ms)
+        return command(99_000, delete_group=msg)
+
+    cluster.ok(cluster.join("g", "m", ["t"]))
+    cluster.ok(leave(5000))
+    cluster.ok(cluster.join("g", "m", ["t"]))  # joined (and left) after it was judged
+    cluster.ok(leave(9000))
+    cluster.rejected(expire(5000), ErrorCode.UNAVAILABLE)
+    cluster.ok(cluster.join("g", "m", ["t"]))
+    cluster.rejected(expire(9000), ErrorCode.GROUP_NOT_EMPTY)
+    cluster.ok(leave(12_000))
+    assert cluster.ok(expire(12_000)).group.deleting
+
+
+def test_a_join_copies_that_group_and_shares_every_other(cluster: Cluster) -> None:
+    for g in range(50):
+        cluster.ok(cluster.join(f"g{g}", "m", ["t"]))
+    before = cluster.table
+    cluster.ok(cluster.join("g7", "m2", ["t"]))
+    after = cluster.table
+    assert after.groups is not before.groups
+    assert all(after.groups[f"g{g}"] is before.groups[f"g{g}"] for g in range(50) if g != 7)
+    assert before.groups["g7"].members.keys() == {"m"}  # the old table is untouched
 
 
 # -- Spark writer transactions --------------------------------------------------------------------
@@ -607,6 +691,11 @@ def populated() -> Cluster:
     c.ok(c.topic("b", [[2]]))
     c.ok(c.join("g", "m1", ["a", "b", "zzz"]))
     c.ok(c.join("g", "m2", ["a"]))
+    c.ok(c.join("empty", "m1", ["b"]))
+    c.ok(c.leave("empty", "m1"))
+    c.ok(c.join("gone", "m1", ["a"]))
+    c.ok(c.leave("gone", "m1"))
+    c.ok(command(delete_group=metadata_pb2.DeleteGroup(group="gone")))
     c.ok(command(commit_txn=metadata_pb2.CommitTxn(app_id="spark", version=7)))
     return c
 
@@ -624,6 +713,29 @@ def test_snapshot_restore_round_trips_to_equal_dumps_and_bytes() -> None:
     ).SerializeToString(deterministic=True)
 
 
+def test_a_snapshot_from_before_empty_since_dates_empty_groups_by_its_clock() -> None:
+    old = metadata_pb2.ClusterSnapshot(
+        applied_index=9,
+        clock_ms=77_000,
+        groups=[
+            metadata_pb2.GroupState(name="empty", generation=4),
+            metadata_pb2.GroupState(
+                name="live",
+                generation=2,
+                members=[metadata_pb2.MemberState(member_id="m", topics=["t"])],
+            ),
+        ],
+    )
+    machine = MetadataMachine()
+    machine.restore_bytes(old.SerializeToString())
+    empty, live = machine.table.group("empty"), machine.table.group("live")
+    assert empty is not None and empty.empty_since_ms == 77_000 and empty.topics == ()
+    assert live is not None and live.empty_since_ms == 0 and live.topics == ("t",)
+    again = MetadataMachine()
+    again.restore_bytes(machine.snapshot_bytes())
+    assert again.dump() == machine.dump()
+
+
 def test_restore_of_garbage_raises_and_keeps_the_table() -> None:
     c = populated()
     before = c.machine.dump()
@@ -637,8 +749,8 @@ def test_statistics_count_state_and_outcomes() -> None:
     c.rejected(c.leave("nope", "m"), ErrorCode.UNKNOWN_GROUP)
     stats = c.machine.statistics()
     assert stats["brokers"] == 3 and stats["topics"] == 2 and stats["partitions"] == 4
-    assert stats["groups"] == 1 and stats["members"] == 2 and stats["txn_apps"] == 1
-    assert stats["applied_by_op"]["join_group"] == 2
+    assert stats["groups"] == 3 and stats["members"] == 2 and stats["txn_apps"] == 1
+    assert stats["applied_by_op"]["join_group"] == 4
     assert stats["rejected_by_op_and_code"] == {"leave_group:UNKNOWN_GROUP": 1}
     assert stats["applied_index"] == c.index and not stats["failed"]
 
@@ -732,7 +844,13 @@ def random_command(rng: random.Random, table: Table) -> bytes:
         )
         return command(now_ms, leave_group=msg)
     if kind == 17:
-        return command(now_ms, delete_group=metadata_pb2.DeleteGroup(group=rng.choice(GROUPS)))
+        name = rng.choice(GROUPS)
+        group = table.group(name)
+        since = rng.choice([0, 0, group.empty_since_ms if group else 0, rng.randrange(10_000)])
+        msg_delete = metadata_pb2.DeleteGroup(
+            group=name, empty_since_ms=since, finish=rng.random() < 0.4
+        )
+        return command(now_ms, delete_group=msg_delete)
     msg_txn = metadata_pb2.CommitTxn(app_id=rng.choice(["s1", "s2"]), version=rng.randrange(-1, 6))
     return command(now_ms, commit_txn=msg_txn)
 
@@ -746,6 +864,10 @@ def check_invariants(table: Table) -> None:
             assert p.replicas and len(set(p.replicas)) == len(p.replicas)
             assert set(p.replicas) <= table.brokers.keys(), (name, p, sorted(table.brokers))
     for name, group in table.groups.items():
+        assert group.name == name and group.topics == tuple(sorted(set(group.topics)))
+        assert set(group.topics) >= group.subscribed_topics()
+        assert (group.empty_since_ms == 0) == bool(group.members), name
+        assert not (group.deleting and group.members), name
         owners: dict[tuple[str, int], str] = {}
         for member_id, member in group.members.items():
             assert member.topics == tuple(sorted(set(member.topics)))
