@@ -14,7 +14,10 @@ One thread, a step every ``interval_s`` (sooner when the table changes). Each st
    (creating that topic on first use) and then proposes ``DeadLetterDone``, and hands
    leadership to the partition's preferred leader when that broker is alive (leader balance,
    like Kafka's preferred-leader election: placement spreads preferred leaders evenly);
-4. on the metadata leader: expires consumer sessions (LeaveGroup + lease release);
+4. on the metadata leader: expires consumer sessions (LeaveGroup + lease release), and deletes
+   groups empty for ``groups.offsets_retention_ms`` by its clock, and groups an interrupted
+   DeleteGroup left deleting (on the service's background pool: a slow partition never delays
+   this thread);
 5. refreshes the broker's gRPC health (``Broker.not_ready``), so health ``Watch`` streams follow;
 6. every 0.1 s, runs the proposer housekeeping of replicas with sends in flight (a send
    stream's sends have no waiting thread to do it: broker/proposer.py ``maintain``).
@@ -64,6 +67,26 @@ BALANCE_INTERVAL_S = 5.0
 # given hundreds of new partitions still reports (stays alive for the metadata leader).
 OPEN_BUDGET_S = 0.5
 DLQ_BATCH = 200
+GROUP_DELETE_TIMEOUT_S = 30.0
+
+
+def expiry_interval_s(retention_ms: int) -> float:
+    """How often the metadata leader looks for expired groups: a tenth of the retention,
+    within 1-60 s."""
+    return min(60.0, max(1.0, retention_ms / 10_000))
+
+
+def expired_groups(table: Table, retention_ms: int, now_ms: int) -> list[tuple[str, int]]:
+    """(group, empty_since_ms) of the groups to delete: left deleting by an interrupted
+    DeleteGroup (empty_since 0: finish it whatever happened since), or empty for at least
+    ``retention_ms`` by the metadata leader's ``now_ms`` (0 = never expire)."""
+    out = []
+    for name, group in table.groups.items():
+        if group.deleting:
+            out.append((name, 0))
+        elif retention_ms and not group.members and group.empty_since_ms + retention_ms <= now_ms:
+            out.append((name, group.empty_since_ms))
+    return sorted(out)
 
 
 class Backend:
@@ -84,6 +107,7 @@ class Backend:
         self._retained_at: dict[str, int] = {}  # replica name -> raft applied index after Retain
         self._outbox_empty_at: dict[str, int] = {}  # replica name -> outbox_seq seen empty
         self._swept: tuple[int, frozenset[int]] | None = None  # table topic ids last swept
+        self._deleting: set[str] = set()  # groups whose deletion runs on the background pool
 
     def start(self) -> None:
         self._thread.start()
@@ -417,6 +441,33 @@ class Backend:
         for group, members in b.sessions.expired(table).items():
             logger.info("[group=%s] sessions expired: %s", group, members)
             b.service.remove_members(group, members, "session expired", 5.0)
+        retention_ms = b.config.groups.offsets_retention_ms
+        if self._every("group expiry", expiry_interval_s(retention_ms)):
+            for name, empty_since_ms in expired_groups(table, retention_ms, b.service.now_ms()):
+                self._delete_group(name, empty_since_ms)
+
+    def _delete_group(self, name: str, empty_since_ms: int) -> None:
+        """Delete an expired group (or finish a deletion left half done) on the service's
+        background pool, so a slow partition never holds up this thread's liveness reports."""
+        if name in self._deleting:
+            return
+        self._deleting.add(name)
+
+        def run() -> None:
+            try:
+                self.broker.service.delete_group_here(
+                    name, GROUP_DELETE_TIMEOUT_S, empty_since_ms=empty_since_ms
+                )
+                logger.info("[group=%s] expired: empty since %d ms", name, empty_since_ms)
+            except errors.RaftqError as exc:
+                logger.info("[group=%s] expiry deferred: %s (will retry)", name, exc)
+            finally:
+                self._deleting.discard(name)
+
+        try:
+            self.broker.service.background(run)
+        except RuntimeError:  # shutting down
+            self._deleting.discard(name)
 
 
 def deleted_topic_dirs(table: Table, names: list[str]) -> list[tuple[str, int]]:

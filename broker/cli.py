@@ -10,7 +10,7 @@ Client commands, each taking ``--bootstrap HOST:PORT[,HOST:PORT...]`` (default: 
     raftq produce TOPIC [--key K] [--partition P]          one record per stdin line
     raftq produce TOPIC --count N [--size BYTES]           N generated records, with a rate
     raftq consume TOPIC --group G [--count N] [--idle-exit-ms MS] [--no-ack]
-    raftq group list | describe GROUP
+    raftq group list | describe GROUP | delete GROUP
     raftq cluster status
 
 Offline: ``raftq inspect DATA_DIR [summary|records|groups|producers|dlq] [--topic T]
@@ -393,7 +393,10 @@ def group_describe(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(to_dict(group), sys.stdout)
         return 0
-    print(f"group {group.group}: generation {group.generation}, {len(group.members)} members")
+    state = " (deleting)" if group.deleting else ""
+    print(
+        f"group {group.group}: generation {group.generation}, {len(group.members)} members{state}"
+    )
     table(
         ("MEMBER", "TOPICS", "ASSIGNMENT"),
         (
@@ -424,6 +427,19 @@ def group_describe(args: argparse.Namespace) -> int:
         ),
         sys.stdout,
     )
+    return 0
+
+
+def group_delete(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        deleted = admin.delete_group(args.group)
+    if args.json:
+        emit_json(to_dict(deleted), sys.stdout)
+    else:
+        print(
+            f"deleted group {args.group}: {deleted.partitions} partitions forgot it "
+            f"({deleted.pending} pending records)"
+        )
     return 0
 
 
@@ -515,12 +531,15 @@ def register(subparsers: Subparsers) -> None:
     cons.add_argument("--lease-ms", type=int)
     cons.add_argument("--no-ack", action="store_true", help="leave records to be redelivered")
 
-    group = subparsers.add_parser("group", help="list and describe consumer groups")
+    group = subparsers.add_parser("group", help="list, describe and delete consumer groups")
     groups = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
     _add(groups, "list", group_list, "list consumer groups", common)
     _add(groups, "describe", group_describe, "members, assignment, lag", common).add_argument(
         "group"
     )
+    _add(
+        groups, "delete", group_delete, "delete an empty group and its offsets", common
+    ).add_argument("group")
 
     cluster = subparsers.add_parser("cluster", help="cluster health")
     clusters = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")

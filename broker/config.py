@@ -383,6 +383,9 @@ class GroupSettings(_Section):
     session_timeout_min_ms: int = _setting(6000, min=1)
     session_timeout_max_ms: int = _setting(1_800_000, min=1)
     heartbeat_interval_ms: int = _setting(3000, min=1)
+    # How long a group without members keeps its offsets (Kafka's offsets.retention.minutes,
+    # 7 days): then the metadata leader deletes it. 0 = never.
+    offsets_retention_ms: int = _setting(604_800_000, min=0)
 
     def _relations(self) -> list[Problem]:
         problems = _less(

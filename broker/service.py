@@ -83,6 +83,7 @@ LEADER_ONLY: dict[str, type[Any]] = {
     "join_group": api_pb2.JoinGroupRequest,
     "heartbeat": api_pb2.HeartbeatRequest,
     "leave_group": api_pb2.LeaveGroupRequest,
+    "delete_group": api_pb2.DeleteGroupRequest,
     "remove_broker": api_pb2.RemoveBrokerRequest,
     "commit_txn": api_pb2.CommitTxnRequest,
     "get_txn": api_pb2.GetTxnRequest,
@@ -98,6 +99,7 @@ RESPONSES: dict[str, type[Any]] = {
     "join_group": api_pb2.JoinGroupResponse,
     "heartbeat": api_pb2.HeartbeatResponse,
     "leave_group": api_pb2.LeaveGroupResponse,
+    "delete_group": api_pb2.DeleteGroupResponse,
     "remove_broker": api_pb2.RemoveBrokerResponse,
     "commit_txn": api_pb2.TxnState,
     "get_txn": api_pb2.TxnState,
@@ -231,6 +233,11 @@ class BrokerService:
 
     def close(self) -> None:
         self._background.shutdown(wait=False, cancel_futures=True)
+
+    def background(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the service's small background pool (lease releases, group
+        deletions). Raises RuntimeError once the service is closed."""
+        self._background.submit(fn)
 
     # ============================================================================ routing
 
@@ -1144,11 +1151,82 @@ class BrokerService:
                     group=name,
                     generation=group.generation,
                     members=len(group.members),
-                    topics=sorted(group.subscribed_topics()),
+                    topics=group.topics,
+                    empty_since_ms=group.empty_since_ms,
+                    deleting=group.deleting,
                 )
                 for name, group in sorted(table.groups.items())
             ]
         )
+
+    def delete_group(
+        self, request: api_pb2.DeleteGroupRequest, *, timeout_s: float | None
+    ) -> api_pb2.DeleteGroupResponse:
+        response: api_pb2.DeleteGroupResponse = self._leader_only(
+            "delete_group", request, timeout_s
+        )
+        return response
+
+    def _delete_group(
+        self, request: api_pb2.DeleteGroupRequest, timeout_s: float
+    ) -> api_pb2.DeleteGroupResponse:
+        return self.delete_group_here(request.group, timeout_s)
+
+    def delete_group_here(
+        self, name: str, timeout_s: float, *, empty_since_ms: int = 0
+    ) -> api_pb2.DeleteGroupResponse:
+        """On the metadata leader: mark the group deleting (unless it already is), have every
+        partition of its topics forget it, then remove it (metadata/machine.py's two steps).
+        ``empty_since_ms``: a retention expiry, refused if the group was joined since.
+
+        Raises (normal): UnknownGroup, GroupNotEmpty, Unavailable (a partition did not answer:
+        call again; the group stays deleting and the backend finishes it), Timeout.
+        """
+        deadline = time.monotonic() + timeout_s
+        group = self.meta.table.group(name)
+        if group is None:
+            raise errors.UnknownGroup(f"group {name!r} does not exist")
+        if not group.deleting:
+            data = self.frontend.delete_group(
+                self.meta.table, name, now_ms=self.now_ms(), empty_since_ms=empty_since_ms
+            )
+            self.meta_propose(data, max(0.001, deadline - time.monotonic()))
+            group = self.meta.table.group(name)
+            assert group is not None and group.deleting, f"group {name!r} not marked deleting"
+        out = self._forget_group(group, deadline)
+        data = self.frontend.delete_group(self.meta.table, name, now_ms=self.now_ms(), finish=True)
+        self.meta_propose(data, max(0.001, deadline - time.monotonic()))
+        logger.info(
+            "[group=%s] deleted: %d partitions forgot it (%d pending rows)",
+            name,
+            out.partitions,
+            out.pending,
+        )
+        return out
+
+    def _forget_group(self, group: GroupInfo, deadline: float) -> api_pb2.DeleteGroupResponse:
+        """ForgetGroup on every partition of the group's existing topics (idempotent)."""
+        out = api_pb2.DeleteGroupResponse()
+        command = partition_pb2.PartitionCommand(
+            forget_group=partition_pb2.ForgetGroup(group=group.name)
+        )
+        table = self.meta.table
+        for topic in group.topics:
+            info = table.topic(topic)
+            for partition in range(info.partition_count if info is not None else 0):
+                left = max(0.001, deadline - time.monotonic())
+                try:
+                    response = self.router.propose(topic, partition, command, left)
+                except errors.RaftqError as exc:
+                    raise errors.Unavailable(
+                        f"group {group.name!r}: {topic}/{partition} did not forget it ({exc}); "
+                        "the group stays deleting: delete it again"
+                    ) from exc
+                if response.result.error:
+                    raise errors.error_for(response.result.error, response.result.message)
+                out.partitions += 1
+                out.pending += response.result.count
+        return out
 
     def describe_group(
         self, request: api_pb2.DescribeGroupRequest, *, timeout_s: float | None
@@ -1163,7 +1241,12 @@ class BrokerService:
         group = table.group(request.group)
         if group is None:
             raise errors.UnknownGroup(f"group {request.group!r} does not exist")
-        out = api_pb2.GroupDescription(group=group.name, generation=group.generation)
+        out = api_pb2.GroupDescription(
+            group=group.name,
+            generation=group.generation,
+            empty_since_ms=group.empty_since_ms,
+            deleting=group.deleting,
+        )
         for member_id, member in sorted(group.members.items()):
             out.members.add(
                 member_id=member_id,
@@ -1173,7 +1256,7 @@ class BrokerService:
                 last_heartbeat_ms=self.sessions.last_heartbeat_ms(group.name, member_id),
             )
         deadline = time.monotonic() + timeout_s
-        for topic_name in sorted(group.subscribed_topics()):
+        for topic_name in group.topics:  # members or not: every topic it holds state on
             info = table.topic(topic_name)
             if info is None:
                 continue

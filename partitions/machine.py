@@ -329,6 +329,7 @@ class PartitionMachine:
             "configure": self._on_configure,
             "retain": self._on_retain,
             "dead_letter_done": self._on_dead_letter_done,
+            "forget_group": self._on_forget_group,
         }
 
     def _reload(self) -> None:
@@ -886,6 +887,14 @@ class PartitionMachine:
             return partition_pb2.CommandResult(count=0)
         released = self.store.release(group.gid, cmd.member or None, now_ms)
         return partition_pb2.CommandResult(count=released)
+
+    def _on_forget_group(
+        self, cmd: partition_pb2.ForgetGroup, now_ms: int
+    ) -> partition_pb2.CommandResult:
+        """A deleted group's state goes (proto/partition.proto ForgetGroup); the outbox stays."""
+        if not cmd.group:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, "name the group to forget")
+        return partition_pb2.CommandResult(count=self.store.group_forget(cmd.group))
 
     # -- moving records on the timeline -------------------------------------------------------
 

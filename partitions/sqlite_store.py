@@ -384,6 +384,16 @@ class SqliteStore:
             (name, generation),
         )
 
+    def group_forget(self, name: str) -> int:
+        self._cur.execute("DELETE FROM fences WHERE grp = ?", (name,))
+        row = self.group_get(name)
+        if row is None:
+            return 0
+        self._cur.execute("DELETE FROM pending WHERE gid = ?", (row.gid,))
+        gone = self._conn.changes()
+        self._cur.execute("DELETE FROM groups WHERE gid = ?", (row.gid,))
+        return gone
+
     def materialize(
         self,
         gid: int,

@@ -79,6 +79,10 @@ class PartitionStore(Protocol):
     # per group name: the lowest generation a Lease may carry (0 = none); no GroupRow needed
     def fence_get(self, name: str) -> int: ...
     def fence_set(self, name: str, generation: int) -> None: ...
+    def group_forget(self, name: str) -> int:
+        """Delete the group's row, its pending rows and its fence; the pending rows dropped."""
+        ...
+
     # Give the group a pending row for every record from from_offset on (up to end_offset,
     # exclusive, when given). With an ``owner``, the rows visible at now_ms are written
     # already leased to it until deadline_ms (delivery 1): a fifo Lease taking fresh records
@@ -346,7 +350,10 @@ class MemoryStore:
     def group_create(self, name: str, materialized_upto: int) -> GroupRow:
         assert name not in self._groups, f"group {name!r} created twice"
         _fits(materialized_upto)
-        row = GroupRow(len(self._groups) + 1, name, materialized_upto)
+        # SQLite's INTEGER PRIMARY KEY: one above the largest gid in use
+        row = GroupRow(
+            max((r.gid for r in self._groups.values()), default=0) + 1, name, materialized_upto
+        )
         self._groups[name] = row
         self._pending[row.gid] = {}
         return copy.copy(row)
@@ -366,6 +373,11 @@ class MemoryStore:
     def fence_set(self, name: str, generation: int) -> None:
         _fits(generation)
         self._fences[name] = generation
+
+    def group_forget(self, name: str) -> int:
+        self._fences.pop(name, None)
+        row = self._groups.pop(name, None)
+        return len(self._pending.pop(row.gid, {})) if row is not None else 0
 
     def materialize(
         self,

@@ -477,16 +477,20 @@ class ListGroupsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GroupSummary(_message.Message):
-    __slots__ = ("group", "generation", "members", "topics")
+    __slots__ = ("group", "generation", "members", "topics", "empty_since_ms", "deleting")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    EMPTY_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    DELETING_FIELD_NUMBER: _ClassVar[int]
     group: str
     generation: int
     members: int
     topics: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, group: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[int] = ..., topics: _Optional[_Iterable[str]] = ...) -> None: ...
+    empty_since_ms: int
+    deleting: bool
+    def __init__(self, group: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[int] = ..., topics: _Optional[_Iterable[str]] = ..., empty_since_ms: _Optional[int] = ..., deleting: _Optional[bool] = ...) -> None: ...
 
 class ListGroupsResponse(_message.Message):
     __slots__ = ("groups",)
@@ -535,16 +539,34 @@ class PartitionLag(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., committed: _Optional[int] = ..., end: _Optional[int] = ..., lag: _Optional[int] = ..., pending: _Optional[int] = ..., leased: _Optional[int] = ..., member_id: _Optional[str] = ...) -> None: ...
 
 class GroupDescription(_message.Message):
-    __slots__ = ("group", "generation", "members", "partitions")
+    __slots__ = ("group", "generation", "members", "partitions", "empty_since_ms", "deleting")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    EMPTY_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    DELETING_FIELD_NUMBER: _ClassVar[int]
     group: str
     generation: int
     members: _containers.RepeatedCompositeFieldContainer[GroupMember]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionLag]
-    def __init__(self, group: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ...) -> None: ...
+    empty_since_ms: int
+    deleting: bool
+    def __init__(self, group: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., empty_since_ms: _Optional[int] = ..., deleting: _Optional[bool] = ...) -> None: ...
+
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class DeleteGroupResponse(_message.Message):
+    __slots__ = ("partitions", "pending")
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    partitions: int
+    pending: int
+    def __init__(self, partitions: _Optional[int] = ..., pending: _Optional[int] = ...) -> None: ...
 
 class DescribeClusterRequest(_message.Message):
     __slots__ = ()

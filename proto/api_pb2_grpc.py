@@ -808,6 +808,11 @@ class AdminStub:
                 request_serializer=proto_dot_api__pb2.GetTxnRequest.SerializeToString,
                 response_deserializer=proto_dot_api__pb2.TxnState.FromString,
                 _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/raftq.v1.Admin/DeleteGroup',
+                request_serializer=proto_dot_api__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -905,6 +910,16 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteGroup(self, request, context):
+        """Delete a consumer group: its metadata and its delivery state (acks, leases, delivery
+        counts) on every replica of every partition of its topics. GROUP_NOT_EMPTY while members
+        live, UNKNOWN_GROUP when there is none. Returns when done; UNAVAILABLE when a partition
+        could not be reached: call again (the metadata leader also finishes it on its own).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -972,6 +987,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.GetTxn,
                     request_deserializer=proto_dot_api__pb2.GetTxnRequest.FromString,
                     response_serializer=proto_dot_api__pb2.TxnState.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=proto_dot_api__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.DeleteGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1329,6 +1349,33 @@ class Admin:
             '/raftq.v1.Admin/GetTxn',
             proto_dot_api__pb2.GetTxnRequest.SerializeToString,
             proto_dot_api__pb2.TxnState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Admin/DeleteGroup',
+            proto_dot_api__pb2.DeleteGroupRequest.SerializeToString,
+            proto_dot_api__pb2.DeleteGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

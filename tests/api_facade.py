@@ -564,6 +564,24 @@ class ApiFacade:
                 )
             return response
 
+    def delete_group(
+        self, request: api_pb2.DeleteGroupRequest, *, timeout_s: float | None
+    ) -> api_pb2.DeleteGroupResponse:
+        with self._locked("delete_group"):
+            group = self.groups.get(request.group)
+            if group is None:
+                raise errors.UnknownGroup(f"no group {request.group!r}")
+            if group.members:
+                raise errors.GroupNotEmpty(f"group {request.group!r} has members")
+            out = api_pb2.DeleteGroupResponse()
+            forget = partition_pb2.ForgetGroup(group=request.group)
+            for name in sorted(group.topics & set(self.topics)):
+                for p in self.topics[name].partitions:
+                    out.pending += self._apply_checked(p, forget_group=forget).count
+                    out.partitions += 1
+            del self.groups[request.group]
+            return out
+
     def describe_group(
         self, request: api_pb2.DescribeGroupRequest, *, timeout_s: float | None
     ) -> api_pb2.GroupDescription:

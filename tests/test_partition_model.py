@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
@@ -247,6 +248,11 @@ class Model:
                     state.owner, state.available_at = None, now
                     count += 1
         return ("count", count)
+
+    def forget(self, name: str, now: int):
+        self.tick(now)
+        self.groups.pop(name, None)  # a later lease starts the group afresh at the log start
+        return ("ok", None)
 
     def update(self, o: int, priority: int | None, deliver_at: int | None, now: int):
         if (priority is None and deliver_at is None) or (deliver_at or 0) < 0:
@@ -561,6 +567,14 @@ class PartitionModelTest(RuleBasedStateMachine):
         expected = self.model.release(group, member, self.now)
         self.step("count", expected, release=partition_pb2.Release(group=group, member=member))
 
+    @rule(group=st.sampled_from(GROUPS))
+    def forget_group(self, group: str) -> None:
+        self.step(
+            "ok",
+            self.model.forget(group, self.now),
+            forget_group=partition_pb2.ForgetGroup(group=group),
+        )
+
     @rule(
         offset=st.integers(0, 12),
         priority=st.one_of(st.none(), st.integers(0, 3)),
@@ -697,3 +711,51 @@ def test_partition_machine_matches_model() -> None:
             suppress_health_check=list(HealthCheck),
         ),
     )
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_forget_group_drops_its_state_and_fence_and_keeps_other_groups(
+    store: str, tmp_path: Any
+) -> None:
+    machine = PartitionMachine(
+        MemoryStore() if store == "memory" else SqliteStore(str(tmp_path / "p.db"))
+    )
+    index = 0
+
+    def apply(**op: Any) -> partition_pb2.CommandResult:
+        nonlocal index
+        index += 1
+        data = partition_pb2.PartitionCommand(now_ms=1000, **op).SerializeToString()
+        return machine.apply(data, index)
+
+    def lease(group: str, generation: int) -> partition_pb2.CommandResult:
+        return apply(
+            lease=partition_pb2.Lease(
+                group=group, member="m", max_records=10, generation=generation
+            )
+        )
+
+    records = [common_pb2.Record(value=b"v%d" % i) for i in range(4)]
+    assert not apply(append=partition_pb2.Append(records=records)).error
+    assert len(lease("g", 5).deliveries) == 4 and len(lease("h", 0).deliveries) == 4
+    settle = partition_pb2.Settle(
+        group="g", member="m", refs=[partition_pb2.DeliveryRef(offset=0, delivery_count=1)]
+    )
+    assert not apply(ack=settle).error
+    assert apply(release=partition_pb2.Release(group="g", member="m", generation=7)).count == 3
+    assert lease("g", 6).error == ErrorCode.FENCED
+    assert apply(forget_group=partition_pb2.ForgetGroup(group="")).error == (
+        ErrorCode.INVALID_ARGUMENT
+    )
+    assert apply(forget_group=partition_pb2.ForgetGroup(group="g")).count == 3
+    assert machine.lag("g") is None and machine.groups() == ["h"]
+    assert apply(forget_group=partition_pb2.ForgetGroup(group="g")).count == 0
+    again = lease("g", 1)  # a new group of that name: no fence, every record, first delivery
+    assert [(d.record.offset, d.delivery_count) for d in again.deliveries] == [
+        (0, 1),
+        (1, 1),
+        (2, 1),
+        (3, 1),
+    ]
+    h = machine.lag("h")
+    assert h is not None and h.pending == 4 and h.leased == 4  # the other group is untouched

@@ -650,6 +650,36 @@ def test_fences_are_per_group_name_and_roll_back(store: PartitionStore) -> None:
     assert store.groups() == []
 
 
+def test_group_forget_drops_the_group_its_pending_rows_and_its_fence(
+    store: PartitionStore,
+) -> None:
+    fill(store, list(range(5)))
+    g1, g2 = group(store, "g1"), group(store, "g2")
+    with store.transaction():
+        store.materialize(g1, 0, 0, ORDER_FIFO)
+        store.materialize(g2, 0, 0, ORDER_FIFO)
+        store.lease(g1, [0, 1], "m", 100)
+        store.fence_set("g1", 4)
+        store.fence_set("g2", 6)
+        store.outbox_put([outbox(1, 3)])
+    before = store.dump()
+    with pytest.raises(RuntimeError), store.transaction():
+        assert store.group_forget("g1") == 5
+        raise RuntimeError("roll back")
+    assert store.dump() == before
+    with store.transaction():
+        assert store.group_forget("g1") == 5
+        assert store.group_forget("g1") == 0
+        assert store.group_forget("never") == 0
+    assert store.group_get("g1") is None and store.fence_get("g1") == 0
+    assert [g.name for g in store.groups()] == ["g2"] and store.fence_get("g2") == 6
+    assert store.count_pending(g2) == 5 and store.pending_for_offset(0) == {g2: pend(0)}
+    assert [r.seq for r in store.outbox_list(10)] == [1]  # dead letters still go out
+    with store.transaction():  # the name starts afresh, with a gid of its own
+        again = store.group_create("g1", 3)
+    assert again.gid != g2 and store.count_pending(again.gid) == 0
+
+
 def test_materialize_can_write_a_visible_prefix_already_leased(store: PartitionStore) -> None:
     with store.transaction():
         store.insert_records([rec(0), rec(1, deliver_at=500), rec(2), rec(3), rec(4)])

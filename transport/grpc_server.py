@@ -153,6 +153,10 @@ class BrokerFacade(Protocol):
         self, request: api_pb2.DescribeClusterRequest, *, timeout_s: float | None
     ) -> api_pb2.ClusterDescription: ...
 
+    def delete_group(
+        self, request: api_pb2.DeleteGroupRequest, *, timeout_s: float | None
+    ) -> api_pb2.DeleteGroupResponse: ...
+
     def update_record(
         self, request: api_pb2.UpdateRecordRequest, *, timeout_s: float | None
     ) -> api_pb2.UpdateRecordResponse: ...
@@ -374,7 +378,7 @@ def check_alter_topic_config(r: api_pb2.AlterTopicConfigRequest) -> None:
     check_config_update(r.config)
 
 
-def check_describe_group(r: api_pb2.DescribeGroupRequest) -> None:
+def check_describe_group(r: api_pb2.DescribeGroupRequest | api_pb2.DeleteGroupRequest) -> None:
     check_name(r.group, "group")
 
 
@@ -656,6 +660,7 @@ class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
     RemoveBroker = _unary("remove_broker", check_remove_broker)
     CommitTxn = _unary("commit_txn", check_commit_txn)
     GetTxn = _unary("get_txn", check_get_txn)
+    DeleteGroup = _unary("delete_group", check_describe_group)
 
 
 class _Malformed:

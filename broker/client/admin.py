@@ -95,6 +95,15 @@ class Admin:
         )
         return result
 
+    def delete_group(self, group: str) -> api_pb2.DeleteGroupResponse:
+        """Delete an empty group and its delivery state on every partition.
+
+        Raises (normal): UnknownGroup, GroupNotEmpty (members live), Unavailable (retry)."""
+        result: api_pb2.DeleteGroupResponse = self._admin(
+            "DeleteGroup", api_pb2.DeleteGroupRequest(group=group)
+        )
+        return result
+
     def describe_cluster(self) -> api_pb2.ClusterDescription:
         result: api_pb2.ClusterDescription = self._admin(
             "DescribeCluster", api_pb2.DescribeClusterRequest()
