@@ -426,6 +426,10 @@ class ClientSettings(_Section):
         1_048_576, min=1, max=GRPC_MESSAGE_BYTES_MAX, why="gRPC's default message limit"
     )
     send_streams: bool = True
+    # Bytes of records a Producer holds (queued or in flight) at most; send() then blocks up
+    # to max_block_ms for room (Kafka's buffer.memory and max.block.ms).
+    buffer_memory_bytes: int = _setting(33_554_432, min=1)
+    max_block_ms: int = _setting(60_000, min=0)
 
     def _relations(self) -> list[Problem]:
         return _less(
@@ -433,6 +437,12 @@ class ClientSettings(_Section):
             self.linger_ms,
             "client.request_timeout_ms",
             self.request_timeout_ms,
+        ) + _less(
+            "client.batch_bytes_max",
+            self.batch_bytes_max,
+            "client.buffer_memory_bytes",
+            self.buffer_memory_bytes,
+            or_equal=True,
         )
 
 

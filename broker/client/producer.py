@@ -20,6 +20,11 @@ duplicates, no reordering. When the retries run out with the outcome unknown, th
 fails and the partition continues under a fresh producer id (``<id>~<n>``), so later batches
 neither collide with nor wait for the lost one. Without idempotence a retry may duplicate.
 
+The records a Producer holds (queued or in flight, counted as ``max_record_bytes`` counts them)
+are bounded by ``buffer_memory_bytes`` (Kafka's ``buffer.memory``): ``send``/``send_many`` block
+until earlier records are answered, up to ``max_block_ms``, then raise TIMEOUT (retriable: the
+brokers are slower than the caller). A record larger than the whole buffer fails at once.
+
 A Producer owns a thread and in-flight batches and refuses to be pickled: create it where it
 is used.
 """
@@ -154,11 +159,15 @@ class Producer:
         tls_key_file: str | None = None,
         token: str | None = None,
         send_streams: bool = _DEFAULTS.send_streams,
+        buffer_memory_bytes: int = _DEFAULTS.buffer_memory_bytes,
+        max_block_ms: int = _DEFAULTS.max_block_ms,
     ) -> None:
         if linger_ms < 0 or batch_records_max < 1 or batch_bytes_max < 1 or retries < 0:
             raise errors.InvalidArgument(
                 "need linger_ms >= 0, batch_records_max >= 1, batch_bytes_max >= 1, retries >= 0"
             )
+        if buffer_memory_bytes < 1 or max_block_ms < 0:
+            raise errors.InvalidArgument("need buffer_memory_bytes >= 1, max_block_ms >= 0")
         security = channel_security(tls_ca_file, tls_cert_file, tls_key_file, token)
         self._channels = _Channels(bootstrap, request_timeout_ms, security)
         self._streams = (
@@ -175,6 +184,10 @@ class Producer:
         self._lock = threading.Lock()  # not reentrant: nothing calls back in under it
         self._cond = threading.Condition(self._lock)  # the sender waits for work
         self._drained = threading.Condition(self._lock)  # flush() waits for _outstanding == 0
+        self._room = threading.Condition(self._lock)  # send() waits for buffer room
+        self.buffer_memory_bytes = buffer_memory_bytes
+        self.max_block_s = max_block_ms / 1000
+        self._buffered = 0  # bytes of the records counted in _outstanding
         self._queues: dict[tuple[str, int], deque[_Batch]] = {}
         self._in_flight: set[tuple[str, int]] = set()
         self._next_sequence: dict[tuple[str, int], int] = {}
@@ -243,10 +256,20 @@ class Producer:
                     f"({meta.max_record_bytes}): split it"
                 ),
             )
+        if size > self.buffer_memory_bytes:
+            return SendFuture.failed(
+                topic,
+                errors.RecordTooLarge(
+                    f"record is {size} bytes, over the producer's buffer_memory_bytes "
+                    f"({self.buffer_memory_bytes})"
+                ),
+            )
         tp = (topic, partition)
         with self._lock:  # the Condition's own lock: `with self._cond` costs two Python calls
             if self._closing:
                 raise RuntimeError("send() after close()")
+            if self._buffered + size > self.buffer_memory_bytes:
+                self._wait_for_room(size)
             queue = self._queues.get(tp)
             if queue is None:
                 queue = self._queues[tp] = deque()
@@ -270,6 +293,7 @@ class Producer:
             index = len(items)
             items.append(item)
             batch.size += size
+            self._buffered += size
             self._outstanding += 1
             if index + 1 >= self.batch_records_max or batch.size > self.batch_bytes_max:
                 self._cond.notify_all()  # full: the sender need not wait for the linger
@@ -294,7 +318,8 @@ class Producer:
         except errors.RaftqError as exc:
             failed = SendFuture.failed(topic, exc)._outcome
             return [SendFuture(failed, 0) for _ in values]
-        if max(map(len, values)) > meta.max_record_bytes:  # rare: let those fail one by one
+        if max(map(len, values)) > min(meta.max_record_bytes, self.buffer_memory_bytes):
+            # rare: let those fail one by one
             return [self.send(topic, v, partition=partition) for v in values]
         futures: list[SendFuture] = [None] * len(values)  # type: ignore[list-item]
         if partition is not None:
@@ -316,6 +341,8 @@ class Producer:
             with self._cond:
                 if self._closing:
                     raise RuntimeError("send_many() after close()")
+                if self._buffered + len(values[i]) > self.buffer_memory_bytes:
+                    self._wait_for_room(len(values[i]))
                 queue = self._queues.get((topic, partition))
                 if queue is None:
                     queue = self._queues[(topic, partition)] = deque()
@@ -331,6 +358,7 @@ class Producer:
                 index = len(batch.items)
                 batch.items.extend(values[i : i + fit])
                 batch.size += ends[i + fit] - ends[i]
+                self._buffered += ends[i + fit] - ends[i]
                 self._outstanding += fit
                 self._cond.notify_all()
             outcome = batch.outcome
@@ -340,10 +368,28 @@ class Producer:
             i += fit
         return futures
 
+    def _wait_for_room(self, size: int) -> None:
+        """Under the lock: block until ``size`` more bytes fit in the buffer; raises Timeout
+        after max_block_ms (nothing queued), RuntimeError if the producer closes meanwhile."""
+        self._cond.notify_all()  # what is queued goes now: its answers make the room
+        if not self._room.wait_for(
+            lambda: self._closing or self._buffered + size <= self.buffer_memory_bytes,
+            self.max_block_s,
+        ):
+            raise errors.Timeout(
+                f"producer buffer full: {self._buffered} of buffer_memory_bytes "
+                f"{self.buffer_memory_bytes} held for {self.max_block_s:g} s (max_block_ms); "
+                "the brokers answer slower than records are sent"
+            )
+        if self._closing:
+            raise RuntimeError("send() after close()")
+
     def _fit(self, batch: _Batch, ends: list[int], i: int) -> int:
-        """How many values from ``i`` on fit in the batch (``ends``: cumulative sizes)."""
+        """How many values from ``i`` on fit in the batch (``ends``: cumulative sizes) and in
+        the buffer (at least one value always fits in an empty buffer)."""
         last = min(len(ends) - 1, i + self.batch_records_max - len(batch.items))
-        budget = ends[i] + self.batch_bytes_max - batch.size
+        room = self.buffer_memory_bytes - self._buffered
+        budget = ends[i] + min(self.batch_bytes_max - batch.size, room)
         return max(0, bisect.bisect_right(ends, budget, i, last + 1) - 1 - i)
 
     def flush(self, timeout_s: float | None = None) -> None:
@@ -368,6 +414,7 @@ class Producer:
             with self._cond:
                 self._closing = True
                 self._cond.notify_all()
+                self._room.notify_all()
             self._sender.join(timeout_s)
             if self._streams is not None:
                 self._streams.close()
@@ -384,6 +431,7 @@ class Producer:
         with self._cond:
             return {
                 "outstanding_records": self._outstanding,
+                "buffered_bytes": self._buffered,
                 "queued_batches": sum(len(q) for q in self._queues.values()),
                 "in_flight_batches": len(self._in_flight),
             }
@@ -662,6 +710,8 @@ class Producer:
             outcome.resolve_each(each)
         with self._lock:  # only now: flush() returns with every future done
             self._outstanding -= len(batch.items)
+            self._buffered -= batch.size
+            self._room.notify_all()
             if self._outstanding == 0:
                 self._drained.notify_all()
                 if self._closing:
