@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard proto/*.proto)
 
-.PHONY: venv test test-slow bench lint proto run clean chaos fuzz
+.PHONY: venv tools test test-slow bench lint proto run clean chaos fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,15 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+## Programs the tests run for real: Prometheus and promtool (Debian's prometheus package).
+tools:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -q && apt-get install -y -q --no-install-recommends prometheus; \
+	  else \
+	    echo "tests need Prometheus: sudo apt-get install prometheus"; exit 1; \
+	  fi; }
+
 ## Regenerate protobuf/gRPC code from proto/*.proto (committed; a test fails when stale).
 proto: $(STAMP)
 	$(PY) scripts/gen_proto.py
@@ -23,7 +32,7 @@ proto: $(STAMP)
 # which fails once a long-lived process holds more than 1024 file descriptors.
 SPARK_TESTS := tests/test_spark.py
 
-test: $(STAMP)
+test: $(STAMP) tools
 	$(PY) -m pytest -q -m "not slow" --ignore=$(SPARK_TESTS) $(PYTEST_ARGS)
 	$(PY) -m pytest -q -m "not slow" $(SPARK_TESTS) $(PYTEST_ARGS)
 

@@ -26,6 +26,7 @@ brokers in one process (tests) do not collide.
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -184,6 +185,7 @@ class BrokerCollector:
             ("broker_id", "client_addr", "raft_addr"),
         ).add_metric([str(b.id), b.config.broker.client_addr, b.config.broker.raft_addr], 1)
         self._metadata(out)
+        self._disk(out)
         self._raft_runtime(out)
         for replica in replicas:
             try:
@@ -194,6 +196,16 @@ class BrokerCollector:
             "raftq_metrics_collect_seconds", "Time to collect this scrape's statistics.", ()
         ).add_metric([], time.perf_counter() - started)
         yield from out.families()
+
+    def _disk(self, out: _Families) -> None:
+        usage = shutil.disk_usage(self.broker.data_dir)
+        for name, text, value in (
+            ("raftq_data_dir_free_bytes", "Free bytes on the data directory's file system.",
+             usage.free),
+            ("raftq_data_dir_size_bytes", "Size of the data directory's file system.",
+             usage.total),
+        ):  # fmt: skip
+            out.gauge(name, text, ()).add_metric([], value)
 
     def _metadata(self, out: _Families) -> None:
         stats = self.broker.meta.statistics()
@@ -287,8 +299,15 @@ class BrokerCollector:
                 # subscribed, never leased here yet: all of the log is pending (DescribeGroup too)
                 backlog = int(stats["end_offset"]) - int(stats["log_start"])
                 out.gauge_lag(name, replica, backlog, int(stats["log_start"]), backlog, 0)
+        now_ms = int(time.time() * 1000)
         for name, lag in sorted(lags.items()):
             out.gauge_lag(name, replica, lag.lag, lag.committed, lag.pending, lag.leased)
+            age_s = max(0, now_ms - lag.committed_timestamp_ms) / 1000 if lag.lag else 0.0
+            out.gauge(
+                "raftq_group_lag_seconds",
+                "Age of the group's oldest unacknowledged record (0 when caught up).",
+                GROUP_LAG,
+            ).add_metric((name, replica.topic, str(replica.partition)), age_s)
 
 
 class _Families:

@@ -212,6 +212,7 @@ class GroupLag:
     lag: int
     pending: int
     leased: int
+    committed_timestamp_ms: int = 0  # the oldest unacknowledged record's timestamp; 0: none
 
 
 def _headers_blob(record: common_pb2.Record) -> bytes | None:
@@ -261,6 +262,7 @@ def lag_of(store: PartitionStore, meta: Meta, group: str) -> GroupLag | None:
     committed = row.materialized_upto if lowest is None else min(lowest, row.materialized_upto)
     committed = max(committed, meta.log_start)
     end = meta.next_offset
+    oldest = store.records_from(committed, 1) if committed < end else []
     return GroupLag(
         group,
         committed,
@@ -268,6 +270,7 @@ def lag_of(store: PartitionStore, meta: Meta, group: str) -> GroupLag | None:
         end - committed,
         store.count_pending(row.gid) + max(0, end - row.materialized_upto),
         store.count_leased(row.gid, meta.clock_ms),
+        oldest[0].timestamp_ms if oldest else 0,
     )
 
 

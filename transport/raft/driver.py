@@ -199,6 +199,7 @@ class RaftDriver:
         self._seq = 0
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self.sync_seconds = 0.0  # wall time inside group syncs (journal fsyncs), for metrics
         self.stats: dict[str, int] = dict.fromkeys(
             (
                 "iterations",
@@ -275,10 +276,16 @@ class RaftDriver:
     def group_names(self) -> list[str]:
         return list(self._groups)
 
-    def statistics(self) -> dict[str, int]:
-        """Counters since start, plus the gauges ``groups`` and ``quiesced`` (groups asleep on a
-        peer's link). Safe from any thread."""
-        return {**self.stats, "groups": len(self._groups), "quiesced": self._quiesced}
+    def statistics(self) -> dict[str, float]:
+        """Counters since start (``sync_seconds``: time spent in journal fsyncs), plus the
+        gauges ``groups`` and ``quiesced`` (groups asleep on a peer's link). Safe from any
+        thread."""
+        return {
+            **self.stats,
+            "sync_seconds": self.sync_seconds,
+            "groups": len(self._groups),
+            "quiesced": self._quiesced,
+        }
 
     def quiesced_groups(self) -> set[str]:
         """Driver thread (or a test stepping it): the groups asleep on a peer's link."""
@@ -524,8 +531,10 @@ class RaftDriver:
         if group.sync is None:
             return
         self.stats["syncs"] += 1
+        started = time.perf_counter()
         try:
             group.sync()
+            self.sync_seconds += time.perf_counter() - started
         except Exception:
             self.stats["sync_errors"] += 1
             dropped = self.endpoint.discard_pending(group.name)
