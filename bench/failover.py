@@ -26,6 +26,7 @@ import statistics
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,6 +77,7 @@ class ContinuousSender:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _serial: int = 0
+    _tag: str = field(default_factory=lambda: uuid.uuid4().hex[:8])  # values unique per sender
 
     def start(self) -> ContinuousSender:
         self._thread = threading.Thread(target=self._run, name="failover-sender", daemon=True)
@@ -90,7 +92,7 @@ class ContinuousSender:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._serial += 1
-            value = b"%s-%d-%d" % (self.topic.encode(), self.partition, self._serial)
+            value = f"{self.topic}-{self.partition}-{self._tag}-{self._serial}".encode()
             try:
                 sent = self.producer.send(self.topic, value, partition=self.partition)
                 meta = sent.result(timeout=60)

@@ -430,6 +430,10 @@ class ClientSettings(_Section):
     # to max_block_ms for room (Kafka's buffer.memory and max.block.ms).
     buffer_memory_bytes: int = _setting(33_554_432, min=1)
     max_block_ms: int = _setting(60_000, min=0)
+    # How long a Producer keeps trying to deliver a record (Kafka: delivery.timeout.ms): its
+    # topic's first metadata fetch is retried this long while no broker answers, and a batch
+    # is retried until its retries are spent or it is this old.
+    delivery_timeout_ms: int = _setting(120_000, min=1)
 
     def _relations(self) -> list[Problem]:
         return _less(
@@ -442,6 +446,12 @@ class ClientSettings(_Section):
             self.batch_bytes_max,
             "client.buffer_memory_bytes",
             self.buffer_memory_bytes,
+            or_equal=True,
+        ) + _less(
+            "client.request_timeout_ms",
+            self.request_timeout_ms,
+            "client.delivery_timeout_ms",
+            self.delivery_timeout_ms,
             or_equal=True,
         )
 

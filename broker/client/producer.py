@@ -16,9 +16,10 @@ With ``idempotent=True`` (the default) each batch carries the producer id and a
 per-partition sequence; retriable failures (NOT_LEADER: refresh metadata and go to the
 new leader; UNAVAILABLE, TIMEOUT: the outcome is unknown) resend the *same* batch with the
 *same* sequence, which the broker answers from its dedup state if it already applied it: no
-duplicates, no reordering. When the retries run out with the outcome unknown, the future
-fails and the partition continues under a fresh producer id (``<id>~<n>``), so later batches
-neither collide with nor wait for the lost one. Without idempotence a retry may duplicate.
+duplicates, no reordering. When the retries (or ``delivery_timeout_ms``, Kafka's
+delivery.timeout.ms) run out with the outcome unknown, the future fails and the partition
+continues under a fresh producer id (``<id>~<n>``), so later batches neither collide with nor
+wait for the lost one. Without idempotence a retry may duplicate.
 
 The records a Producer holds (queued or in flight, counted as ``max_record_bytes`` counts them)
 are bounded by ``buffer_memory_bytes`` (Kafka's ``buffer.memory``): ``send``/``send_many`` block
@@ -161,6 +162,7 @@ class Producer:
         send_streams: bool = _DEFAULTS.send_streams,
         buffer_memory_bytes: int = _DEFAULTS.buffer_memory_bytes,
         max_block_ms: int = _DEFAULTS.max_block_ms,
+        delivery_timeout_ms: int = _DEFAULTS.delivery_timeout_ms,
     ) -> None:
         if linger_ms < 0 or batch_records_max < 1 or batch_bytes_max < 1 or retries < 0:
             raise errors.InvalidArgument(
@@ -168,6 +170,9 @@ class Producer:
             )
         if buffer_memory_bytes < 1 or max_block_ms < 0:
             raise errors.InvalidArgument("need buffer_memory_bytes >= 1, max_block_ms >= 0")
+        if delivery_timeout_ms < 1:
+            raise errors.InvalidArgument("need delivery_timeout_ms >= 1")
+        self.delivery_timeout_s = delivery_timeout_ms / 1000
         security = channel_security(tls_ca_file, tls_cert_file, tls_key_file, token)
         self._channels = _Channels(bootstrap, request_timeout_ms, security)
         self._streams = (
@@ -223,12 +228,13 @@ class Producer:
     ) -> SendFuture:
         """Queue one record; the future resolves to its RecordMetadata or a typed error
         (UnknownTopic, UnknownPartition, RecordTooLarge, InvalidArgument, or a retriable
-        error once retries are spent). The first send to a topic fetches its metadata
-        (blocking, up to request_timeout_ms). Raises RuntimeError after close()."""
+        error once retries or the delivery timeout are spent). The first send to a topic
+        fetches its metadata, blocking: while no broker answers it retries, up to
+        delivery_timeout_ms. Raises RuntimeError after close()."""
         meta = self._meta.get(topic)  # stale is fine: see _cached_metadata
         if meta is None:
             try:
-                meta = self._metadata(topic)
+                meta = self._first_metadata(topic)
             except errors.RaftqError as exc:
                 return SendFuture.failed(topic, exc)
         bare = key is None and not (headers or priority or deliver_at_ms or idempotency_key)
@@ -462,7 +468,26 @@ class Producer:
         metadata refresh while the cluster elects new leaders. Fetched on first use."""
         with self._meta_lock:
             meta = self._meta.get(topic)
-        return meta if meta is not None else self._metadata(topic)
+        return meta if meta is not None else self._first_metadata(topic)
+
+    def _first_metadata(self, topic: str) -> _TopicMeta:
+        """A topic's first metadata, retried with backoff while the error is retriable (no
+        broker answers yet, no metadata leader) until delivery_timeout_ms: a Producer made
+        while the cluster starts or restarts waits for it instead of failing every send.
+        Raises UnknownTopic and other definite errors at once."""
+        deadline = time.monotonic() + self.delivery_timeout_s
+        attempt = 0
+        while True:
+            try:
+                return self._metadata(topic)
+            except errors.RaftqError as exc:
+                left = deadline - time.monotonic()
+                if not exc.retriable or left <= 0 or self._closing:
+                    raise
+                log.info("[topic=%s] metadata not fetched yet: %s (retrying)", topic, exc)
+            pause_ms = min(RETRY_BACKOFF_MS * 2**attempt, RETRY_BACKOFF_MAX_MS)
+            attempt += 1
+            time.sleep(min(pause_ms / 1000, left))
 
     def _leader(self, topic: str, partition: int) -> str:
         with self._meta_lock:
@@ -679,7 +704,12 @@ class Producer:
                     out_of_order = out_of_order or code == _OUT_OF_ORDER_SEQUENCE
         with self._lock:
             self._in_flight.discard(tp)
-            if error is not None and error.retriable and batch.attempts < self.retries:
+            if (
+                error is not None
+                and error.retriable
+                and batch.attempts < self.retries
+                and time.monotonic() - batch.created_s < self.delivery_timeout_s
+            ):
                 batch.attempts += 1
                 backoff_ms = min(RETRY_BACKOFF_MS * 2 ** (batch.attempts - 1), RETRY_BACKOFF_MAX_MS)
                 if rerouted:
