@@ -436,23 +436,27 @@ class ClientSettings(_Section):
     delivery_timeout_ms: int = _setting(120_000, min=1)
 
     def _relations(self) -> list[Problem]:
-        return _less(
-            "client.linger_ms",
-            self.linger_ms,
-            "client.request_timeout_ms",
-            self.request_timeout_ms,
-        ) + _less(
-            "client.batch_bytes_max",
-            self.batch_bytes_max,
-            "client.buffer_memory_bytes",
-            self.buffer_memory_bytes,
-            or_equal=True,
-        ) + _less(
-            "client.request_timeout_ms",
-            self.request_timeout_ms,
-            "client.delivery_timeout_ms",
-            self.delivery_timeout_ms,
-            or_equal=True,
+        return (
+            _less(
+                "client.linger_ms",
+                self.linger_ms,
+                "client.request_timeout_ms",
+                self.request_timeout_ms,
+            )
+            + _less(
+                "client.batch_bytes_max",
+                self.batch_bytes_max,
+                "client.buffer_memory_bytes",
+                self.buffer_memory_bytes,
+                or_equal=True,
+            )
+            + _less(
+                "client.request_timeout_ms",
+                self.request_timeout_ms,
+                "client.delivery_timeout_ms",
+                self.delivery_timeout_ms,
+                or_equal=True,
+            )
         )
 
 
