@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from broker.client import Consumer, Message, Producer
+from broker.client import Admin, Consumer, Message, Producer
+from proto import errors
 from tests.cluster import ProcessCluster
 
 
@@ -45,3 +47,20 @@ def test_a_consumer_is_iterable_and_the_loop_ends_when_it_is_closed(bootstrap: s
     consumer.close()
     loop.join(30)
     assert ended.is_set()
+
+
+def test_a_broker_unreachable_a_moment_ago_is_reached_as_soon_as_it_listens(
+    tmp_path: Path,
+) -> None:
+    """Refused connects put gRPC's subchannel in reconnect backoff; neither that nor a broker
+    that is still starting may fail a client call whose deadline has time left."""
+    cluster = ProcessCluster(tmp_path, brokers=1)
+    address = cluster.client_addr(1)
+    with Admin(address, request_timeout_ms=300) as early, pytest.raises(errors.Unavailable):
+        early.list_topics()  # nothing listens yet: refused, retried until its deadline
+    with cluster:
+        with Admin(address, request_timeout_ms=60_000) as waiting:
+            assert waiting.describe_cluster().brokers  # waits through the broker's start
+        for _ in range(20):  # new clients at once: none inherits a refused connect's backoff
+            with Admin(address, request_timeout_ms=5_000) as admin:
+                admin.list_topics()

@@ -135,6 +135,11 @@ KEEPALIVE_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),  # gRPC's minimum connect timeout
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2_000),
+    # Each channel its own subchannels: a new channel to a broker that just started must not
+    # inherit the reconnect backoff of another channel's refused connects (gRPC shares
+    # subchannels process-wide by default; calls then failed UNAVAILABLE "connection refused"
+    # from a broker that was listening).
+    ("grpc.use_local_subchannel_pool", 1),
 )
 # What a broker's server needs to accept those pings (gRPC's default refuses pings more often
 # than every 5 minutes without data and closes the connection).

@@ -102,10 +102,14 @@ class _Channels:
                 self._channels[address] = entry
             return entry[1]
 
-    def call(self, address: str, fn: Callable[[_Stubs, float], T]) -> T:
-        """``fn(stubs, timeout_s)`` against one address; grpc errors become typed errors."""
+    def call(
+        self, address: str, fn: Callable[[_Stubs, float], T], timeout_s: float | None = None
+    ) -> T:
+        """``fn(stubs, timeout_s)`` against one address (``timeout_s`` defaults to the request
+        timeout); grpc errors become typed errors."""
+        timeout = self.request_timeout_s if timeout_s is None else timeout_s
         try:
-            return fn(self.stubs(address), self.request_timeout_s)
+            return fn(self.stubs(address), timeout)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
 
@@ -131,14 +135,33 @@ class _Channels:
 
     def call_any(self, fn: Callable[[_Stubs, float], T]) -> T:
         """``fn`` against each bootstrap broker in turn until one is reachable: only
-        UNAVAILABLE moves on (every other answer is the cluster's)."""
+        UNAVAILABLE moves on (every other answer is the cluster's). When every broker is
+        unavailable (all restarting, or each connection in gRPC's reconnect backoff after a
+        refused connect) it tries again, pausing 50 ms doubling to 1 s, until the request
+        timeout has passed (Kafka's admin client retries until its API timeout); then it
+        raises the last Unavailable."""
+        deadline = time.monotonic() + self.request_timeout_s
+        pause_s = 0.05
+        while True:
+            try:
+                return self._call_each(fn, deadline)
+            except errors.Unavailable:
+                if time.monotonic() + pause_s >= deadline:
+                    raise
+                time.sleep(pause_s)
+                pause_s = min(pause_s * 2, 1.0)
+
+    def _call_each(self, fn: Callable[[_Stubs, float], T], deadline: float) -> T:
         count = len(self.bootstrap)
         start = self._preferred
         last: errors.RaftqError | None = None
         for i in range(count):
             index = (start + i) % count
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 and last is not None:
+                break
             try:
-                result = self.call(self.bootstrap[index], fn)
+                result = self.call(self.bootstrap[index], fn, max(remaining, 0.001))
             except errors.Unavailable as exc:
                 last = exc
                 continue
