@@ -225,6 +225,7 @@ def read_on(
             response.producer_known = True
             response.producer_last_sequence = state.last_sequence
             response.producer_last_offsets.extend(state.last_offsets)
+            response.producer_records = state.records
     if kind == "lag":
         for group in request.lag.groups:
             lag = replica.lag(group)

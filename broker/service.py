@@ -967,6 +967,7 @@ class BrokerService:
                 known=response.producer_known,
                 last_sequence=response.producer_last_sequence,
                 last_offsets=response.producer_last_offsets,
+                records=response.producer_records if response.producer_known else 0,
             )
         return out
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from partitions.rows import Meta
-from partitions.store import PartitionStore
+from partitions.store import TRACKED_PRODUCER_PREFIX, PartitionStore
 from proto import common_pb2
 
 
@@ -25,16 +25,26 @@ class FetchResult:
 
 @dataclass(frozen=True)
 class ProducerState:
-    """An idempotent producer's last applied batch on this partition."""
+    """An idempotent producer's last applied batch on this partition; for a tracked producer
+    also how many of its records the log holds (-1: not counted)."""
 
     last_sequence: int
     last_offsets: list[int]
+    records: int = -1
 
 
 def producer_state(store: PartitionStore, producer_id: str) -> ProducerState | None:
-    """The producer's last applied batch, or None when the partition remembers none of its
-    batches (never seen, or forgotten after ``dedup_window_ms``). A writer restarting the
-    producer id resumes at ``last_sequence + 1`` (the Spark writer's retried tasks)."""
+    """The producer's last applied batch, or None when the partition knows none of its
+    batches. A tracked producer (``spark:`` ids) is read from its records in the log, so it is
+    known as long as they are (retention), dedup window or not; any other from the dedup
+    state (forgotten after ``dedup_window_ms``). A writer restarting the producer id resumes
+    at ``last_sequence + 1`` (the Spark writer's retried tasks, after ``records`` rows)."""
+    if producer_id.startswith(TRACKED_PRODUCER_PREFIX):
+        written = store.producer_written(producer_id)
+        if written is None:
+            return None
+        count, sequence, written_at = written
+        return ProducerState(sequence, written_at, count)
     last = store.producer_last_sequence(producer_id)
     if last is None:
         return None

@@ -31,6 +31,10 @@ from typing import Any, Protocol
 
 from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, ReadyRecord, RecordRow
 
+# Producer ids with this prefix (the Spark writer's) have their records indexed, so a retried
+# writer can count what an earlier attempt wrote, long after the dedup window forgot it.
+TRACKED_PRODUCER_PREFIX = "spark:"
+
 
 class PartitionStore(Protocol):
     """What a partition replica needs from storage. Errors raised here are I/O failures."""
@@ -70,6 +74,9 @@ class PartitionStore(Protocol):
         self, producer_id: str, sequence: int, offsets: Sequence[int], now_ms: int, keep: int
     ) -> None: ...
     def producer_forget_before(self, timestamp_ms: int) -> int: ...
+    # a tracked producer's (id starts with TRACKED_PRODUCER_PREFIX) records still in the log:
+    # (how many, the highest sequence, that batch's offsets), or None when it has none
+    def producer_written(self, producer_id: str) -> tuple[int, int, list[int]] | None: ...
 
     # groups and their pending rows
     def group_get(self, name: str) -> GroupRow | None: ...
@@ -322,6 +329,15 @@ class MemoryStore:
     def producer_last_sequence(self, producer_id: str) -> int | None:
         batches = self._producers.get(producer_id)
         return max(batches) if batches else None
+
+    def producer_written(self, producer_id: str) -> tuple[int, int, list[int]] | None:
+        assert producer_id.startswith(TRACKED_PRODUCER_PREFIX), producer_id
+        mine = [r for r in self._records.values() if r.producer_id == producer_id]
+        if not mine:
+            return None
+        last = max(r.sequence or 0 for r in mine)
+        offsets = sorted(r.offset for r in mine if r.sequence == last)
+        return len(mine), last, offsets
 
     def producer_put(
         self, producer_id: str, sequence: int, offsets: Sequence[int], now_ms: int, keep: int

@@ -685,16 +685,18 @@ class ProducerStateRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., producer_id: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PartitionProducerState(_message.Message):
-    __slots__ = ("partition", "known", "last_sequence", "last_offsets")
+    __slots__ = ("partition", "known", "last_sequence", "last_offsets", "records")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     KNOWN_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     LAST_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     known: bool
     last_sequence: int
     last_offsets: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, partition: _Optional[int] = ..., known: _Optional[bool] = ..., last_sequence: _Optional[int] = ..., last_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+    records: int
+    def __init__(self, partition: _Optional[int] = ..., known: _Optional[bool] = ..., last_sequence: _Optional[int] = ..., last_offsets: _Optional[_Iterable[int]] = ..., records: _Optional[int] = ...) -> None: ...
 
 class ProducerStateResponse(_message.Message):
     __slots__ = ("partitions",)

@@ -607,9 +607,11 @@ class LogServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ProducerState(self, request, context):
-        """An idempotent producer's last applied batch on each partition of a topic (from the
-        partition's dedup state; forgotten after dedup_window_ms). A writer that restarts a
-        producer id resumes after it: the Spark writer's retried tasks use it.
+        """An idempotent producer's last applied batch on each named partition of a topic (from the
+        partition's dedup state, forgotten after dedup_window_ms; for a `spark:` producer id from
+        its records in the log, with their count, kept as long as they are). A writer that
+        restarts a producer id resumes after it: the Spark writer's retried tasks use it, one call
+        per leader broker naming the partitions it leads (each answered from local state).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -90,7 +90,7 @@ class GroupLagRead(_message.Message):
     def __init__(self, group: _Optional[str] = ..., committed: _Optional[int] = ..., end: _Optional[int] = ..., lag: _Optional[int] = ..., pending: _Optional[int] = ..., leased: _Optional[int] = ..., known: _Optional[bool] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
-    __slots__ = ("records", "log_start", "end", "lags", "producer_known", "producer_last_sequence", "producer_last_offsets")
+    __slots__ = ("records", "log_start", "end", "lags", "producer_known", "producer_last_sequence", "producer_last_offsets", "producer_records")
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     LOG_START_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
@@ -98,6 +98,7 @@ class ReadResponse(_message.Message):
     PRODUCER_KNOWN_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_LAST_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_RECORDS_FIELD_NUMBER: _ClassVar[int]
     records: _containers.RepeatedCompositeFieldContainer[_common_pb2.StoredRecord]
     log_start: int
     end: int
@@ -105,7 +106,8 @@ class ReadResponse(_message.Message):
     producer_known: bool
     producer_last_sequence: int
     producer_last_offsets: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.StoredRecord, _Mapping]]] = ..., log_start: _Optional[int] = ..., end: _Optional[int] = ..., lags: _Optional[_Iterable[_Union[GroupLagRead, _Mapping]]] = ..., producer_known: _Optional[bool] = ..., producer_last_sequence: _Optional[int] = ..., producer_last_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+    producer_records: int
+    def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.StoredRecord, _Mapping]]] = ..., log_start: _Optional[int] = ..., end: _Optional[int] = ..., lags: _Optional[_Iterable[_Union[GroupLagRead, _Mapping]]] = ..., producer_known: _Optional[bool] = ..., producer_last_sequence: _Optional[int] = ..., producer_last_offsets: _Optional[_Iterable[int]] = ..., producer_records: _Optional[int] = ...) -> None: ...
 
 class MetaProposeRequest(_message.Message):
     __slots__ = ("command",)

@@ -673,6 +673,7 @@ class ApiFacade:
                 if state is not None:
                     entry.last_sequence = state.last_sequence
                     entry.last_offsets.extend(state.last_offsets)
+                    entry.records = state.records
             return out
 
     def commit_txn(

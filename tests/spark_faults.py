@@ -8,9 +8,12 @@ orders from options, each fault firing once: a marker file says it is still to c
   watermark was not raised: the replay must resume by producer state) or ``after`` (it was:
   the replay must be skipped by the watermark).
 - ``raftq_flaky`` (df.write): ``failFile`` — while it exists, attempt 0 of Spark partition 0
-  hands ``failAfterRows`` rows to the sink (the last batches may still be in flight: a
-  zombie), deletes the file and raises; the retry must resume after what the first attempt
-  applied. ``reportFile``: commit writes every task's summary there as JSON.
+  hands ``failAfterRows`` rows to the sink, deletes the file and fails, as ``failMode`` says:
+  ``raise`` (the input iterator raises: the last batches may still be in flight, a zombie),
+  ``end`` (the input ends normally, the writer sends its short last batches and returns, then
+  the task fails: what a UDF failing upstream of the writer looks like to it) or ``exit`` (the
+  worker process dies mid-write: an executor kill). The retry must resume after what the
+  first attempt applied. ``reportFile``: commit writes every task's summary there as JSON.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class FlakyBatchWriter(datasource.RaftqBatchWriter):
         super().__init__(base.options, base.job_id)
         self.fail_file = options["failfile"]
         self.fail_after = int(options["failafterrows"])
+        self.fail_mode = options.get("failmode", "raise")
         self.report_file = options.get("reportfile", "")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> datasource.RaftqCommitMessage:
@@ -81,17 +85,26 @@ class FlakyBatchWriter(datasource.RaftqBatchWriter):
         )
         if not doomed:
             return super().write(iterator)
+        if self.fail_mode == "end":
+            super().write(self._head(iterator))
+            os.remove(self.fail_file)
+            raise RuntimeError(f"injected failure upstream after {self.fail_after} rows")
         return super().write(self._failing(iterator))
 
-    def _failing(self, iterator: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def _head(self, iterator: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         left = self.fail_after
         for batch in iterator:
             if batch.num_rows >= left:
                 yield batch.slice(0, left)
-                break
+                return
             left -= batch.num_rows
             yield batch
+
+    def _failing(self, iterator: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from self._head(iterator)
         os.remove(self.fail_file)
+        if self.fail_mode == "exit":
+            os._exit(17)  # the worker dies with batches in flight
         raise RuntimeError(f"injected task failure after {self.fail_after} rows")
 
     def commit(self, messages: Sequence[Any]) -> None:
@@ -103,7 +116,7 @@ class FlakyBatchWriter(datasource.RaftqBatchWriter):
 
 
 class FlakySource(datasource.RaftqDataSource):
-    extra_options = frozenset({"failfile", "failafterrows", "reportfile"})
+    extra_options = frozenset({"failfile", "failafterrows", "failmode", "reportfile"})
 
     @classmethod
     def name(cls) -> str:

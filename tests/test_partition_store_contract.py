@@ -18,7 +18,7 @@ import pytest
 
 from partitions.reader import ProducerState, producer_state
 from partitions.rows import ORDER_FIFO, ORDER_PRIORITY, Meta, OutboxRow, PendingRow, RecordRow
-from partitions.sqlite_store import SqliteStore
+from partitions.sqlite_store import TRACKED_PRODUCER_WHERE, SqliteStore
 from partitions.store import MemoryStore, PartitionStore
 
 
@@ -331,6 +331,28 @@ def test_producer_state_is_the_last_applied_batch(store: PartitionStore) -> None
     with store.transaction():
         store.producer_forget_before(10**9)
     assert producer_state(store, "p") is None
+
+
+def test_a_tracked_producer_is_known_from_its_records_after_its_batches_are_forgotten(
+    store: PartitionStore,
+) -> None:
+    """A `spark:` producer's state is read from its records (count, last sequence, that
+    batch's offsets): the dedup state forgetting it changes nothing; records of other
+    producers and gaps do not count; a retention cut does."""
+    pid = "spark:app:4:0"
+    assert producer_state(store, pid) is None
+    with store.transaction():
+        rows = [rec(o, producer=pid, sequence=o // 3) for o in range(10)]  # sequences 0..3
+        rows += [rec(o, producer="spark:other:4:0", sequence=0) for o in range(10, 12)]
+        rows += [rec(12, producer=pid, sequence=4), rec(13), rec(15, producer=pid, sequence=4)]
+        store.insert_records(rows)
+        store.producer_put(pid, 4, [12, 15], 100, 5)
+        store.producer_forget_before(10**9)
+    assert store.producer_last_sequence(pid) is None
+    assert producer_state(store, pid) == ProducerState(4, [12, 15], 12)
+    with store.transaction():
+        store.delete_records_below(6)
+    assert producer_state(store, pid) == ProducerState(4, [12, 15], 6)
 
 
 # -- groups -----------------------------------------------------------------------------------
@@ -1117,3 +1139,18 @@ def test_sqlite_is_wal_and_synchronous_full_by_default(tmp_path: Path) -> None:
     relaxed.close()
     with pytest.raises(ValueError):
         SqliteStore(str(tmp_path / "q.db"), synchronous="full; DROP TABLE meta")
+
+
+def test_sqlite_tracked_producer_lookup_uses_its_partial_index(tmp_path: Path) -> None:
+    """The Spark writer's resume lookup must not scan the log: SQLite plans it on the partial
+    index (only `spark:` producers' rows are in it, so other appends pay nothing for it)."""
+    store = SqliteStore(str(tmp_path / "p.db"))
+    try:
+        plan = store._rows(
+            "EXPLAIN QUERY PLAN SELECT count(*), max(sequence) FROM records WHERE "
+            + TRACKED_PRODUCER_WHERE,
+            ("spark:a:1:0",),
+        )
+        assert any("records_tracked_producer" in str(row) for row in plan), plan
+    finally:
+        store.close()

@@ -250,10 +250,14 @@ def test_streaming_sink_crash_in_commit_then_restart_writes_each_row_once(
 # --- 2. a task forced to fail and retried --------------------------------------------------------
 
 
+@pytest.mark.parametrize("mode", ["raise", "end", "exit"])
 def test_retried_task_resumes_after_what_its_first_attempt_wrote(
-    spark: Any, cluster: ProcessCluster, admin: Admin, tmp_path: Path
+    spark: Any, cluster: ProcessCluster, admin: Admin, tmp_path: Path, mode: str
 ) -> None:
-    out = make_topic(cluster, admin, "spark-retry")
+    """Attempt 0 of a task fails after handing 900 rows over: its input raises (``raise``),
+    ends normally so the writer sends short last batches (``end``: a UDF failing upstream),
+    or its worker dies (``exit``: an executor kill). The retry writes the rest: every id once."""
+    out = make_topic(cluster, admin, f"spark-retry-{mode}")
     fail, report = tmp_path / "fail-once", tmp_path / "report.json"
     fail.touch()
     df = spark.range(0, 3000, numPartitions=2).selectExpr(
@@ -263,9 +267,10 @@ def test_retried_task_resumes_after_what_its_first_attempt_wrote(
         df.write.format("raftq_flaky")
         .option("bootstrap", cluster.bootstrap)
         .option("topic", out)
-        .option("batchRecords", 10)
+        .option("batchRecords", 7)
         .option("failFile", str(fail))
-        .option("failAfterRows", 900)  # ~30 batches per raftq partition before the failure
+        .option("failAfterRows", 900)  # ~40 batches per raftq partition before the failure
+        .option("failMode", mode)
         .option("reportFile", str(report))
         .mode("append")
         .save()

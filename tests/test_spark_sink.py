@@ -7,6 +7,8 @@ from __future__ import annotations
 import collections
 import os
 import random
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -96,6 +98,75 @@ def test_a_retried_task_resumes_after_the_producers_last_applied_batch(
     # a third attempt (a replay) writes nothing
     again = write(cluster, opts, "spark:app:7:0", data)
     assert again.records_written == 0 and again.records_skipped == 400
+    assert values(admin, name) == collections.Counter(v for _, v in data)
+
+
+def test_a_retry_after_a_partial_write_resumes_by_the_records_written(
+    cluster: ProcessCluster, admin: Admin
+) -> None:
+    """Attempts that saw a normal end of input early (a UDF upstream of the writer failed after
+    handing rows over) sent short last batches; each retry skips exactly the rows already in
+    the log, whatever batches they went in, then writes the rest."""
+    name = topic(cluster, admin, "sink-partial")
+    opts = options(cluster, name, batchRecords="4")
+    data = rows(400)
+    pid = "spark:app:9:0"
+    assert write(cluster, opts, pid, data[:250]).records_written == 250
+    second = write(cluster, opts, pid, data[:331])  # cut elsewhere: short batches again
+    assert (second.records_skipped, second.records_written) == (250, 81)
+    third = write(cluster, opts, pid, data)
+    assert (third.records_skipped, third.records_written) == (331, 69)
+    assert values(admin, name) == collections.Counter(v for _, v in data)
+    states = admin.producer_state(name, pid)
+    assert sum(s.records for s in states.values()) == 400
+    again = write(cluster, opts, pid, data)  # a replay writes nothing
+    assert (again.records_skipped, again.records_written) == (400, 0)
+    assert values(admin, name) == collections.Counter(v for _, v in data)
+
+
+def test_a_retry_after_the_dedup_window_still_resumes_by_the_records_written(
+    cluster: ProcessCluster, admin: Admin
+) -> None:
+    """The partition forgets a producer's batches after dedup_window_ms; the records stay, and
+    a `spark:` producer's resume is read from them."""
+    name = "sink-late-retry"
+    admin.create_topic(name, partitions=3, replication_factor=3, dedup_window_ms=1)
+    cluster.wait_leaders(name)
+    opts = options(cluster, name, batchRecords="4")
+    data = rows(300)
+    write(cluster, opts, "spark:app:3:0", data[:170])
+    control = [(b"k%d" % i, b"control-%d" % i) for i in range(30)]
+    write(cluster, opts, "control-producer", control)  # not tracked: forgotten by the window
+    deadline = time.monotonic() + 60
+    while any(s.known for s in admin.producer_state(name, "control-producer").values()):
+        assert time.monotonic() < deadline, "the dedup window never forgot the control producer"
+        time.sleep(0.2)
+    resumed = write(cluster, opts, "spark:app:3:0", data)
+    assert (resumed.records_skipped, resumed.records_written) == (170, 130)
+    expected = collections.Counter(v for _, v in data + control)
+    assert values(admin, name) == expected
+
+
+def test_speculative_twins_write_each_row_once(cluster: ProcessCluster, admin: Admin) -> None:
+    """Three attempts of one task with the same producer id at once (a speculative duplicate
+    and a zombie): whichever applies a batch first, every row is in the log once."""
+    name = topic(cluster, admin, "sink-twins")
+    opts = options(cluster, name, batchRecords="3")
+    data = rows(600)
+    failures: list[BaseException] = []
+
+    def attempt() -> None:
+        try:
+            write(cluster, opts, "spark:app:5:1", data)
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    twins = [threading.Thread(target=attempt) for _ in range(3)]
+    for twin in twins:
+        twin.start()
+    for twin in twins:
+        twin.join(120)
+    assert not failures, failures
     assert values(admin, name) == collections.Counter(v for _, v in data)
 
 

@@ -53,36 +53,36 @@ Two mechanisms, one per way a write can repeat:
    and writes nothing when its batch id is at or below it. The app id is ``txnAppId``, or for
    ``writeStream`` the query id (stable across restarts from the same checkpoint).
 2. **A retried task, or a replay that crashed before the watermark moved** (a task died
-   mid-write; the query crashed inside its sink commit). Each task writes under the
-   idempotent producer id ``spark:<app>:<batch>:<spark partition>`` (batch writes without
-   txn ids: a random id per write job), with its own sequence per raftq partition. Batches are
-   cut by record count and bytes only, so the same rows in the same order make the same
-   batches with the same sequences. The partition state machine only remembers a producer's
-   last 5 batches, so a retry cannot simply resend from sequence 0; instead each task first
-   asks every partition for the producer's last applied batch (``Log.ProducerState``, read
-   from the partition's dedup table on its leader) and skips the batches at or below it,
-   sending from the next sequence. A send whose outcome was unknown is resent with the same
-   sequence (deduplicated by the broker). An OUT_OF_ORDER_SEQUENCE answer (a zombie or
-   speculative twin of the task, same producer id, got further) re-reads the state and skips
-   what the twin applied.
+   mid-write, its worker or executor was killed, a UDF upstream of the writer failed after
+   handing rows over so the writer saw a normal end of input and sent short last batches, a
+   speculative twin ran; the query crashed inside its sink commit, and restarted after any
+   delay). Each task writes under the idempotent producer id
+   ``spark:<app>:<batch>:<spark partition>`` (batch writes without txn ids: a random id per
+   write job), with its own sequence per raftq partition. A retry resumes by *rows already
+   written*, not by batch numbering: it first asks each partition's leader (one
+   ``Log.ProducerState`` call per leader broker) how many records of its producer id the log
+   holds, with the last batch's sequence and offsets; it skips exactly that many of its rows for
+   that partition, compares the last batch of them with the log, and sends the rest from the
+   next sequence. Those counts come from the records themselves (partitions index the rows of
+   ``spark:`` producers), so they hold after the topic's ``dedup_window_ms`` too. A send whose
+   outcome was unknown is resent with the same sequence (deduplicated by the broker). An
+   OUT_OF_ORDER_SEQUENCE answer (a zombie or speculative twin of the task, same producer id,
+   got further) re-reads the state and skips what the twin applied.
 
 Cases it cannot cover, and what the writer does:
 
 - **Rows in a different order (or different rows) on the retry**: after a shuffle without a
   sort, ``repartition`` of non-deterministic input, ``rand()``, ``limit`` without order, or a
-  source that is not replayable. The same sequence number then names different rows, and
-  skipping by sequence would drop some rows and duplicate others. The writer spot-checks: the
-  resumed-after batch is fetched back and compared (keys and values) with what this attempt
-  produced for that sequence, and an attempt that produces fewer batches, or none for a
-  partition an earlier attempt wrote to, is caught too. Either raises NondeterministicInput and
-  the task (eventually the job) fails loudly instead of writing wrong data. Batches before the
-  last one are not compared. Fix: ``sortWithinPartitions`` on a unique key before writing, or
+  source that is not replayable. Skipping the first N rows would then drop some rows and
+  duplicate others. The writer spot-checks: the last batch the earlier attempt wrote is
+  fetched back and compared (keys and values) with this attempt's rows at the same positions;
+  an attempt with fewer rows for a partition than were written there, or none for a partition
+  an earlier attempt wrote to, is caught too. Either raises NondeterministicInput and the task
+  (eventually the job) fails loudly instead of writing wrong data. Rows before that last batch
+  are not compared. Fix: ``sortWithinPartitions`` on a unique key before writing, or
   checkpoint/cache the shuffled data, or use ``at_least_once`` and dedupe downstream.
-- **A restart later than the topic's ``dedup_window_ms``** (default 5 minutes) after the
-  failed attempt: the partition has forgotten the producer, so the retried task sends
-  everything again (duplicates). Committed batches are safe for ever (the watermark never
-  expires); only the batch in flight at the crash is exposed. Raise ``dedup_window_ms`` on
-  topics Spark writes to if restarts can take longer.
+- Retention that deleted some of a failed attempt's records before the retry makes the retry
+  write those rows again.
 - A metadata leader elected moments before ``GetTxn`` may not have applied the latest
   ``CommitTxn`` yet; the producer-id dedup (2) still covers that batch.
 - ``at_least_once`` uses no producer ids and no watermark (unless txnAppId is set): a task

@@ -4,11 +4,15 @@ The data source (``broker/spark/datasource.py``) turns Spark rows into :class:`R
 them here; this module batches them per raftq partition, numbers the batches and sends them to
 partition leaders. The exactly-once design and its limits are in ``broker/spark/__init__.py``.
 
-Batching is a pure function of the task's row sequence (never of timing): a batch closes at
-``batch_records`` records or ``batch_bytes`` bytes or the end of the task's input, and key-less
-rows fill one partition's batch before moving to the next. So an attempt that replays the same
-rows in the same order cuts the same batches with the same sequences, which is what lets a
-retried task skip what an earlier attempt already wrote.
+Resuming is by rows, not batches: each raftq partition's rows from this task are numbered
+in the order the task hands them over. A retried attempt learns how many rows of each
+partition earlier attempts wrote (``Log.ProducerState`` counts the producer id's records in
+the log) and skips exactly that many, comparing the last batch of them with the log, then
+sends the rest from the next sequence. How earlier attempts cut their batches does not matter
+(an attempt whose input ended early sent short last batches). Batching from a given row is a
+pure function of the rows (never of timing): a batch closes at ``batch_records`` records or
+``batch_bytes`` bytes or the end of the task's input, and key-less rows fill one partition's
+batch before moving to the next; so twins resuming from the same row cut the same batches.
 
 Sending: at most one batch in flight per raftq partition (sequences apply in order), all
 partitions at once; NOT_LEADER follows the hint, UNAVAILABLE / TIMEOUT resend the *same*
@@ -225,21 +229,35 @@ class Connection:
             token=security.token,
         )
         self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, api_pb2_grpc.ProducerStub] = {}
-        self._channels: list[grpc.Channel] = []
+        self._logs: dict[str, api_pb2_grpc.LogStub] = {}
+
+    def _channel(self, address: str) -> grpc.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = open_channel(address, self._security)
+        return channel
 
     def producer(self, address: str) -> api_pb2_grpc.ProducerStub:
         with self._lock:
             stub = self._stubs.get(address)
             if stub is None:
-                channel = open_channel(address, self._security)
-                self._channels.append(channel)
-                stub = self._stubs[address] = api_pb2_grpc.ProducerStub(channel)
+                stub = self._stubs[address] = api_pb2_grpc.ProducerStub(self._channel(address))
+            return stub
+
+    def log(self, address: str) -> api_pb2_grpc.LogStub:
+        """The Log service of one broker (a read it does not lead is forwarded)."""
+        with self._lock:
+            stub = self._logs.get(address)
+            if stub is None:
+                stub = self._logs[address] = api_pb2_grpc.LogStub(self._channel(address))
             return stub
 
     def close(self) -> None:
         with self._lock:
-            channels, self._channels, self._stubs = self._channels, [], {}
+            channels = list(self._channels.values())
+            self._channels, self._stubs, self._logs = {}, {}, {}
         for channel in channels:
             channel.close()
         self.admin.close()
@@ -283,17 +301,29 @@ class _Batch:
     retry_at_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class Resume:
+    """What earlier attempts of this producer id wrote to one raftq partition."""
+
+    records: int  # how many of the lane's rows (its first ``records``)
+    last_sequence: int
+    last_offsets: list[int]  # where its last batch went: the lane's rows just before ``records``
+
+
 @dataclass
 class _Lane:
-    """One raftq partition's traffic from this task."""
+    """One raftq partition's traffic from this task: its rows are numbered from 0 in the order
+    the task hands them over; the first ``resume.records`` were written by an earlier attempt
+    and are skipped (the last batch of them compared with what the broker holds)."""
 
     topic: str
     partition: int
-    resume_after: int = -1  # the last sequence an earlier attempt applied (-1: none)
-    resume_offsets: list[int] = field(default_factory=list)
+    resume: Resume | None = None
+    position: int = 0  # rows handed to this lane so far
+    tail: list[common_pb2.Record] = field(default_factory=list)  # rows the resume compares
     records: list[common_pb2.Record] = field(default_factory=list)
     size: int = 0
-    next_sequence: int = 0
+    next_sequence: int = 0  # after a resume: the earlier attempt's last sequence + 1
     queued: deque[_Batch] = field(default_factory=deque)
     in_flight: tuple[_Batch, Any] | None = None
 
@@ -303,7 +333,7 @@ class TaskSummary:
     """What one task did; travels to the driver in the commit message."""
 
     records_written: int = 0
-    records_skipped: int = 0  # an earlier attempt had written them (resumed after)
+    records_skipped: int = 0  # an earlier attempt had written them (resumed after them)
     batches_sent: int = 0
     duplicates: int = 0  # records the broker answered from dedup state
     skipped_task: bool = False  # the batch was at or below the app's watermark
@@ -327,8 +357,8 @@ class TaskSink:
         self.summary = TaskSummary()
         self._meta: dict[str, TopicMeta] = {}
         self._lanes: dict[tuple[str, int], _Lane] = {}
-        # (topic, partition) -> the last batch an earlier attempt applied: (sequence, offsets)
-        self._resume: dict[tuple[str, int], tuple[int, list[int]]] = {}
+        # (topic, partition) -> what earlier attempts of the producer id wrote there
+        self._resume: dict[tuple[str, int], Resume] = {}
         self._keyless = 0
         self._done = threading.Condition()
         self._completed: deque[tuple[str, int]] = deque()
@@ -377,8 +407,14 @@ class TaskSink:
             )
         lane = self._lanes.get((name, partition))
         if lane is None:
-            last, offsets = self._resume.get((name, partition), (-1, []))
-            lane = self._lanes[(name, partition)] = _Lane(name, partition, last, offsets)
+            resume = self._resume.get((name, partition))
+            lane = self._lanes[(name, partition)] = _Lane(name, partition, resume)
+            if resume is not None:
+                lane.next_sequence = resume.last_sequence + 1
+        lane.position += 1
+        if lane.resume is not None and lane.position <= lane.resume.records:
+            self._skip(lane, record)
+            return
         if lane.records and (
             len(lane.records) >= self.options.batch_records
             or lane.size + size > self.options.batch_bytes
@@ -401,11 +437,11 @@ class TaskSink:
                 "this one did not: the task's input is not deterministic"
             )
         for lane in self._lanes.values():
-            if lane.next_sequence <= lane.resume_after:
+            if lane.resume is not None and lane.position < lane.resume.records:
                 raise NondeterministicInput(
                     f"{lane.topic}/{lane.partition}: an earlier attempt of producer "
-                    f"{self.producer_id!r} wrote {lane.resume_after + 1} batches, this one only "
-                    f"{lane.next_sequence}: the task's input is not deterministic"
+                    f"{self.producer_id!r} wrote {lane.resume.records} rows here, this one has "
+                    f"only {lane.position}: the task's input is not deterministic"
                 )
         return self.summary
 
@@ -428,32 +464,63 @@ class TaskSink:
         return TopicMeta(len(leaders), leaders, max_bytes)
 
     def _load_resume(self, name: str, meta: TopicMeta) -> None:
-        """Where an earlier attempt of this producer id got to on each partition."""
+        """What earlier attempts of this producer id wrote to each partition of ``name``: one
+        ProducerState call per leader broker, all at once, each naming the partitions that
+        broker leads (answered from its local state): the task's fixed cost does not grow
+        with the partition count. A failed call is retried through any broker."""
         assert self.producer_id is not None
-        states = self.conn.admin.producer_state(name, self.producer_id)
-        for partition, state in states.items():
-            if state.known:
-                self._resume[(name, partition)] = (state.last_sequence, list(state.last_offsets))
+        by_leader: dict[str, list[int]] = {}
+        for partition, leader in enumerate(meta.leaders):
+            by_leader.setdefault(leader, []).append(partition)
+        calls = []
+        for address, partitions in by_leader.items():
+            request = api_pb2.ProducerStateRequest(
+                topic=name, producer_id=self.producer_id, partitions=partitions
+            )
+            stub = self.conn.log(address or self.conn.bootstrap[0])
+            calls.append(
+                (partitions, stub.ProducerState.future(request, timeout=self.conn.timeout_s))
+            )
+        for partitions, call in calls:
+            try:
+                states = list(call.result().partitions)
+            except grpc.RpcError:
+                states = list(
+                    self.conn.admin.producer_state(name, self.producer_id, partitions).values()
+                )
+            for state in states:
+                if state.known:
+                    self._resume[(name, state.partition)] = Resume(
+                        state.records, state.last_sequence, list(state.last_offsets)
+                    )
 
     # -- batches -----------------------------------------------------------------------------
+
+    def _skip(self, lane: _Lane, record: common_pb2.Record) -> None:
+        """A row an earlier attempt wrote: not sent again. The rows of its last batch are kept
+        and, once all are in, compared with what the broker holds."""
+        assert lane.resume is not None
+        self.summary.records_skipped += 1
+        if lane.position > lane.resume.records - len(lane.resume.last_offsets):
+            lane.tail.append(record)
+        if lane.position == lane.resume.records:
+            self._verify(lane)
+            lane.tail = []
 
     def _seal(self, lane: _Lane) -> None:
         batch = _Batch(lane.topic, lane.partition, lane.next_sequence, lane.records)
         lane.next_sequence += 1
         lane.records, lane.size = [], 0
-        if self.producer_id is not None and batch.sequence <= lane.resume_after:
-            if batch.sequence == lane.resume_after:
-                self._verify(lane, batch)
-            self.summary.records_skipped += len(batch.records)
-            return
         lane.queued.append(batch)
         self._pump()
         self._drain(lambda: len(lane.queued) >= QUEUED_BATCHES_MAX)
 
-    def _verify(self, lane: _Lane, batch: _Batch) -> None:
-        """Spot-check: the earlier attempt's last batch must be this batch (same keys and
-        values at the offsets the broker remembers), else the input is not deterministic."""
-        offsets = lane.resume_offsets
+    def _verify(self, lane: _Lane) -> None:
+        """Spot-check: the earlier attempt's last batch must be this attempt's rows at the same
+        positions (same keys and values at the offsets the broker holds), else the input is
+        not deterministic: raises NondeterministicInput."""
+        assert lane.resume is not None
+        offsets = lane.resume.last_offsets
         stored: dict[int, common_pb2.Record] = {}
         if offsets:
             first, last = min(offsets), max(offsets)
@@ -467,15 +534,16 @@ class TaskSink:
                     stored[r.offset] = r.record
                 first = response.records[-1].offset + 1
         found = [stored.get(o) for o in offsets]
-        same = len(found) == len(batch.records) and all(
+        same = len(found) == len(lane.tail) and all(
             s is not None and s.key == b.key and s.value == b.value
-            for s, b in zip(found, batch.records, strict=True)
+            for s, b in zip(found, lane.tail, strict=True)
         )
         if not same:
             raise NondeterministicInput(
-                f"{lane.topic}/{lane.partition}: batch {batch.sequence} of producer "
-                f"{self.producer_id!r} differs from what an earlier attempt wrote: the task's "
-                "rows are not in a deterministic order (sort them, or use at_least_once)"
+                f"{lane.topic}/{lane.partition}: rows {lane.resume.records - len(offsets)}.."
+                f"{lane.resume.records - 1} of producer {self.producer_id!r} differ from what an "
+                "earlier attempt wrote: the task's rows are not in a deterministic order (sort "
+                "them, or use at_least_once); see ARCHITECTURE.md § Spark to recover the query"
             )
 
     def _pump(self) -> None:
@@ -581,9 +649,6 @@ class TaskSink:
             return False
         while lane.queued and lane.queued[0].sequence <= state.last_sequence:
             lane.queued.popleft()
-        if state.last_sequence > lane.resume_after:
-            lane.resume_after = state.last_sequence
-            lane.resume_offsets = list(state.last_offsets)
         return True
 
 
