@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
@@ -248,7 +250,8 @@ def topic_delete(args: argparse.Namespace) -> int:
 
 
 class _Progress:
-    """A progress line on stderr, rewritten at most every PROGRESS_INTERVAL_S."""
+    """A progress line on stderr of acknowledged records, rewritten at most every
+    PROGRESS_INTERVAL_S: ``acked/total records acknowledged (sent queued), rate``."""
 
     def __init__(self, total: int | None, enabled: bool) -> None:
         self.total, self.enabled = total, enabled
@@ -257,13 +260,16 @@ class _Progress:
     def rate(self, done: int) -> float:
         return done / max(time.monotonic() - self.started, 1e-9)
 
-    def update(self, done: int, *, force: bool = False) -> None:
+    def update(self, acked: int, sent: int, *, force: bool = False) -> None:
         now = time.monotonic()
         if not self.enabled or (not force and now - self.shown < PROGRESS_INTERVAL_S):
             return
         self.shown = now
         of = f"/{self.total}" if self.total is not None else ""
-        sys.stderr.write(f"\r{done}{of} records, {self.rate(done):,.0f} records/s")
+        waiting = f" ({sent - acked} in flight)" if sent > acked else ""
+        sys.stderr.write(
+            f"\r{acked}{of} records acknowledged{waiting}, {self.rate(acked):,.0f} records/s "
+        )
         sys.stderr.flush()
 
 
@@ -277,43 +283,75 @@ def _values(args: argparse.Namespace) -> Iterable[bytes]:
             yield line.rstrip("\r\n").encode()
 
 
+class _Acks:
+    """Counts the outcomes of sends (callbacks run on the Producer's threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.acked = 0
+        self.failures: list[errors.RaftqError] = []
+
+    def on_done(self, future: SendFuture) -> None:
+        error = future.exception()
+        with self._lock:
+            if error is None:
+                self.acked += 1
+            else:
+                self.failures.append(error)
+
+
 def produce(args: argparse.Namespace) -> int:
+    """Send records; progress and the final line count ACKNOWLEDGED records. Ctrl-C stops
+    sending, waits briefly for what is in flight and says how many were acknowledged."""
     key = args.key.encode() if args.key is not None else None
     progress = _Progress(args.count, enabled=args.count is not None and not args.json)
-    failures: list[BaseException] = []
+    acks = _Acks()
     sent = 0
-
-    def note_failure(future: SendFuture) -> None:
-        error = future.exception()
-        if error is not None:
-            failures.append(error)
-
     with Producer(
         args.bootstrap,
         linger_ms=args.linger_ms,
         request_timeout_ms=args.request_timeout_ms,
         **security(args),
     ) as producer:
-        for value in _values(args):
-            future = producer.send(args.topic, value, key=key, partition=args.partition)
-            future.add_done_callback(note_failure)
-            sent += 1
-            progress.update(sent)
-            if failures:  # stop at the first failure; it is reported below
-                break
-        producer.flush()
-    progress.update(sent, force=True)
+        try:
+            for value in _values(args):
+                future = producer.send(args.topic, value, key=key, partition=args.partition)
+                future.add_done_callback(acks.on_done)
+                sent += 1
+                progress.update(acks.acked, sent)
+                if acks.failures:  # stop at the first failure; it is reported below
+                    break
+            while True:  # the final flush, with the progress line moving
+                try:
+                    producer.flush(PROGRESS_INTERVAL_S)
+                    break
+                except errors.Timeout:
+                    progress.update(acks.acked, sent, force=True)
+        except KeyboardInterrupt:
+            with contextlib.suppress(errors.RaftqError, KeyboardInterrupt):
+                producer.flush(2.0)
+            progress.update(acks.acked, sent, force=True)
+            sys.stderr.write(
+                f"\ninterrupted: {acks.acked} of {sent} records sent were acknowledged "
+                f"({sent - acks.acked - len(acks.failures)} without an answer may or may not "
+                "be stored)\n"
+            )
+            return 130
+    progress.update(acks.acked, sent, force=True)
     if progress.enabled:
         sys.stderr.write("\n")
-    if failures:
-        raise failures[0]
+    if acks.failures:
+        sys.stderr.write(f"{acks.acked} of {sent} records acknowledged before the failure\n")
+        raise acks.failures[0]
     seconds = time.monotonic() - progress.started
     if args.json:
-        emit_json({"topic": args.topic, "records": sent, "seconds": round(seconds, 3)}, sys.stdout)
+        emit_json(
+            {"topic": args.topic, "records": acks.acked, "seconds": round(seconds, 3)}, sys.stdout
+        )
     else:
         print(
-            f"produced {sent} records to {args.topic} in {seconds:.2f} s "
-            f"({progress.rate(sent):,.0f} records/s)"
+            f"produced {acks.acked} records to {args.topic} in {seconds:.2f} s "
+            f"({progress.rate(acks.acked):,.0f} records/s)"
         )
     return 0
 
@@ -344,6 +382,11 @@ def _print_message(message: Message, as_json: bool) -> None:
 
 
 def consume(args: argparse.Namespace) -> int:
+    """Print (and ack) records of a group. A missing topic fails at once; an outage is ridden
+    out with one status line until the brokers answer again; a rebalance that takes records
+    away says so once per poll, not once per record."""
+    with _admin(args) as admin:
+        admin.describe_topic(args.topic)  # UnknownTopic now, not a silent wait
     received = 0
     idle_since = time.monotonic()
     with Consumer(
@@ -354,9 +397,17 @@ def consume(args: argparse.Namespace) -> int:
         lease_ms=args.lease_ms,
         **security(args),
     ) as consumer:
+        outage = _Outage()
         while args.count is None or received < args.count:
             wanted = 500 if args.count is None else min(500, args.count - received)
-            messages = consumer.poll(wanted, timeout_ms=1000)
+            try:
+                messages = consumer.poll(wanted, timeout_ms=1000)
+            except errors.RaftqError as error:
+                if not error.retriable:
+                    raise
+                outage.waiting(error)
+                continue
+            outage.over()
             if not messages:
                 idle_ms = (time.monotonic() - idle_since) * 1000
                 if args.idle_exit_ms and idle_ms >= args.idle_exit_ms:
@@ -366,11 +417,33 @@ def consume(args: argparse.Namespace) -> int:
             for message in messages:
                 _print_message(message, args.json)
             if not args.no_ack:
-                for result in consumer.ack(messages):
-                    if result is not None:  # redelivered elsewhere: at-least-once says so
-                        sys.stderr.write(f"warning: ack failed: {result}\n")
+                refused = [r for r in consumer.ack(messages) if r is not None]
+                if refused:  # their leases moved on (a rebalance, expiry): redelivered
+                    sys.stderr.write(
+                        f"rebalance: {len(refused)} of {len(messages)} acks refused "
+                        f"({refused[0].kind.name}); those records are redelivered\n"
+                    )
             received += len(messages)
     return 0
+
+
+class _Outage:
+    """One status line while no broker answers a consumer, one when they do again."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+    def waiting(self, error: errors.RaftqError) -> None:
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+            sys.stderr.write(f"brokers unavailable ({error.kind.name}): retrying...\n")
+        time.sleep(min(1.0, 0.1 + (now - self.since) / 10))
+
+    def over(self) -> None:
+        if self.since is not None:
+            sys.stderr.write(f"brokers back after {time.monotonic() - self.since:.1f} s\n")
+            self.since = None
 
 
 # --- group / cluster ------------------------------------------------------------------------
@@ -684,6 +757,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `raftq consume ... | head`: the reader left; nothing to say
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 __all__ = ["REGISTRARS", "build_parser", "main", "register"]
