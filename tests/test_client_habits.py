@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from broker.client import Admin, Consumer, Message, Producer
+from broker.send_future import RecordMetadata
 from proto import errors
 from tests.cluster import ProcessCluster
 
@@ -60,7 +61,29 @@ def test_a_broker_unreachable_a_moment_ago_is_reached_as_soon_as_it_listens(
         early.list_topics()  # nothing listens yet: refused, retried until its deadline
     with cluster:
         with Admin(address, request_timeout_ms=60_000) as waiting:
-            assert waiting.describe_cluster().brokers  # waits through the broker's start
+            assert waiting.list_topics() == []  # waits through the broker's start
         for _ in range(20):  # new clients at once: none inherits a refused connect's backoff
             with Admin(address, request_timeout_ms=5_000) as admin:
                 admin.list_topics()
+
+
+def test_on_delivery_reports_each_outcome_once(bootstrap: str) -> None:
+    outcomes: list[tuple[errors.RaftqError | None, RecordMetadata | None]] = []
+    done = threading.Event()
+
+    def on_delivery(error: errors.RaftqError | None, metadata: RecordMetadata | None) -> None:
+        outcomes.append((error, metadata))
+        if len(outcomes) == 4:
+            done.set()
+
+    with Producer(bootstrap) as producer:
+        for i in range(3):
+            producer.send("habits", f"cb{i}".encode(), partition=1, on_delivery=on_delivery)
+        producer.send("habits", b"nowhere", partition=9, on_delivery=on_delivery)
+        producer.flush(30)
+    assert done.wait(30)
+    delivered = sorted(m.offset for e, m in outcomes if e is None and m is not None)
+    assert len(delivered) == 3 and delivered == list(range(delivered[0], delivered[0] + 3))
+    (failed,) = [e for e, m in outcomes if e is not None]
+    assert isinstance(failed, errors.UnknownPartition)
+    assert all((e is None) != (m is None) for e, m in outcomes)

@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +140,14 @@ def _record(
     return record, size
 
 
+DeliveryCallback = Callable[[errors.RaftqError | None, RecordMetadata | None], object]
+
+
+def _deliver(callback: DeliveryCallback, future: SendFuture) -> None:
+    error = future.exception(0)
+    callback(error, None if error is not None else future.result(0))
+
+
 class Producer:
     """Batches records per partition and sends them to partition leaders; see the module
     docstring for batching, ordering, retries and idempotence."""
@@ -225,12 +233,35 @@ class Producer:
         priority: int = 0,
         deliver_at_ms: int = 0,
         idempotency_key: str = "",
+        on_delivery: DeliveryCallback | None = None,
     ) -> SendFuture:
         """Queue one record; the future resolves to its RecordMetadata or a typed error
         (UnknownTopic, UnknownPartition, RecordTooLarge, InvalidArgument, or a retriable
         error once retries or the delivery timeout are spent). The first send to a topic
         fetches its metadata, blocking: while no broker answers it retries, up to
-        delivery_timeout_ms. Raises RuntimeError after close()."""
+        delivery_timeout_ms. Raises RuntimeError after close().
+
+        ``on_delivery(error, metadata)`` (confluent-kafka's callback) is called once the
+        outcome is known: ``(None, RecordMetadata)`` when acknowledged, ``(error, None)``
+        when not. It runs on the Producer's thread: keep it short, never block in it."""
+        future = self._send(
+            topic, value, key, headers, partition, priority, deliver_at_ms, idempotency_key
+        )
+        if on_delivery is not None:
+            future.add_done_callback(lambda done: _deliver(on_delivery, done))
+        return future
+
+    def _send(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        partition: int | None,
+        priority: int,
+        deliver_at_ms: int,
+        idempotency_key: str,
+    ) -> SendFuture:
         meta = self._meta.get(topic)  # stale is fine: see _cached_metadata
         if meta is None:
             try:
