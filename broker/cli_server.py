@@ -335,7 +335,9 @@ def dev_ca_command(args: argparse.Namespace) -> int:
     print(f"  {pki.auth_file}  (security.auth_file: token digests and ACLs)")
     print(f"  {pki.path('tokens.json')}  (the tokens, mode 0600)")
     for name, rules in DEV_PRINCIPALS.items():
-        text = "; ".join(f"{'/'.join(ops)} on {', '.join(topics)}" for topics, ops in rules)
+        text = "; ".join(
+            f"{'/'.join(ops)} on {key} {', '.join(names)}" for key, names, ops in rules
+        )
         print(f"    principal {name}: {text}")
     print("broker settings:")
     for key, value in pki.broker_env().items():

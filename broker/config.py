@@ -42,7 +42,8 @@ from typing import Any, ClassVar, Literal, NamedTuple
 from dynaconf import Dynaconf
 from dynaconf.utils.parse_conf import boolean_fix, parse_conf_data
 
-from transport.auth import OPERATIONS as AUTH_OPERATIONS
+from transport.auth import RESOURCE_KEYS as AUTH_RESOURCE_KEYS
+from transport.auth import RESOURCE_OPERATIONS as AUTH_RESOURCE_OPERATIONS
 from transport.auth import AclRule, AuthPolicy, Principal
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -630,6 +631,10 @@ def load_auth_policy(path: str | os.PathLike[str]) -> AuthPolicy:
             acls:
               - topics: ["orders", "orders.*"]     # shell globs
                 operations: [produce, consume]     # produce, consume, admin
+              - groups: ["orders-workers"]         # consumer groups
+                operations: [consume]              # consume, admin
+              - txn_apps: ["orders-etl"]           # Spark writers' exactly-once app ids
+                operations: [produce]              # produce, admin
 
     Raises ConfigError naming the file and the bad entry.
     """
@@ -665,18 +670,25 @@ def load_auth_policy(path: str | os.PathLike[str]) -> AuthPolicy:
         for i, rule in enumerate(entry.get("acls") or ()):
             at = f"principals.{name}.acls[{i}]"
             if not isinstance(rule, Mapping):
-                bad(f"{at} must be a mapping with topics and operations")
+                bad(f"{at} must be a mapping with topics (or groups, or txn_apps) and operations")
                 continue
-            topics = rule.get("topics", ())
-            topics = [topics] if isinstance(topics, str) else list(topics or ())
+            kinds = [key for key in AUTH_RESOURCE_KEYS if key in rule]
+            extra_keys = sorted(set(map(str, rule)) - {*AUTH_RESOURCE_KEYS, "operations"})
+            if len(kinds) != 1 or extra_keys:
+                keys = ", ".join(AUTH_RESOURCE_KEYS)
+                bad(f"{at} must name exactly one of {keys}, and operations")
+                continue
+            resource = AUTH_RESOURCE_KEYS[kinds[0]]
+            names = rule.get(kinds[0], ())
+            names = [names] if isinstance(names, str) else list(names or ())
             ops = rule.get("operations", ())
             ops = [ops] if isinstance(ops, str) else list(ops or ())
-            if not topics or not all(isinstance(t, str) and t for t in topics):
-                bad(f"{at}.topics must list topic names or globs")
-            wrong = [str(op) for op in ops if op not in AUTH_OPERATIONS]
-            if not ops or wrong:
-                bad(f"{at}.operations must list some of {', '.join(AUTH_OPERATIONS)}")
-            rules.append(AclRule(tuple(str(t) for t in topics), frozenset(str(o) for o in ops)))
+            if not names or not all(isinstance(t, str) and t for t in names):
+                bad(f"{at}.{kinds[0]} must list names or globs")
+            allowed = AUTH_RESOURCE_OPERATIONS[resource]
+            if not ops or any(op not in allowed for op in ops):
+                bad(f"{at}.operations must list some of {', '.join(allowed)} for {kinds[0]}")
+            rules.append(AclRule(tuple(map(str, names)), frozenset(map(str, ops)), resource))
         extra = sorted(set(map(str, entry)) - {"token_sha256", "acls"})
         if extra:
             bad(f"principals.{name}: unknown key(s) {', '.join(extra)}")

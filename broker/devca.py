@@ -11,8 +11,9 @@ Writes, under one directory (``<data-dir>/tls`` by default)::
     auth.yaml                 principal -> token_sha256 + ACLs: what brokers read
                               (security.auth_file); the tokens themselves are not in it
 
-Dev principals: ``admin`` (every operation on every topic), ``producer`` (produce on every
-topic), ``consumer`` (consume on every topic), ``reader`` (consume on ``public.*`` only).
+Dev principals: ``admin`` (every operation on every topic, group and txn app), ``producer``
+(produce on every topic and txn app: the Spark writer), ``consumer`` (consume on every topic
+and group), ``reader`` (consume on ``public.*`` topics only, in any group).
 Existing files are kept, so a restarted dev cluster keeps its CA and tokens; ``force``
 replaces them. For development only: the CA key sits next to the certificates.
 """
@@ -36,12 +37,16 @@ from transport.auth import token_digest
 
 DAYS = 365
 DEV_HOSTS = ("127.0.0.1", "::1", "localhost")
-# principal -> [(topic globs, operations)]
-DEV_PRINCIPALS: dict[str, list[tuple[list[str], list[str]]]] = {
-    "admin": [(["*"], ["produce", "consume", "admin"])],
-    "producer": [(["*"], ["produce"])],
-    "consumer": [(["*"], ["consume"])],
-    "reader": [(["public.*"], ["consume"])],
+# principal -> [(auth-file key, globs, operations)]
+DEV_PRINCIPALS: dict[str, list[tuple[str, list[str], list[str]]]] = {
+    "admin": [
+        ("topics", ["*"], ["produce", "consume", "admin"]),
+        ("groups", ["*"], ["consume", "admin"]),
+        ("txn_apps", ["*"], ["produce", "admin"]),
+    ],
+    "producer": [("topics", ["*"], ["produce"]), ("txn_apps", ["*"], ["produce"])],
+    "consumer": [("topics", ["*"], ["consume"]), ("groups", ["*"], ["consume"])],
+    "reader": [("topics", ["public.*"], ["consume"]), ("groups", ["*"], ["consume"])],
 }
 
 
@@ -169,8 +174,8 @@ def _auth_yaml(tokens: dict[str, str]) -> str:
     ]
     for name, rules in DEV_PRINCIPALS.items():
         lines += [f"  {name}:", f'    token_sha256: "{token_digest(tokens[name])}"', "    acls:"]
-        for topics, operations in rules:
-            lines.append(f"      - topics: {json.dumps(topics)}")
+        for key, names, operations in rules:
+            lines.append(f"      - {key}: {json.dumps(names)}")
             lines.append(f"        operations: [{', '.join(operations)}]")
     return "\n".join(lines) + "\n"
 

@@ -8,34 +8,30 @@ seals every frame (transport/raft/mux.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
 
 from broker.config import BrokerConfig, load_auth_policy
-from metadata.table import Table
-from transport.auth import AuthInterceptor, MemberTopics
+from metadata.table import MemberInfo, Table
+from transport.auth import AuthInterceptor, MemberLookup
 from transport.tls import ChannelSecurity, open_channel, server_credentials
 
-# How long an ACL check waits for this broker's copy of the table to learn a member that
-# joined through another broker (BrokerService waits as long before UNKNOWN_MEMBER).
-TABLE_CATCH_UP_S = 2.0
 
+def members_of(table: Callable[[], Table]) -> MemberLookup:
+    """``(group, member_id, wait_s) -> the member`` from this broker's copy of the metadata
+    table, None for an unknown member after waiting up to ``wait_s`` for the copy to learn a
+    member that joined through another broker (BrokerService waits as long before
+    UNKNOWN_MEMBER)."""
 
-def member_topics_from(table: Callable[[], Table]) -> MemberTopics:
-    """``(group, member_id) -> the member's subscribed topics``, None for an unknown member
-    (after waiting up to TABLE_CATCH_UP_S for the local table to catch up)."""
-
-    def lookup(group: str, member_id: str) -> Sequence[str] | None:
-        deadline = time.monotonic() + TABLE_CATCH_UP_S
+    def lookup(group: str, member_id: str, wait_s: float) -> MemberInfo | None:
+        deadline = time.monotonic() + wait_s
         while True:
             info = table().group(group)
             member = info.members.get(member_id) if info is not None else None
-            if member is not None:
-                return member.topics
-            if time.monotonic() >= deadline:
-                return None
+            if member is not None or time.monotonic() >= deadline:
+                return member
             time.sleep(0.02)
 
     return lookup
@@ -80,7 +76,7 @@ class BrokerSecurity:
         interceptor = None
         if sec.auth_required:
             policy = load_auth_policy(sec.auth_file)
-            interceptor = AuthInterceptor(policy, member_topics_from(table))
+            interceptor = AuthInterceptor(policy, members_of(table))
         return cls(credentials, peers, interceptor)
 
     def channel(self, address: str) -> grpc.Channel:
@@ -88,4 +84,4 @@ class BrokerSecurity:
         return open_channel(address, self.peers)
 
 
-__all__ = ["BrokerSecurity", "member_topics_from", "peer_channels", "peer_security"]
+__all__ = ["BrokerSecurity", "members_of", "peer_channels", "peer_security"]

@@ -89,6 +89,7 @@ LEADER_ONLY: dict[str, type[Any]] = {
     "get_txn": api_pb2.GetTxnRequest,
     "create_dead_letter_topic": api_pb2.DescribeTopicRequest,  # the source topic's name
 }
+AS_PRINCIPAL = frozenset({"join_group"})  # leader-only calls that act as the caller
 RESPONSES: dict[str, type[Any]] = {
     "create_topic": api_pb2.TopicDescription,
     "delete_topic": api_pb2.DeleteTopicResponse,
@@ -269,28 +270,41 @@ class BrokerService:
                 raise errors.Unavailable("no metadata leader: the cluster has no quorum")
             time.sleep(min(0.05, max(left, 0.0)))
 
-    def _leader_only(self, method: str, request: Any, timeout_s: float | None) -> Any:
-        """Run ``method`` here if this broker leads the metadata group, else forward it once."""
+    def _leader_only(
+        self, method: str, request: Any, timeout_s: float | None, principal: str = ""
+    ) -> Any:
+        """Run ``method`` here if this broker leads the metadata group, else forward it once
+        (on behalf of ``principal``, the caller the auth interceptor authenticated)."""
 
         def remote(target: str, left: float) -> Any:
-            raw = self.internal.forward(target, method, request.SerializeToString(), left)
+            raw = self.internal.forward(
+                target, method, request.SerializeToString(), left, principal=principal
+            )
             return RESPONSES[method].FromString(raw)
 
         return self._on_meta_leader(
             _timeout(timeout_s),
-            lambda left: getattr(self, "_" + method)(request, left),
+            lambda left: self._run_leader_only(method, request, left, principal),
             remote,
             (errors.NotLeader, errors.Unavailable),
         )
 
-    def forward_local(self, method: str, request: bytes, *, timeout_s: float) -> bytes:
+    def _run_leader_only(self, method: str, request: Any, timeout_s: float, principal: str) -> Any:
+        run = getattr(self, "_" + method)
+        if method in AS_PRINCIPAL:
+            return run(request, timeout_s, principal)
+        return run(request, timeout_s)
+
+    def forward_local(
+        self, method: str, request: bytes, *, timeout_s: float, principal: str = ""
+    ) -> bytes:
         """Internal.Forward: run a leader-only call here or refuse (never forward again)."""
         if method not in LEADER_ONLY:
             raise errors.InvalidArgument(f"{method!r} cannot be forwarded")
         if not self.meta.is_leader():
             raise errors.NotLeader("not the metadata leader", leader_hint=self.meta_leader_addr())
         parsed = LEADER_ONLY[method].FromString(request)
-        response = getattr(self, "_" + method)(parsed, timeout_s)
+        response = self._run_leader_only(method, parsed, timeout_s, principal)
         return bytes(response.SerializeToString())
 
     def meta_propose(self, command_bytes: bytes, timeout_s: float) -> metadata_pb2.MetaResult:
@@ -531,16 +545,29 @@ class BrokerService:
     # ============================================================================ groups
 
     def join_group(
-        self, request: api_pb2.JoinGroupRequest, *, timeout_s: float | None
+        self, request: api_pb2.JoinGroupRequest, *, timeout_s: float | None, principal: str = ""
     ) -> api_pb2.JoinGroupResponse:
-        response: api_pb2.JoinGroupResponse = self._leader_only("join_group", request, timeout_s)
+        """Join as a new member (the broker issues its id, bound to ``principal``) or rejoin
+        with a member id this principal was issued. Raises UnknownMember for a member id the
+        group does not hold, PermissionDenied for another principal's."""
+        response: api_pb2.JoinGroupResponse = self._leader_only(
+            "join_group", request, timeout_s, principal
+        )
         return response
 
     def _join_group(
-        self, request: api_pb2.JoinGroupRequest, timeout_s: float
+        self, request: api_pb2.JoinGroupRequest, timeout_s: float, principal: str = ""
     ) -> api_pb2.JoinGroupResponse:
-        member_id = request.member_id if request.HasField("member_id") else f"m-{uuid.uuid4().hex}"
         before = self.meta.table.group(request.group)
+        if request.HasField("member_id"):
+            member_id = request.member_id
+            if before is None or member_id not in before.members:
+                raise errors.UnknownMember(
+                    f"{member_id!r} is not in group {request.group!r}: member ids are issued by "
+                    "the broker; join without one to get a new member id"
+                )
+        else:
+            member_id = f"m-{uuid.uuid4().hex}"
         data = self.frontend.join_group(
             self.meta.table,
             request.group,
@@ -548,6 +575,7 @@ class BrokerService:
             list(request.topics),
             request.session_timeout_ms,
             start_from=request.start_from,
+            principal=principal,
             now_ms=self.now_ms(),
         )
         result = self.meta_propose(data, timeout_s)

@@ -329,15 +329,18 @@ class MetadataFrontend:
         client_id: str = "",
         client_host: str = "",
         start_from: int = 0,
+        principal: str = "",
         now_ms: int,
     ) -> bytes:
-        """Join (or rejoin, or change the subscription of) ``member_id``, which the caller
-        generated. ``session_timeout_ms`` 0 takes the configured default. Topics that do not
-        exist are accepted and assigned once created. ``start_from`` (partition.StartFrom) is
-        where the group starts on a partition it has never leased from.
+        """Join (or rejoin, or change the subscription of) ``member_id``, which the broker
+        issued, for ``principal`` (only it may act as that member). ``session_timeout_ms`` 0
+        takes the configured default. Topics that do not exist are accepted and assigned once
+        created. ``start_from`` (partition.StartFrom) is where the group starts on a partition
+        it has never leased from.
 
         Raises InvalidArgument (normal) for a bad name or id, no or too many topics, or a
-        session timeout outside the configured bounds.
+        session timeout outside the configured bounds; PermissionDenied for a member of
+        another principal.
         """
         limits = self.group_limits
         timeout = session_timeout_ms or limits.session_timeout_ms
@@ -352,8 +355,16 @@ class MetadataFrontend:
             client_id=client_id,
             client_host=client_host,
             start_from=start_from,
+            principal=principal,
         )
         machine.check_join_group(cmd)
+        group_info = table.group(group)
+        old = group_info.members.get(member_id) if group_info is not None else None
+        if old is not None and old.principal != principal:
+            raise errors.PermissionDenied(
+                f"member {member_id!r} of group {group!r} was issued to another principal: "
+                "join without a member_id to get your own"
+            )
         return self._encode(now_ms, join_group=cmd)
 
     def leave_group(

@@ -522,6 +522,7 @@ def check_join_group(cmd: metadata_pb2.JoinGroup) -> tuple[str, ...]:
     check_name(cmd.member_id, "member_id")
     check_label(cmd.client_id, "client_id")
     check_label(cmd.client_host, "client_host")
+    check_label(cmd.principal, "principal")
     check_session_timeout(cmd.session_timeout_ms)
     if cmd.start_from not in (0, 1):
         raise errors.InvalidArgument(f"start_from {cmd.start_from}: 0 (EARLIEST) or 1 (LATEST)")
@@ -552,6 +553,10 @@ def on_join_group(
         raise errors.Unavailable(f"group {cmd.group!r} is being deleted: join when it is gone")
     group = replace(group, topics=tuple(sorted({*group.topics, *topics})), empty_since_ms=0)
     old = group.members.get(cmd.member_id)
+    if old is not None and old.principal != cmd.principal:
+        raise errors.PermissionDenied(
+            f"member {cmd.member_id!r} of group {cmd.group!r} belongs to another principal"
+        )
     member = MemberInfo(
         cmd.member_id,
         topics,
@@ -561,6 +566,7 @@ def on_join_group(
         old.joined_ms if old is not None else now_ms,
         old.assignment if old is not None else (),
         cmd.start_from,
+        cmd.principal,
     )
     members = {**group.members, cmd.member_id: member}
     if old is not None and old.topics == topics:  # no membership change: no rebalance

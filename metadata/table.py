@@ -150,6 +150,7 @@ class MemberInfo:
     joined_ms: int = 0
     assignment: tuple[TopicPartition, ...] = ()  # sorted
     start_from: int = 0  # partition.StartFrom for partitions the group never leased from
+    principal: str = ""  # who joined: only it may act as this member ("" = no auth)
 
     def to_proto(self) -> metadata_pb2.MemberState:
         return metadata_pb2.MemberState(
@@ -161,6 +162,7 @@ class MemberInfo:
             joined_ms=self.joined_ms,
             assignment=tp_refs(self.assignment),
             start_from=self.start_from,
+            principal=self.principal,
         )
 
     @classmethod
@@ -174,6 +176,7 @@ class MemberInfo:
             msg.joined_ms,
             tuple((ref.topic, ref.partition) for ref in msg.assignment),
             msg.start_from,
+            msg.principal,
         )
 
 

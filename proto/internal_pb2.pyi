@@ -122,12 +122,14 @@ class MetaProposeResponse(_message.Message):
     def __init__(self, result: _Optional[_Union[_metadata_pb2.MetaResult, _Mapping]] = ...) -> None: ...
 
 class ForwardRequest(_message.Message):
-    __slots__ = ("method", "request")
+    __slots__ = ("method", "request", "principal")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     method: str
     request: bytes
-    def __init__(self, method: _Optional[str] = ..., request: _Optional[bytes] = ...) -> None: ...
+    principal: str
+    def __init__(self, method: _Optional[str] = ..., request: _Optional[bytes] = ..., principal: _Optional[str] = ...) -> None: ...
 
 class ForwardResponse(_message.Message):
     __slots__ = ("response",)

@@ -98,7 +98,7 @@ class ReassignPartition(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., topic_id: _Optional[int] = ...) -> None: ...
 
 class JoinGroup(_message.Message):
-    __slots__ = ("group", "member_id", "topics", "session_timeout_ms", "client_id", "client_host", "start_from")
+    __slots__ = ("group", "member_id", "topics", "session_timeout_ms", "client_id", "client_host", "start_from", "principal")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
@@ -106,6 +106,7 @@ class JoinGroup(_message.Message):
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
     START_FROM_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     group: str
     member_id: str
     topics: _containers.RepeatedScalarFieldContainer[str]
@@ -113,7 +114,8 @@ class JoinGroup(_message.Message):
     client_id: str
     client_host: str
     start_from: int
-    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., session_timeout_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., start_from: _Optional[int] = ...) -> None: ...
+    principal: str
+    def __init__(self, group: _Optional[str] = ..., member_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., session_timeout_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., start_from: _Optional[int] = ..., principal: _Optional[str] = ...) -> None: ...
 
 class LeaveGroup(_message.Message):
     __slots__ = ("group", "member_ids", "reason")
@@ -192,7 +194,7 @@ class TopicPartitionRef(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
 
 class MemberState(_message.Message):
-    __slots__ = ("member_id", "topics", "session_timeout_ms", "client_id", "client_host", "joined_ms", "assignment", "start_from")
+    __slots__ = ("member_id", "topics", "session_timeout_ms", "client_id", "client_host", "joined_ms", "assignment", "start_from", "principal")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
@@ -201,6 +203,7 @@ class MemberState(_message.Message):
     JOINED_MS_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     START_FROM_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     topics: _containers.RepeatedScalarFieldContainer[str]
     session_timeout_ms: int
@@ -209,7 +212,8 @@ class MemberState(_message.Message):
     joined_ms: int
     assignment: _containers.RepeatedCompositeFieldContainer[TopicPartitionRef]
     start_from: int
-    def __init__(self, member_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., session_timeout_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., joined_ms: _Optional[int] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., start_from: _Optional[int] = ...) -> None: ...
+    principal: str
+    def __init__(self, member_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., session_timeout_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., joined_ms: _Optional[int] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitionRef, _Mapping]]] = ..., start_from: _Optional[int] = ..., principal: _Optional[str] = ...) -> None: ...
 
 class GroupState(_message.Message):
     __slots__ = ("name", "generation", "members", "topics", "empty_since_ms", "deleting")

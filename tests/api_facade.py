@@ -28,6 +28,7 @@ from partitions.reader import producer_state
 from partitions.sqlite_store import SqliteStore
 from proto import api_pb2, common_pb2, errors, partition_pb2
 from proto.common_pb2 import ErrorCode
+from transport.auth import AuthPolicy
 
 DEFAULT_PARTITIONS = 3
 SESSION_TIMEOUT_MS = 10_000
@@ -55,6 +56,7 @@ class _Member:
     session_timeout_ms: int
     seen_s: float  # monotonic time of the last join or heartbeat
     seen_ms: int  # the same, as wall-clock ms for DescribeGroup
+    principal: str = ""  # who joined (the auth interceptor's caller)
 
 
 @dataclass
@@ -220,6 +222,13 @@ class ApiFacade:
             api_pb2.TopicPartitions(topic=t, partitions=ps) for t, ps in sorted(by_topic.items())
         ]
 
+    def member(self, group: str, member_id: str, wait_s: float = 0.0) -> _Member | None:
+        """The auth interceptor's member lookup (transport.auth.MemberLookup); one node, so
+        nothing to wait for."""
+        with self.lock:
+            info = self.groups.get(group)
+            return info.members.get(member_id) if info is not None else None
+
     def _member(self, group_name: str, member_id: str, generation: int | None) -> _Group:
         group = self.groups.get(group_name)
         if group is None:
@@ -234,18 +243,24 @@ class ApiFacade:
         return group
 
     def join_group(
-        self, request: api_pb2.JoinGroupRequest, *, timeout_s: float | None
+        self, request: api_pb2.JoinGroupRequest, *, timeout_s: float | None, principal: str = ""
     ) -> api_pb2.JoinGroupResponse:
         with self._locked("join_group"):
             for topic in request.topics:
                 self._topic(topic)
             group = self.groups.setdefault(request.group, _Group())
             member_id = request.member_id if request.HasField("member_id") else uuid.uuid4().hex
+            old = group.members.get(member_id)
+            if request.HasField("member_id") and old is None:
+                raise errors.UnknownMember(f"{member_id!r} is not in group {request.group!r}")
+            if old is not None and old.principal != principal:
+                raise errors.PermissionDenied(f"member {member_id!r} is another principal's")
             timeout_ms = request.session_timeout_ms or SESSION_TIMEOUT_MS
             topics = frozenset(request.topics)
             group.topics |= topics
-            old = group.members.get(member_id)
-            group.members[member_id] = _Member(topics, timeout_ms, time.monotonic(), self.now_ms())
+            group.members[member_id] = _Member(
+                topics, timeout_ms, time.monotonic(), self.now_ms(), principal
+            )
             if old is None or old.topics != topics:
                 self._rebalance(request.group, group)
             return api_pb2.JoinGroupResponse(
@@ -704,16 +719,22 @@ class ApiFacade:
 
 @contextmanager
 def api_server(
-    data_dir: pathlib.Path, facade: ApiFacade | None = None
+    data_dir: pathlib.Path,
+    facade: ApiFacade | None = None,
+    *,
+    auth_policy: AuthPolicy | None = None,
 ) -> Iterator[tuple[str, ApiFacade]]:
-    """A real gRPC server on 127.0.0.1 (a free port) over an ApiFacade: (address, facade)."""
+    """A real gRPC server on 127.0.0.1 (a free port) over an ApiFacade: (address, facade).
+    ``auth_policy``: tokens and ACLs required, as a broker with security.auth_required."""
     from tests.helpers import free_port
+    from transport.auth import AuthInterceptor
     from transport.grpc_server import serve
 
     facade = facade or ApiFacade(data_dir)
     address = f"127.0.0.1:{free_port()}"
     facade.client_addr = facade.client_addr or address
-    server = serve(facade, address, max_workers=32)
+    interceptors = [] if auth_policy is None else [AuthInterceptor(auth_policy, facade.member)]
+    server = serve(facade, address, max_workers=32, interceptors=interceptors)
     try:
         yield address, facade
     finally:

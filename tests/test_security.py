@@ -15,6 +15,7 @@ import pickle
 import socket
 import struct
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,19 +41,23 @@ TOPIC = "orders"
 # --------------------------------------------------------------------------------------------
 
 
-def _principal(name: str, *rules: tuple[tuple[str, ...], tuple[str, ...]]) -> Principal:
+Rule = tuple[tuple[str, ...], tuple[str, ...]] | tuple[tuple[str, ...], tuple[str, ...], str]
+GROUPS: Rule = (("*",), ("consume",), auth.GROUP)
+
+
+def _principal(name: str, *rules: Rule) -> Principal:
     return Principal(
         name,
         bytes.fromhex(token_digest(f"token-of-{name}")),
-        tuple(AclRule(topics, frozenset(ops)) for topics, ops in rules),
+        tuple(AclRule(rule[0], frozenset(rule[1]), *rule[2:]) for rule in rules),
     )
 
 
 POLICY = AuthPolicy(
     [
-        _principal("admin", (("*",), ("produce", "consume", "admin"))),
+        _principal("admin", (("*",), ("produce", "consume", "admin")), GROUPS),
         _principal("writer", (("orders", "orders.*"), ("produce",))),
-        _principal("reader", (("public.*",), ("consume",))),
+        _principal("reader", (("public.*",), ("consume",)), GROUPS),
     ]
 )
 
@@ -71,22 +76,19 @@ def test_tokens_map_to_principals_and_bad_ones_are_unauthenticated() -> None:
             POLICY.principal_for(metadata)
 
 
+@dataclass(frozen=True)
+class _Member:
+    topics: tuple[str, ...]
+    principal: str
+
+
 def test_every_client_rpc_has_a_need_and_acl_globs_decide() -> None:
-    member_topics = {("g", "m"): ("orders", "public.news")}
+    members = {("g", "m"): _Member(("orders", "public.news"), "reader")}
 
     def needs(method: str, request: Any, who: str = "admin") -> list[Need]:
         principal = next(p for p in POLICY.principals if p.name == who)
-        return requirements(method, request, principal, lambda g, m: member_topics.get((g, m)))
+        return requirements(method, request, principal, lambda g, m, w: members.get((g, m)))
 
-    for service in api_pb2.DESCRIPTOR.services_by_name.values():
-        for method in service.methods:
-            path = f"/{service.full_name}/{method.name}"
-            request = getattr(api_pb2, method.input_type.name)()
-            if method.name == "PollStream":
-                request.start.group, request.start.member_id = "g", "m"
-            elif hasattr(request, "member_id"):
-                request.group, request.member_id = "g", "m"
-            needs(path, request)  # defined (or cluster admin) for every RPC: nothing unchecked
     writer = next(p for p in POLICY.principals if p.name == "writer")
     reader = next(p for p in POLICY.principals if p.name == "reader")
     send = api_pb2.SendRequest(topic="orders.eu")
@@ -97,8 +99,10 @@ def test_every_client_rpc_has_a_need_and_acl_globs_decide() -> None:
     # the member's topics: reader may consume public.news but not orders
     with pytest.raises(errors.PermissionDenied, match="consume on topic 'orders'"):
         auth.check(reader, needs("/raftq.v1.Consumer/Poll", poll, "reader"), "Poll")
+    with pytest.raises(errors.PermissionDenied, match="issued that member id to another"):
+        needs("/raftq.v1.Consumer/Poll", poll, "admin")  # admin, but not this member's owner
     with pytest.raises(errors.UnknownMember):
-        needs("/raftq.v1.Consumer/Poll", api_pb2.PollRequest(group="g", member_id="x"))
+        needs("/raftq.v1.Consumer/Poll", api_pb2.PollRequest(group="g", member_id="x"), "reader")
     remove = needs("/raftq.v1.Admin/RemoveBroker", None)  # cluster-wide: no topic to read
     with pytest.raises(errors.PermissionDenied, match="every topic"):
         auth.check(writer, remove, "RemoveBroker")
@@ -285,6 +289,59 @@ def test_tokens_without_the_acl_are_refused_and_change_nothing(secured: Secured)
         leased.ack()  # the lease was untouched: its owner still settles it
 
 
+def _raw(secured: Secured, principal: str, broker: int, rpc: str, request: Any) -> Any:
+    """``rpc`` ("Service/Method") at one broker as ``principal``; raises the typed error."""
+    service, method = rpc.split("/")
+    security = ChannelSecurity.from_files(
+        tls_ca_file=str(secured.pki.ca), token=secured.tokens[principal]
+    )
+    channel = open_channel(secured.cluster.client_addr(broker), security)
+    try:
+        stub = getattr(api_pb2_grpc, f"{service}Stub")(channel)
+        return getattr(stub, method)(request, timeout=15)
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc) from None
+    finally:
+        channel.close()
+
+
+def test_member_ids_are_issued_and_bound_to_the_principal_through_every_broker(
+    secured: Secured,
+) -> None:
+    """A join forwarded to the metadata leader carries its principal: the member is bound to
+    it, its own rejoins work through any broker, anyone else's use of the id is refused."""
+    with secured.admin() as admin:
+        leader = admin.describe_cluster().metadata_leader
+    others = [b for b in (1, 2, 3) if b != leader]
+    join = api_pb2.JoinGroupRequest(group="bound", topics=[TOPIC])
+    joined = _raw(secured, "consumer", others[0], "Consumer/JoinGroup", join)
+    mine = joined.member_id
+    rejoin = api_pb2.JoinGroupRequest(group="bound", topics=[TOPIC], member_id=mine)
+    for broker in (leader, *others):
+        again = _raw(secured, "consumer", broker, "Consumer/JoinGroup", rejoin)
+        assert again.member_id == mine
+        with pytest.raises(errors.PermissionDenied, match="another principal"):
+            _raw(secured, "admin", broker, "Consumer/JoinGroup", rejoin)
+        heartbeat = api_pb2.HeartbeatRequest(
+            group="bound", member_id=mine, generation=again.generation
+        )
+        with pytest.raises(errors.PermissionDenied, match="issued that member id"):
+            _raw(secured, "admin", broker, "Consumer/Heartbeat", heartbeat)
+        _raw(secured, "consumer", broker, "Consumer/Heartbeat", heartbeat)
+    chosen = api_pb2.JoinGroupRequest(group="bound", topics=[TOPIC], member_id="m-chosen")
+    with pytest.raises(errors.UnknownMember, match="issued by the broker"):
+        _raw(secured, "consumer", others[1], "Consumer/JoinGroup", chosen)
+    describe = api_pb2.DescribeGroupRequest(group="bound")
+    as_reader = _raw(secured, "reader", others[0], "Admin/DescribeGroup", describe)
+    assert mine not in str(as_reader) and auth.HIDDEN_MEMBER in str(as_reader)
+    assert mine in str(_raw(secured, "admin", others[1], "Admin/DescribeGroup", describe))
+    assert mine in str(_raw(secured, "consumer", leader, "Admin/DescribeGroup", describe))
+    leave = api_pb2.LeaveGroupRequest(group="bound", member_id=mine)
+    with pytest.raises(errors.PermissionDenied):
+        _raw(secured, "admin", others[1], "Consumer/LeaveGroup", leave)
+    _raw(secured, "consumer", others[1], "Consumer/LeaveGroup", leave)
+
+
 def test_plaintext_and_untrusted_clients_cannot_reach_a_tls_port(
     secured: Secured, tmp_path: Path
 ) -> None:
@@ -393,7 +450,7 @@ def test_cli_takes_tls_ca_and_token_from_flags_or_environment(
     from broker import cli
 
     bootstrap = ["--bootstrap", secured.cluster.bootstrap, "--request-timeout-ms", "15000"]
-    flags = ["--tls-ca", str(secured.pki.ca), "--token", secured.tokens["reader"]]
+    flags = ["--tls-ca", str(secured.pki.ca), "--token", secured.tokens["producer"]]
 
     def succeeds(argv: list[str]) -> bool:  # a command may meet an election: it does not retry
         return cli.main(argv) == 0

@@ -1,47 +1,65 @@
-"""Token authentication and per-topic ACLs for the client gRPC services.
+"""Token authentication and ACLs on topics, consumer groups and transaction apps for the client
+gRPC services.
 
 A client sends ``authorization: Bearer <token>`` metadata on every call. The broker knows no
 tokens, only their SHA-256 digests (``security.auth_file``): the presented token is hashed and
 compared with every principal's digest by ``hmac.compare_digest``. The principal's ACL rules
-(topic globs and operations ``produce``, ``consume``, ``admin``) then decide, per topic the
-request names, before the request reaches the broker — so a refused call changes nothing.
+then decide, per resource the request names, before the request reaches the broker — so a
+refused call changes nothing. A rule names one kind of resource by globs (Kafka's TOPIC, GROUP
+and TRANSACTIONAL_ID) and the operations it allows there:
+
+    topics     produce, consume, admin
+    groups     consume (join, be a member, describe), admin (see every member, delete)
+    txn_apps   produce (commit a Spark app's batch watermark, read it), admin (read it)
 
     missing / malformed / unknown token   UNAUTHENTICATED   (proto.errors.Unauthenticated)
     token without the ACL the call needs  PERMISSION_DENIED (proto.errors.PermissionDenied)
 
-What each RPC needs (`requirements`; any one of the listed operations on every topic named):
+What each RPC needs (`requirements`; any one of the listed operations on every resource named):
 
-    Producer.Send, SendStream (each message)        produce          on the request's topic
-    Log.ProducerState                               produce          on the topic
-    Consumer.JoinGroup                              consume          on every subscribed topic
-    Consumer.Heartbeat, LeaveGroup, Poll,
-      PollStream (its start message)                consume          on the member's topics
-    Consumer.Ack, Nack, ExtendLease                 consume          on every ref's topic
-    Log.Fetch                                       consume          on the topic
-    Log.ListOffsets                                 consume | admin  on the topic
-    Admin.DescribeTopic                             any operation    on the topic
-    Admin.CreateTopic, DeleteTopic, AlterTopicConfig,
-      UpdateRecord, CancelRecord                    admin            on the topic
-    Admin.RemoveBroker, any RPC not listed here     admin            on every topic ("*" rule)
-    Admin.CommitTxn                                 produce          on some topic
-    Admin.ListTopics, ListGroups, DescribeGroup,
-      DescribeCluster, GetTxn                       an authenticated principal
+    Producer.Send, SendStream (each message)   produce            topic
+    Log.ProducerState                          produce            topic
+    Consumer.JoinGroup                         consume            group, every subscribed topic
+    Consumer.Heartbeat, LeaveGroup, Poll,      consume            group, the member's topics;
+      PollStream (its start message)                              the member issued to caller
+    Consumer.Ack (refs and batches), Nack,     consume            group, every topic named;
+      ExtendLease                                                 the member issued to caller
+    Log.Fetch                                  consume            topic
+    Log.ListOffsets                            consume | admin    topic
+    Admin.DescribeTopic                        any                topic
+    Admin.CreateTopic, AlterTopicConfig        admin              topic (and dead_letter_topic)
+    Admin.DeleteTopic, UpdateRecord,
+      CancelRecord                             admin              topic
+    Admin.DescribeGroup                        consume | admin    group (member ids: see below)
+    Admin.DeleteGroup                          admin              group
+    Admin.CommitTxn                            produce            txn app
+    Admin.GetTxn                               produce | admin    txn app
+    Admin.ListTopics, ListGroups,              some ACL rule      answers list only what the
+      DescribeCluster                                             caller has a right on
+    Admin.RemoveBroker, any RPC not listed     admin              every topic ("*" rule)
+
+Member ids are issued by the broker (JoinGroup without member_id) and bound to the principal
+that joined (metadata MemberInfo.principal); every call naming a member id checks it belongs to
+the caller, and a rejoin with another principal's id is refused by the metadata leader.
+DescribeGroup shows a member's id only to the group's admins and to that member's principal
+(others see HIDDEN_MEMBER). The member comes from ``members(group, member_id, wait_s)`` (the
+broker's metadata table); an unknown member is UNKNOWN_MEMBER, as the broker would answer.
 
 The broker-to-broker ``raftq.v1.Internal`` service authenticates with its own per-call
-credentials (transport/internal_auth.py); health checking and reflection stay open. The
-member's topics come from ``member_topics(group, member_id)`` (the broker's metadata table);
-an unknown member is UNKNOWN_MEMBER, as the broker would answer anyway.
+credentials (transport/internal_auth.py) and may act for any principal (Forward names the
+caller); health checking and reflection stay open.
 """
 
 from __future__ import annotations
 
+import contextvars
 import fnmatch
 import hashlib
 import hmac
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -63,8 +81,26 @@ OPEN_SERVICES = (
     "/grpc.reflection.",
 )
 
+# Resource kinds (Kafka: TOPIC, GROUP, TRANSACTIONAL_ID) and the operations each takes.
+TOPIC, GROUP, TXN_APP = "topic", "group", "txn app"
+RESOURCE_OPERATIONS: dict[str, tuple[str, ...]] = {
+    TOPIC: ("produce", "consume", "admin"),
+    GROUP: ("consume", "admin"),
+    TXN_APP: ("produce", "admin"),
+}
+RESOURCE_KEYS = {"topics": TOPIC, "groups": GROUP, "txn_apps": TXN_APP}  # auth-file keys
+
 ANY = frozenset(OPERATIONS)
-CLUSTER = None  # a Need whose topic is CLUSTER needs a rule on every topic ("*")
+CLUSTER = None  # a Need whose name is CLUSTER needs a rule on every topic ("*")
+HIDDEN_MEMBER = "(hidden)"  # DescribeGroup: another principal's member id
+
+_CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("raftq_caller", default="")
+
+
+def caller() -> str:
+    """The authenticated principal of the call this thread is serving ("" when the broker
+    requires no token). Set by AuthInterceptor around the servicer of a unary call."""
+    return _CALLER.get()
 
 
 def token_digest(token: str) -> str:
@@ -74,18 +110,19 @@ def token_digest(token: str) -> str:
 
 @dataclass(frozen=True)
 class AclRule:
-    """``operations`` allowed on every topic whose name matches one of ``topics`` (shell
-    globs, case-sensitive: ``orders``, ``orders.*``, ``*``)."""
+    """``operations`` allowed on every resource of kind ``resource`` whose name matches one of
+    ``names`` (shell globs, case-sensitive: ``orders``, ``orders.*``, ``*``)."""
 
-    topics: tuple[str, ...]
+    names: tuple[str, ...]
     operations: frozenset[str]
+    resource: str = TOPIC
 
-    def allows(self, operation: str, topic: str | None) -> bool:
-        if operation not in self.operations:
+    def allows(self, operation: str, name: str | None, resource: str = TOPIC) -> bool:
+        if resource != self.resource or operation not in self.operations:
             return False
-        if topic is CLUSTER:
-            return "*" in self.topics
-        return any(fnmatch.fnmatchcase(topic, glob) for glob in self.topics)
+        if name is CLUSTER:
+            return "*" in self.names
+        return any(fnmatch.fnmatchcase(name, glob) for glob in self.names)
 
 
 @dataclass(frozen=True)
@@ -94,19 +131,33 @@ class Principal:
     token_sha256: bytes  # 32 bytes
     acls: tuple[AclRule, ...]
 
-    def may(self, operations: frozenset[str], topic: str | None) -> bool:
-        return any(rule.allows(op, topic) for rule in self.acls for op in operations)
-
-    def may_somewhere(self, operation: str) -> bool:
-        return any(operation in rule.operations for rule in self.acls)
+    def may(self, operations: frozenset[str], name: str | None, resource: str = TOPIC) -> bool:
+        return any(rule.allows(op, name, resource) for rule in self.acls for op in operations)
 
 
 @dataclass(frozen=True)
 class Need:
-    """One of ``operations`` on ``topic`` (CLUSTER: on every topic)."""
+    """One of ``operations`` on the ``resource`` called ``name`` (CLUSTER: every topic)."""
 
     operations: frozenset[str]
-    topic: str | None
+    name: str | None
+    resource: str = TOPIC
+
+
+class Member(Protocol):
+    """What the ACL check reads of a group member (metadata.table.MemberInfo is one)."""
+
+    @property
+    def topics(self) -> Collection[str]: ...
+
+    @property
+    def principal(self) -> str: ...
+
+
+# (group, member_id, wait_s) -> the member, or None when it is not in the group (after
+# waiting up to wait_s for this broker's copy of the metadata to learn it)
+MemberLookup = Callable[[str, str, float], Member | None]
+MEMBER_WAIT_S = 2.0
 
 
 class AuthPolicy:
@@ -154,10 +205,12 @@ class AuthPolicy:
 def check(principal: Principal, needs: Iterable[Need], method: str) -> None:
     """Raises PermissionDenied naming the first need ``principal`` does not meet."""
     for need in needs:
-        if principal.may(need.operations, need.topic):
+        if principal.may(need.operations, need.name, need.resource):
             continue
         ops = " or ".join(op for op in OPERATIONS if op in need.operations)
-        where = "every topic (a '*' rule)" if need.topic is CLUSTER else f"topic {need.topic!r}"
+        where = (
+            "every topic (a '*' rule)" if need.name is CLUSTER else f"{need.resource} {need.name!r}"
+        )
         raise errors.PermissionDenied(
             f"principal {principal.name!r} may not call {method}: it needs {ops} on {where}; "
             "add an ACL rule to its entry in security.auth_file"
@@ -166,76 +219,166 @@ def check(principal: Principal, needs: Iterable[Need], method: str) -> None:
 
 # --- what each RPC needs ---------------------------------------------------------------------
 
-MemberTopics = Callable[[str, str], Sequence[str] | None]
-
 _P, _C, _A = frozenset({"produce"}), frozenset({"consume"}), frozenset({"admin"})
 
 
-def _on(ops: frozenset[str], topics: Iterable[str]) -> list[Need]:
-    return [Need(ops, t) for t in sorted(set(topics))]
+@dataclass(frozen=True)
+class _Call:
+    method: str
+    principal: Principal
+    members: MemberLookup
+
+    def member(self, group: str, member_id: str, topics: Iterable[str] = ()) -> list[Need]:
+        """consume on the group (checked first: nothing about its members is looked up for a
+        principal without it), the member issued to this principal, and consume on ``topics``
+        or, when none are named, on the member's subscription."""
+        check(self.principal, [Need(_C, group, GROUP)], self.method)
+        member = self.members(group, member_id, MEMBER_WAIT_S)
+        if member is None:
+            raise errors.UnknownMember(
+                f"{member_id!r} is not in group {group!r}: join the group again"
+            )
+        if member.principal != self.principal.name:
+            raise errors.PermissionDenied(
+                f"principal {self.principal.name!r} may not call {self.method} as member "
+                f"{member_id!r} of group {group!r}: the broker issued that member id to another "
+                "principal (join the group to get your own)"
+            )
+        named = sorted(set(topics))
+        return [Need(_C, group, GROUP), *_on(_C, named or member.topics)]
+
+    def anything(self) -> list[Need]:
+        """A principal with no ACL rule at all may not even list or describe."""
+        if not self.principal.acls:
+            raise errors.PermissionDenied(
+                f"principal {self.principal.name!r} may not call {self.method}: it has no ACL "
+                "rule; add one to its entry in security.auth_file"
+            )
+        return []
 
 
-def _member(group: str, member_id: str, member_topics: MemberTopics) -> list[Need]:
-    topics = member_topics(group, member_id)
-    if topics is None:
-        raise errors.UnknownMember(f"{member_id!r} is not in group {group!r}: join the group again")
-    return _on(_C, topics)
+def _on(ops: frozenset[str], names: Iterable[str], resource: str = TOPIC) -> list[Need]:
+    return [Need(ops, n, resource) for n in sorted(set(names))]
 
 
-def _refs(r: Any) -> list[Need]:
-    return _on(_C, (ref.topic for ref in r.refs))
+def _settled_topics(r: Any) -> list[str]:
+    """Every topic an Ack, Nack or ExtendLease names, in refs and (Ack) in batches."""
+    batches = getattr(r, "batches", ())
+    return [ref.topic for ref in r.refs] + [b.topic for b in batches]
 
 
-_PUBLIC: list[Need] = []
+def _join(r: Any, c: _Call) -> list[Need]:
+    return [Need(_C, r.group, GROUP), *_on(_C, r.topics)]  # a member_id: the service checks
 
-_NEEDS: dict[str, Callable[[Any, MemberTopics], list[Need]]] = {
-    "/raftq.v1.Producer/Send": lambda r, m: [Need(_P, r.topic)],
-    "/raftq.v1.Log/ProducerState": lambda r, m: [Need(_P, r.topic)],
-    "/raftq.v1.Consumer/JoinGroup": lambda r, m: _on(_C, r.topics),
-    "/raftq.v1.Consumer/Heartbeat": lambda r, m: _member(r.group, r.member_id, m),
-    "/raftq.v1.Consumer/LeaveGroup": lambda r, m: _member(r.group, r.member_id, m),
-    "/raftq.v1.Consumer/Poll": lambda r, m: _member(r.group, r.member_id, m),
-    "/raftq.v1.Consumer/Ack": lambda r, m: _refs(r),
-    "/raftq.v1.Consumer/Nack": lambda r, m: _refs(r),
-    "/raftq.v1.Consumer/ExtendLease": lambda r, m: _refs(r),
-    "/raftq.v1.Log/Fetch": lambda r, m: [Need(_C, r.topic)],
-    "/raftq.v1.Log/ListOffsets": lambda r, m: [Need(_C | _A, r.topic)],
-    "/raftq.v1.Admin/DescribeTopic": lambda r, m: [Need(ANY, r.name)],
-    "/raftq.v1.Admin/CreateTopic": lambda r, m: [Need(_A, r.name)],
-    "/raftq.v1.Admin/DeleteTopic": lambda r, m: [Need(_A, r.name)],
-    "/raftq.v1.Admin/AlterTopicConfig": lambda r, m: [Need(_A, r.name)],
-    "/raftq.v1.Admin/UpdateRecord": lambda r, m: [Need(_A, r.topic)],
-    "/raftq.v1.Admin/CancelRecord": lambda r, m: [Need(_A, r.topic)],
-    "/raftq.v1.Admin/RemoveBroker": lambda r, m: [Need(_A, CLUSTER)],
-    "/raftq.v1.Admin/ListTopics": lambda r, m: _PUBLIC,
-    "/raftq.v1.Admin/ListGroups": lambda r, m: _PUBLIC,
-    "/raftq.v1.Admin/DescribeGroup": lambda r, m: _PUBLIC,
-    "/raftq.v1.Admin/DescribeCluster": lambda r, m: _PUBLIC,
-    "/raftq.v1.Admin/GetTxn": lambda r, m: _PUBLIC,
+
+def _poll_stream(r: Any, c: _Call) -> list[Need]:
+    if r.WhichOneof("kind") != "start":
+        return []  # the servicer refuses a stream that does not begin with start
+    return c.member(r.start.group, r.start.member_id)
+
+
+def _topic_config(name: str, config: Any) -> list[Need]:
+    """admin on the topic, and on a dead-letter topic it names (the broker may create it)."""
+    needs = [Need(_A, name)]
+    if config.HasField("dead_letter_topic") and config.dead_letter_topic:
+        needs.append(Need(_A, config.dead_letter_topic))
+    return needs
+
+
+_NEEDS: dict[str, Callable[[Any, _Call], list[Need]]] = {
+    "/raftq.v1.Producer/Send": lambda r, c: [Need(_P, r.topic)],
+    "/raftq.v1.Producer/SendStream": lambda r, c: [Need(_P, r.topic)],
+    "/raftq.v1.Log/ProducerState": lambda r, c: [Need(_P, r.topic)],
+    "/raftq.v1.Consumer/JoinGroup": _join,
+    "/raftq.v1.Consumer/Heartbeat": lambda r, c: c.member(r.group, r.member_id),
+    "/raftq.v1.Consumer/LeaveGroup": lambda r, c: c.member(r.group, r.member_id),
+    "/raftq.v1.Consumer/Poll": lambda r, c: c.member(r.group, r.member_id),
+    "/raftq.v1.Consumer/PollStream": _poll_stream,
+    "/raftq.v1.Consumer/Ack": lambda r, c: c.member(r.group, r.member_id, _settled_topics(r)),
+    "/raftq.v1.Consumer/Nack": lambda r, c: c.member(r.group, r.member_id, _settled_topics(r)),
+    "/raftq.v1.Consumer/ExtendLease": lambda r, c: c.member(
+        r.group, r.member_id, _settled_topics(r)
+    ),
+    "/raftq.v1.Log/Fetch": lambda r, c: [Need(_C, r.topic)],
+    "/raftq.v1.Log/ListOffsets": lambda r, c: [Need(_C | _A, r.topic)],
+    "/raftq.v1.Admin/DescribeTopic": lambda r, c: [Need(ANY, r.name)],
+    "/raftq.v1.Admin/CreateTopic": lambda r, c: _topic_config(r.name, r.config),
+    "/raftq.v1.Admin/DeleteTopic": lambda r, c: [Need(_A, r.name)],
+    "/raftq.v1.Admin/AlterTopicConfig": lambda r, c: _topic_config(r.name, r.config),
+    "/raftq.v1.Admin/UpdateRecord": lambda r, c: [Need(_A, r.topic)],
+    "/raftq.v1.Admin/CancelRecord": lambda r, c: [Need(_A, r.topic)],
+    "/raftq.v1.Admin/RemoveBroker": lambda r, c: [Need(_A, CLUSTER)],
+    "/raftq.v1.Admin/ListTopics": lambda r, c: c.anything(),  # answer: the topics it may see
+    "/raftq.v1.Admin/ListGroups": lambda r, c: c.anything(),  # answer: the groups it may see
+    "/raftq.v1.Admin/DescribeCluster": lambda r, c: c.anything(),
+    "/raftq.v1.Admin/DescribeGroup": lambda r, c: [Need(_C | _A, r.group, GROUP)],
+    "/raftq.v1.Admin/DeleteGroup": lambda r, c: [Need(_A, r.group, GROUP)],
+    "/raftq.v1.Admin/CommitTxn": lambda r, c: [Need(_P, r.app_id, TXN_APP)],
+    "/raftq.v1.Admin/GetTxn": lambda r, c: [Need(_P | _A, r.app_id, TXN_APP)],
 }
 
 
 def requirements(
-    method: str, request: Any, principal: Principal, member_topics: MemberTopics
+    method: str, request: Any, principal: Principal, members: MemberLookup
 ) -> list[Need]:
     """What ``principal`` needs for one request of ``method`` (``/pkg.Service/Method``).
     Streams: SendStream per message, PollStream on its start message. Unknown methods need
-    cluster admin (fail closed). Raises PermissionDenied (CommitTxn) or UnknownMember."""
-    if method == "/raftq.v1.Admin/CommitTxn":
-        if not principal.may_somewhere("produce"):
-            raise errors.PermissionDenied(
-                f"principal {principal.name!r} may not call {method}: it needs produce on "
-                "some topic"
-            )
-        return []
-    if method == "/raftq.v1.Producer/SendStream":
-        return [Need(_P, request.topic)]
-    if method == "/raftq.v1.Consumer/PollStream":
-        if request.WhichOneof("kind") != "start":
-            return []  # the servicer refuses a stream that does not begin with start
-        return _member(request.start.group, request.start.member_id, member_topics)
+    cluster admin (fail closed). Raises PermissionDenied (a group right it lacks, another
+    principal's member id, no rule at all) or UnknownMember."""
     needs = _NEEDS.get(method)
-    return [Need(_A, CLUSTER)] if needs is None else needs(request, member_topics)
+    if needs is None:
+        return [Need(_A, CLUSTER)]
+    return needs(request, _Call(method, principal, members))
+
+
+# --- what each answer shows ------------------------------------------------------------------
+
+
+def _visible_topics(r: Any, principal: Principal, members: MemberLookup) -> None:
+    kept = [t for t in r.topics if principal.may(ANY, t.name, TOPIC)]
+    del r.topics[:]
+    r.topics.extend(kept)
+
+
+def _visible_groups(r: Any, principal: Principal, members: MemberLookup) -> None:
+    kept = [g for g in r.groups if principal.may(_C | _A, g.group, GROUP)]
+    del r.groups[:]
+    r.groups.extend(kept)
+
+
+def _visible_members(r: Any, principal: Principal, members: MemberLookup) -> None:
+    """Member ids only to the group's admins and to the principal each member was issued to."""
+    if principal.may(_A, r.group, GROUP):
+        return
+
+    def shown(member_id: str) -> str:
+        member = members(r.group, member_id, 0.0) if member_id else None
+        own = member is not None and member.principal == principal.name
+        return member_id if own or not member_id else HIDDEN_MEMBER
+
+    for m in r.members:
+        m.member_id = shown(m.member_id)
+    for lag in r.partitions:
+        lag.member_id = shown(lag.member_id)
+
+
+_ANSWERS: dict[str, Callable[[Any, Principal, MemberLookup], None]] = {
+    "/raftq.v1.Admin/ListTopics": _visible_topics,
+    "/raftq.v1.Admin/ListGroups": _visible_groups,
+    "/raftq.v1.Admin/DescribeGroup": _visible_members,
+}
+
+
+def visible(method: str, response: Any, principal: Principal, members: MemberLookup) -> Any:
+    """``response`` as ``principal`` may see it: a filtered copy for the list and describe
+    calls named in _ANSWERS, else ``response`` itself."""
+    narrow = _ANSWERS.get(method)
+    if narrow is None:
+        return response
+    copy = type(response)()
+    copy.CopyFrom(response)
+    narrow(copy, principal, members)
+    return copy
 
 
 # --- the interceptor -------------------------------------------------------------------------
@@ -262,11 +405,12 @@ def _refusing(handler: Any, error: errors.RaftqError) -> grpc.RpcMethodHandler:
 
 class AuthInterceptor(grpc.ServerInterceptor):
     """Authenticates every call to a non-open service and checks its ACL needs on the parsed
-    request before the servicer runs. Counts refusals in ``statistics()``."""
+    request before the servicer runs; narrows list and describe answers to what the caller may
+    see. Counts refusals in ``statistics()``."""
 
-    def __init__(self, policy: AuthPolicy, member_topics: MemberTopics) -> None:
+    def __init__(self, policy: AuthPolicy, members: MemberLookup) -> None:
         self.policy = policy
-        self.member_topics = member_topics
+        self.members = members
         self.stats = {"unauthenticated": 0, "permission_denied": 0, "allowed": 0}
 
     def statistics(self) -> Mapping[str, int]:
@@ -311,7 +455,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
 
     def _authorize(self, method: str, request: Any, principal: Principal, context: Any) -> None:
         try:
-            check(principal, requirements(method, request, principal, self.member_topics), method)
+            check(principal, requirements(method, request, principal, self.members), method)
         except errors.PermissionDenied as exc:
             self.stats["permission_denied"] += 1
             log.info("refused %s to %s: %s", method, principal.name, exc.message)
@@ -323,7 +467,12 @@ class AuthInterceptor(grpc.ServerInterceptor):
     def _unary(self, behavior: Callable[..., Any], method: str, principal: Principal) -> Any:
         def authorized(request: Any, context: grpc.ServicerContext) -> Any:
             self._authorize(method, request, principal, context)
-            return behavior(request, context)
+            token = _CALLER.set(principal.name)
+            try:
+                response = behavior(request, context)
+            finally:
+                _CALLER.reset(token)
+            return visible(method, response, principal, self.members)
 
         return authorized
 
@@ -351,14 +500,24 @@ def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
 __all__ = [
     "ANY",
     "CLUSTER",
+    "GROUP",
+    "HIDDEN_MEMBER",
     "OPERATIONS",
+    "RESOURCE_KEYS",
+    "RESOURCE_OPERATIONS",
+    "TOPIC",
+    "TXN_APP",
     "AclRule",
     "AuthInterceptor",
     "AuthPolicy",
+    "Member",
+    "MemberLookup",
     "Need",
     "Principal",
     "bearer_metadata",
+    "caller",
     "check",
     "requirements",
     "token_digest",
+    "visible",
 ]

@@ -41,6 +41,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 from metadata import machine
 from partitions.machine import MAX_DELAY_MS, MAX_LEASE_MS, MAX_LEASE_RECORDS, MAX_REFS
 from proto import api_pb2, api_pb2_grpc, errors
+from transport import auth
 from transport.grpc_errors import abort
 from transport.tls import KEEPALIVE_SERVER_OPTIONS
 from transport.wire_ints import out_of_range
@@ -80,8 +81,12 @@ class BrokerFacade(Protocol):
 
     # Consumer
     def join_group(
-        self, request: api_pb2.JoinGroupRequest, *, timeout_s: float | None
-    ) -> api_pb2.JoinGroupResponse: ...
+        self, request: api_pb2.JoinGroupRequest, *, timeout_s: float | None, principal: str = ""
+    ) -> api_pb2.JoinGroupResponse:
+        """``principal``: the authenticated caller ("" without auth); a new member is bound to
+        it, a rejoin with another principal's member id is PermissionDenied, with a member id
+        the group does not hold UnknownMember (ids are issued by the broker)."""
+        ...
 
     def heartbeat(
         self, request: api_pb2.HeartbeatRequest, *, timeout_s: float | None
@@ -584,7 +589,22 @@ class _Credits:
 
 
 class ConsumerServicer(_Servicer, api_pb2_grpc.ConsumerServicer):
-    JoinGroup = _unary("join_group", check_join_group)
+    def JoinGroup(
+        self, request: api_pb2.JoinGroupRequest, context: grpc.ServicerContext
+    ) -> api_pb2.JoinGroupResponse:
+        """The one call that passes the caller on: the member it creates is bound to it."""
+        try:
+            check_join_group(request)
+            response: api_pb2.JoinGroupResponse = self.facade.join_group(
+                request, timeout_s=_time_left(context), principal=auth.caller()
+            )
+            return response
+        except errors.RaftqError as error:
+            abort(context, error)
+        except Exception as exc:
+            log.exception("join_group failed")
+            abort(context, errors.Internal(f"join_group: {exc!r}"))
+
     Heartbeat = _unary("heartbeat", check_heartbeat)
     LeaveGroup = _unary("leave_group", check_leave_group)
     Poll = _unary("poll", check_poll)

@@ -44,7 +44,9 @@ class PartitionHost(Protocol):
         self, command: metadata_pb2.MetaCommand, *, timeout_s: float
     ) -> metadata_pb2.MetaResult: ...
 
-    def forward_local(self, method: str, request: bytes, *, timeout_s: float) -> bytes: ...
+    def forward_local(
+        self, method: str, request: bytes, *, timeout_s: float, principal: str = ""
+    ) -> bytes: ...
 
     def report_local(self, report: internal_pb2.BrokerReport) -> internal_pb2.ReportAck: ...
 
@@ -114,7 +116,10 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
         self._authenticate(context, "Forward")
         try:
             response = self._host.forward_local(
-                request.method, request.request, timeout_s=self._timeout(context)
+                request.method,
+                request.request,
+                timeout_s=self._timeout(context),
+                principal=request.principal,
             )
         except errors.RaftqError as exc:
             abort(context, exc)
@@ -206,8 +211,11 @@ class InternalClient:
         )
         return response.result
 
-    def forward(self, address: str, method: str, request: bytes, timeout_s: float) -> bytes:
-        message = internal_pb2.ForwardRequest(method=method, request=request)
+    def forward(
+        self, address: str, method: str, request: bytes, timeout_s: float, principal: str = ""
+    ) -> bytes:
+        """Run a leader-only API call at ``address`` on behalf of ``principal``."""
+        message = internal_pb2.ForwardRequest(method=method, request=request, principal=principal)
         response: internal_pb2.ForwardResponse = self._call(address, "Forward", message, timeout_s)
         return response.response
 

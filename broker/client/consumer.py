@@ -180,7 +180,10 @@ class Consumer:
             member_id = self.member_id if isinstance(error, errors.Fenced) else None
         log.info("[group=%s] rejoining after %s", self.group, error.kind.name)
         self.rejoins += 1
-        self._join(member_id)
+        try:
+            self._join(member_id)
+        except errors.UnknownMember:  # the member expired meanwhile: the broker issues a new id
+            self._join(None)
 
     def _heartbeat_loop(self) -> None:
         while not self._closed.wait(self.heartbeat_interval_s):
