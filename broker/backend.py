@@ -14,10 +14,11 @@ One thread, a step every ``interval_s`` (sooner when the table changes). Each st
    (creating that topic on first use) and then proposes ``DeadLetterDone``, and hands
    leadership to the partition's preferred leader when that broker is alive (leader balance,
    like Kafka's preferred-leader election: placement spreads preferred leaders evenly);
-4. on the metadata leader: expires consumer sessions (LeaveGroup + lease release), and deletes
+4. on the metadata leader: expires consumer sessions (LeaveGroup + lease release), deletes
    groups empty for ``groups.offsets_retention_ms`` by its clock, and groups an interrupted
    DeleteGroup left deleting (on the service's background pool: a slow partition never delays
-   this thread);
+   this thread), and promotes a caught-up learner while voters are missing
+   (``Membership.promote_voters``);
 5. refreshes the broker's gRPC health (``Broker.not_ready``), so health ``Watch`` streams follow;
 6. every 0.1 s, runs the proposer housekeeping of replicas with sends in flight (a send
    stream's sends have no waiting thread to do it: broker/proposer.py ``maintain``).
@@ -161,6 +162,7 @@ class Backend:
             self._reconciled_table = table  # a retry (failed open) waits for the next interval
             self._reconcile(table)
         self._guarded("members", self.broker.membership.persist)
+        self._guarded("voters", self.broker.membership.promote_voters)
         self.broker.health.refresh()  # gRPC health follows metadata quorum and registration
         if self._every("lead", LEAD_INTERVAL_S) or table is not self._led_table:
             self._led_table = table

@@ -4,18 +4,24 @@ replica first.
 Joining (a broker whose raft address is not in ``broker.seeds``):
 
     joiner                                   any broker            metadata leader
-      │ MetaMembers ──────────────────────────► members, leader
-      │ start the metadata replica in standby (peers = members; it does not campaign: members
-      │ drop a non-member's messages, and an inflated term would later depose the leader)
-      │ JoinCluster(raft_addr) ───────────────────────────────────► change_membership("add")
+      │ MetaMembers ──────────────────────────► members, learners, leader
+      │ start the metadata replica in standby as a learner (peers = members; it does not
+      │ campaign: members drop a non-member's messages, and a learner never campaigns)
+      │ JoinCluster(raft_addr) ───────────────────────────────────► change_membership("learner")
       │                                                              (one change at a time,
       │ ◄──────────────── append_entries: standby ends, catches up    waits for the commit)
       │ members.json written; the backend registers the broker (RegisterBroker)
 
-Every broker becomes a voter of the metadata group (DESIGN allows "all brokers"); the seeds are
-only the first voters. ``meta/members.json`` holds the voters as last seen; a restart starts
-from it (plus the journal's committed membership entries, which pysyncobj re-applies), so a
-joined broker rejoins without asking anyone and is never added twice.
+The metadata group has ``raft.metadata_voters`` voters; every other broker is a *learner*: a
+non-voting member that receives the metadata log like any follower (its table is as current)
+but is not counted toward commit or elections and never campaigns (transport/raft/node.py,
+"Learners"). Every joiner starts as a learner. The metadata leader's backend promotes one
+learner at a time while the voters are fewer than ``raft.metadata_voters`` (a new cluster
+growing, a voter removed by RemoveBroker): only a learner that has acknowledged the leader's
+whole committed log, and only once everything before is committed. The seeds are the first
+voters. ``meta/members.json`` holds the members and learners as last seen; a restart starts
+from it (plus the journal's membership entries, which are re-applied), so a joined broker
+rejoins without asking anyone and is never added twice.
 
 Moving a partition's replicas (the table's replica set differs from the group's voters), run
 by the partition's leader, one change at a time per group, state-based so any step can be
@@ -39,6 +45,7 @@ DeregisterBroker (with no moves left). While it runs the broker gets no new repl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -70,23 +77,25 @@ RETRY_S = 0.5
 # -- the metadata group's voters on disk -------------------------------------------------------
 
 
-def read_members(meta_dir: Path) -> list[str]:
-    """The metadata voters saved by ``write_members`` ([] when never saved)."""
+def read_members(meta_dir: Path) -> tuple[list[str], list[str]]:
+    """The metadata members and, among them, the learners saved by ``write_members`` ([] and
+    [] when never saved)."""
     try:
         data = json.loads((meta_dir / MEMBERS_FILE).read_text())
     except FileNotFoundError:
-        return []
-    members = data.get("members", [])
-    assert isinstance(members, list) and all(isinstance(m, str) for m in members), data
-    return members
+        return [], []
+    members, learners = data.get("members", []), data.get("learners", [])
+    for names in (members, learners):
+        assert isinstance(names, list) and all(isinstance(m, str) for m in names), data
+    return members, learners
 
 
-def write_members(meta_dir: Path, members: list[str]) -> None:
-    """Save the voters atomically and durably (tmp, fsync, rename, directory fsync)."""
+def write_members(meta_dir: Path, members: list[str], learners: list[str]) -> None:
+    """Save the members atomically and durably (tmp, fsync, rename, directory fsync)."""
     meta_dir.mkdir(parents=True, exist_ok=True)
     tmp = meta_dir / (MEMBERS_FILE + ".tmp")
     with tmp.open("w") as f:
-        json.dump({"members": sorted(members)}, f)
+        json.dump({"members": sorted(members), "learners": sorted(learners)}, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, meta_dir / MEMBERS_FILE)
@@ -99,19 +108,20 @@ def write_members(meta_dir: Path, members: list[str]) -> None:
 
 def initial_voters(
     config: BrokerConfig, meta_dir: Path, stop: threading.Event | None = None
-) -> tuple[list[str], bool]:
-    """The peers the metadata replica starts with, and whether it must join (standby).
+) -> tuple[list[str], list[str], bool]:
+    """The members the metadata replica starts with, the learners among them, and whether it
+    must join (standby, as a learner).
 
-    Saved voters win (a restart); a seed starts with the seeds; any other broker asks the
-    brokers in ``broker.join_addrs`` for the current voters, retrying until one answers.
+    Saved members win (a restart); a seed starts with the seeds; any other broker asks the
+    brokers in ``broker.join_addrs`` for the current members, retrying until one answers.
     Raises ``errors.InvalidArgument`` when a new non-seed broker has no ``join_addrs``.
     """
     me = config.broker.raft_addr
-    saved = read_members(meta_dir)
+    saved, learners = read_members(meta_dir)
     if saved:
-        return sorted(set(saved) | {me}), False
+        return sorted(set(saved) | {me}), learners, False
     if me in config.broker.seeds:
-        return list(config.broker.seeds), False
+        return list(config.broker.seeds), [], False
     if not config.broker.join_addrs:
         raise errors.InvalidArgument(
             f"broker.raft_addr {me} is not in broker.seeds and this broker never joined: set "
@@ -131,8 +141,13 @@ def initial_voters(
                     logger.info("[group=meta] members from %s: %s (retrying)", addr, exc)
                     continue
                 if answer.members:
-                    logger.info("[group=meta] joining voters %s", list(answer.members))
-                    return sorted(set(answer.members) | {me}), True
+                    logger.info(
+                        "[group=meta] joining members %s (learners %s)",
+                        list(answer.members),
+                        list(answer.learners),
+                    )
+                    learners = sorted(set(answer.learners) | {me})
+                    return sorted(set(answer.members) | {me}), learners, True
             time.sleep(RETRY_S)
         raise errors.Unavailable("stopped before any broker in broker.join_addrs answered")
     finally:
@@ -151,6 +166,7 @@ class Membership:
         self.joining = joining
         self.draining: set[int] = set()  # brokers being removed: no new replicas on them
         self._saved = read_members(self.meta_dir)
+        self._promoting = threading.Lock()  # one promotion at a time (pool thread)
         self._stop = threading.Event()
         self._moving: set[str] = set()
         self._moving_lock = threading.Lock()
@@ -202,16 +218,16 @@ class Membership:
             self._stop.wait(RETRY_S)
 
     def persist(self) -> None:
-        """Save the metadata voters when they changed (backend thread). Not while joining: a
+        """Save the metadata members when they changed (backend thread). Not while joining: a
         restart before the join completed must join again."""
         node = self.broker.meta.node
         if self.joining or node.standby:
             return
-        members = node.members()
-        if members != self._saved:
-            write_members(self.meta_dir, members)
-            self._saved = members
-            logger.info("[group=meta] voters saved: %s", members)
+        saved = (node.members(), node.learners())
+        if saved != self._saved:
+            write_members(self.meta_dir, *saved)
+            self._saved = saved
+            logger.info("[group=meta] members saved: %s, learners %s", *saved)
 
     # -- the metadata leader's side of a join ---------------------------------------------------
 
@@ -220,6 +236,7 @@ class Membership:
         leader = b.meta.leader() or ""
         return internal_pb2.MetaMembersResponse(
             members=b.meta.node.members(),
+            learners=b.meta.node.learners(),
             leader_raft_addr=leader,
             leader_client_addr=b.service.meta_leader_addr() if leader else "",
         )
@@ -227,7 +244,8 @@ class Membership:
     def join_cluster(
         self, request: internal_pb2.JoinClusterRequest, timeout_s: float
     ) -> internal_pb2.MetaMembersResponse:
-        """Add ``request.raft_addr`` to the metadata group (leader only; idempotent).
+        """Add ``request.raft_addr`` to the metadata group as a learner (leader only;
+        idempotent); ``promote_voters`` makes it a voter later if voters are missing.
 
         Normal errors: NotLeader (hint: the leader's client address), InvalidArgument (a bad
         address, or one a registered broker with another id uses), Timeout, Unavailable.
@@ -244,16 +262,45 @@ class Membership:
                     f"raft address {request.raft_addr} belongs to broker {broker_id}: remove "
                     "that broker first or use another address"
                 )
-        added = b.meta.node.change_membership("add", request.raft_addr, timeout_s)
+        added = b.meta.node.change_membership("learner", request.raft_addr, timeout_s)
         if added:
             logger.info(
-                "[group=meta] broker %d (%s) added as a voter",
+                "[group=meta] broker %d (%s) added as a learner",
                 request.broker_id,
                 request.raft_addr,
             )
         answer = self.meta_members()
         answer.added = added
         return answer
+
+    def promote_voters(self) -> None:
+        """Metadata leader, backend thread: while the voters are fewer than
+        ``raft.metadata_voters``, promote a learner that has acknowledged the whole committed
+        log (one change at a time, on the pool: the change waits for its commit)."""
+        node = self.broker.meta.node
+        if not node.is_leader() or self._promoting.locked():
+            return
+        learners = node.learners()
+        if not learners or len(node.voters()) >= self.broker.config.raft.metadata_voters:
+            return
+        commit = node.commit_index
+        ready = [a for a in learners if node.caught_up(a, index=commit)]
+        if not ready:
+            return
+        with contextlib.suppress(RuntimeError):  # shutting down
+            self._pool.submit(self._promote, ready[0])
+
+    def _promote(self, addr: str) -> None:
+        if not self._promoting.acquire(blocking=False):
+            return
+        node = self.broker.meta.node
+        try:
+            if node.change_membership("promote", addr, CHANGE_TIMEOUT_S):
+                logger.info("[group=meta] %s promoted to voter; voters %s", addr, node.voters())
+        except errors.RaftqError as exc:
+            logger.info("[group=meta] promoting %s: %s (will retry)", addr, exc)
+        finally:
+            self._promoting.release()
 
     # -- partition moves (backend thread, on the partition's leader) ----------------------------
 

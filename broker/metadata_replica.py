@@ -43,7 +43,10 @@ class MetadataReplica:
         fsync: bool = True,
         clock: Callable[[], float] = time.time,
         standby: bool = False,
+        learners: Sequence[str] = (),
     ) -> None:
+        """``voters``: every member of the group (learners too); ``learners``: the members that
+        do not vote (broker/membership.py)."""
         self.machine = MetadataMachine()
         self._clock = clock
         self._changed = threading.Condition()
@@ -63,6 +66,7 @@ class MetadataReplica:
             timings=timings,
             group_commit=True,
             standby=standby,  # joining (broker/membership.py): no campaigns until added
+            learners=learners,
         )
         self._driver = driver
         driver.register(GROUP, self.node)

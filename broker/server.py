@@ -77,11 +77,12 @@ class Broker:
         # broker's CPU); received messages and proposals tick their group at once anyway.
         self.driver = RaftDriver(self.endpoint, tick_interval_s=DRIVER_ROUND_S)
         # Seeds bootstrap the metadata group; any other broker joins it (broker/membership.py).
-        voters, joining = initial_voters(config, self.data_dir / "meta")
+        members, learners, joining = initial_voters(config, self.data_dir / "meta")
         self.meta = MetadataReplica(
             data_dir=self.data_dir / "meta",
             self_addr=config.broker.raft_addr,
-            voters=voters,
+            voters=members,
+            learners=learners,
             driver=self.driver,
             timings=self.timings,
             fsync=config.raft.fsync,

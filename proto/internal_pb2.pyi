@@ -184,16 +184,18 @@ class MetaMembersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class MetaMembersResponse(_message.Message):
-    __slots__ = ("members", "leader_raft_addr", "leader_client_addr", "added")
+    __slots__ = ("members", "leader_raft_addr", "leader_client_addr", "added", "learners")
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     LEADER_RAFT_ADDR_FIELD_NUMBER: _ClassVar[int]
     LEADER_CLIENT_ADDR_FIELD_NUMBER: _ClassVar[int]
     ADDED_FIELD_NUMBER: _ClassVar[int]
+    LEARNERS_FIELD_NUMBER: _ClassVar[int]
     members: _containers.RepeatedScalarFieldContainer[str]
     leader_raft_addr: str
     leader_client_addr: str
     added: bool
-    def __init__(self, members: _Optional[_Iterable[str]] = ..., leader_raft_addr: _Optional[str] = ..., leader_client_addr: _Optional[str] = ..., added: _Optional[bool] = ...) -> None: ...
+    learners: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, members: _Optional[_Iterable[str]] = ..., leader_raft_addr: _Optional[str] = ..., leader_client_addr: _Optional[str] = ..., added: _Optional[bool] = ..., learners: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JoinClusterRequest(_message.Message):
     __slots__ = ("broker_id", "raft_addr")

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10proto/raft.proto\x12\x08raftq.v1\"z\n\x10MembershipChange\x12)\n\x02op\x18\x01 \x01(\x0e\x32\x1d.raftq.v1.MembershipChange.Op\x12\x0c\n\x04\x61\x64\x64r\x18\x02 \x01(\t\"-\n\x02Op\x12\x12\n\x0eOP_UNSPECIFIED\x10\x00\x12\x07\n\x03\x41\x44\x44\x10\x01\x12\n\n\x06REMOVE\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10proto/raft.proto\x12\x08raftq.v1\"\x98\x01\n\x10MembershipChange\x12)\n\x02op\x18\x01 \x01(\x0e\x32\x1d.raftq.v1.MembershipChange.Op\x12\x0c\n\x04\x61\x64\x64r\x18\x02 \x01(\t\"K\n\x02Op\x12\x12\n\x0eOP_UNSPECIFIED\x10\x00\x12\x07\n\x03\x41\x44\x44\x10\x01\x12\n\n\x06REMOVE\x10\x02\x12\x0f\n\x0b\x41\x44\x44_LEARNER\x10\x03\x12\x0b\n\x07PROMOTE\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proto.raft_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MEMBERSHIPCHANGE']._serialized_start=30
-  _globals['_MEMBERSHIPCHANGE']._serialized_end=152
-  _globals['_MEMBERSHIPCHANGE_OP']._serialized_start=107
-  _globals['_MEMBERSHIPCHANGE_OP']._serialized_end=152
+  _globals['_MEMBERSHIPCHANGE']._serialized_start=31
+  _globals['_MEMBERSHIPCHANGE']._serialized_end=183
+  _globals['_MEMBERSHIPCHANGE_OP']._serialized_start=108
+  _globals['_MEMBERSHIPCHANGE_OP']._serialized_end=183
 # @@protoc_insertion_point(module_scope)

@@ -12,9 +12,13 @@ class MembershipChange(_message.Message):
         OP_UNSPECIFIED: _ClassVar[MembershipChange.Op]
         ADD: _ClassVar[MembershipChange.Op]
         REMOVE: _ClassVar[MembershipChange.Op]
+        ADD_LEARNER: _ClassVar[MembershipChange.Op]
+        PROMOTE: _ClassVar[MembershipChange.Op]
     OP_UNSPECIFIED: MembershipChange.Op
     ADD: MembershipChange.Op
     REMOVE: MembershipChange.Op
+    ADD_LEARNER: MembershipChange.Op
+    PROMOTE: MembershipChange.Op
     OP_FIELD_NUMBER: _ClassVar[int]
     ADDR_FIELD_NUMBER: _ClassVar[int]
     op: MembershipChange.Op

@@ -22,15 +22,22 @@ from transport.internal import InternalClient
 pytestmark = pytest.mark.timeout(240)
 
 
-def meta_voters(cluster: ProcessCluster, via: int) -> set[str] | None:
-    """The metadata voters broker ``via`` knows (None while it does not answer)."""
+def meta_members(cluster: ProcessCluster, via: int) -> tuple[set[str], set[str]] | None:
+    """The metadata members and learners broker ``via`` knows (None while it does not answer)."""
     client = InternalClient(DEV_CLUSTER_SECRET)
     try:
-        return set(client.meta_members(cluster.client_addr(via), 5.0).members)
+        answer = client.meta_members(cluster.client_addr(via), 5.0)
     except errors.Unavailable:
         return None
     finally:
         client.close()
+    return set(answer.members), set(answer.learners)
+
+
+def meta_voters(cluster: ProcessCluster, via: int) -> set[str] | None:
+    """The metadata voters broker ``via`` knows (None while it does not answer)."""
+    known = meta_members(cluster, via)
+    return None if known is None else known[0] - known[1]
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> set[tuple[int, int, bytes]]:
@@ -65,9 +72,13 @@ def test_a_broker_joins_gets_replicas_of_new_topics_and_rejoins_after_restart(
         joiner = cluster.add_broker()
         cluster.start(joiner)
         cluster.wait_ready()
-        voters = {cluster.raft_addr(i) for i in (1, 2, 3, joiner)}
-        wait_until(lambda: meta_voters(cluster, 1) == voters, 30, "4 metadata voters")
-        assert meta_voters(cluster, joiner) == voters
+        # raft.metadata_voters = 3: the 4th broker is a learner, replicated to, not voting
+        members = {cluster.raft_addr(i) for i in (1, 2, 3, joiner)}
+        voters = {cluster.raft_addr(i) for i in (1, 2, 3)}
+        learner = {cluster.raft_addr(joiner)}
+        wait_until(lambda: meta_members(cluster, 1) == (members, learner), 30, "3 voters + 1")
+        wait_until(lambda: meta_members(cluster, joiner) == (members, learner), 30, "its view")
+        assert all(meta_voters(cluster, i) == voters for i in (1, 2, 3))
 
         admin = cluster.admin()
         admin.create_topic("after-join", partitions=4, replication_factor=3)
@@ -89,8 +100,8 @@ def test_a_broker_joins_gets_replicas_of_new_topics_and_rejoins_after_restart(
         acked |= produce(cluster.bootstrap, "after-join", [b"b%d" % i for i in range(200)])
         cluster.start(joiner)
         cluster.wait_ready()
-        assert meta_voters(cluster, 1) == voters  # still 4 voters: not added twice
-        wait_until(lambda: meta_voters(cluster, joiner) == voters, 30, "joined broker's view")
+        assert meta_members(cluster, 1) == (members, learner)  # not added twice, not promoted
+        wait_until(lambda: meta_members(cluster, joiner) == (members, learner), 30, "its view")
         wait_until(
             lambda: all(
                 joiner in p.in_sync
@@ -137,6 +148,9 @@ def test_removing_a_broker_moves_its_replicas_first(tmp_path: Path) -> None:
         cluster_view = admin.describe_cluster()
         assert removed not in {b.id for b in cluster_view.brokers}
         assert cluster.raft_addr(removed) not in (meta_voters(cluster, 1) or set())
+        # broker 4 joined as a learner; with a voter removed it is promoted: 3 voters again
+        survivors_raft = {cluster.raft_addr(i) for i in (1, 3, 4)}
+        wait_until(lambda: meta_voters(cluster, 1) == survivors_raft, 30, "learner promoted")
 
         cluster.kill(removed, signal.SIGKILL)
         survivors = ",".join(cluster.client_addr(i) for i in (1, 3, 4))
@@ -155,3 +169,33 @@ def test_removing_a_broker_moves_its_replicas_first(tmp_path: Path) -> None:
         assert read_all(live_admin, "moving", 4) == acked
         with pytest.raises(errors.InvalidArgument):
             live_admin.remove_broker(removed, timeout_s=10)
+
+
+def test_learners_are_promoted_until_metadata_voters_are_reached(tmp_path: Path) -> None:
+    """One seed, raft.metadata_voters = 3, four brokers: two joiners are promoted (each once
+    it has caught up), the last one stays a learner; the table reaches every broker."""
+    with ProcessCluster(tmp_path, brokers=4, seeds=1) as cluster:
+        cluster.wait_ready()
+        addrs = {i: cluster.raft_addr(i) for i in (1, 2, 3, 4)}
+
+        def shape() -> tuple[int, int] | None:
+            known = meta_members(cluster, 1)
+            if known is None or known[0] != set(addrs.values()):
+                return None
+            return len(known[0] - known[1]), len(known[1])
+
+        wait_until(lambda: shape() == (3, 1), 60, "3 voters and 1 learner")
+        wait_until(
+            lambda: all(meta_members(cluster, i) == meta_members(cluster, 1) for i in (2, 3, 4)),
+            30,
+            "every broker's view of the members",
+        )
+        admin = cluster.admin()
+        admin.create_topic("everywhere", partitions=4, replication_factor=3)
+        cluster.wait_leaders("everywhere")
+        readers = [cluster.admin(cluster.client_addr(i)) for i in (1, 2, 3, 4)]
+        wait_until(  # every broker's table, the learner's included, has the topic
+            lambda: all("everywhere" in {t.name for t in r.list_topics()} for r in readers),
+            30,
+            "the topic in every broker's table",
+        )

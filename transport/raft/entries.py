@@ -31,13 +31,20 @@ logger = logging.getLogger(__name__)
 
 MEMBERSHIP = bytes([_COMMAND_TYPE.MEMBERSHIP])
 PROTO_V1 = b"P"  # format marker after the type byte; append-only
-_OPS = {"add": raft_pb2.MembershipChange.ADD, "rem": raft_pb2.MembershipChange.REMOVE}
+_OPS = {
+    "add": raft_pb2.MembershipChange.ADD,
+    "rem": raft_pb2.MembershipChange.REMOVE,
+    "learner": raft_pb2.MembershipChange.ADD_LEARNER,
+    "promote": raft_pb2.MembershipChange.PROMOTE,
+}
 _NAMES = {v: k for k, v in _OPS.items()}
+_LEGACY_OPS = ("add", "rem")  # what stock pysyncobj wrote
 _LEGACY_NODE = ("pysyncobj.node", "TCPNode")
 
 
 def encode_membership(op: str, addr: str) -> bytes:
-    """The stored command (type byte included) of one change; ``op`` is "add" or "rem"."""
+    """The stored command (type byte included) of one change: ``op`` is "add" (a voter),
+    "rem", "learner" (a non-voting member) or "promote" (a learner becomes a voter)."""
     change = raft_pb2.MembershipChange(op=_OPS[op], addr=addr)
     return MEMBERSHIP + PROTO_V1 + change.SerializeToString()
 
@@ -47,8 +54,9 @@ def is_membership(command: bytes) -> bool:
 
 
 def decode_membership(command: bytes) -> list[str] | None:
-    """``[op, addr]`` ("add"/"rem") of a membership entry; None for any other entry and for a
-    membership entry that is not a valid change (logged: refused, never executed)."""
+    """``[op, addr]`` (an ``encode_membership`` op) of a membership entry; None for any other
+    entry and for a membership entry that is not a valid change (logged: refused, never
+    executed)."""
     if command[:1] != MEMBERSHIP:
         return None
     body = bytes(command[1:])
@@ -85,7 +93,7 @@ def _decode_legacy(data: bytes) -> list[str]:
     if not (isinstance(value, list) and len(value) in (2, 3)):
         raise ValueError("not a membership list")
     op, addr = value[0], value[1]
-    if op not in _OPS or not isinstance(addr, str) or not _valid_addr(addr):
+    if op not in _LEGACY_OPS or not isinstance(addr, str) or not _valid_addr(addr):
         raise ValueError(f"invalid change {op!r}/{addr!r}")
     return [op, addr]
 

@@ -51,7 +51,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,7 @@ from transport.raft.snapshot import (
     SnapshotSender,
     journal_keep_from,
     read_snapshot,
+    snapshot_learners,
     write_snapshot,
 )
 
@@ -239,6 +240,14 @@ class _HardenedSyncObj(SyncObj):
       wakes wrongly only campaigns (a needless election), and a follower stays asleep only
       while the broker of the leader it follows is alive. The driver (driver.py) wakes the
       quiesced groups of a link that falls silent and ticks them only every few seconds.
+
+    Learners (Raft thesis §4.2.1 non-voting members; pysyncobj has none). A member added with
+    a ``learner`` membership entry is replicated to like any follower, but the leader does not
+    count it toward commit or toward its leader-fallback quorum, a candidate neither asks nor
+    counts its vote, it never campaigns and is never a leadership-transfer target. A
+    ``promote`` entry makes it a voter: a single-server change of the voting set, issued only
+    once the learner has caught up. The learner set is replicated state: it follows the
+    membership entries (appended, applied, truncated) and travels in snapshots.
     """
 
     _SyncObj__raftLeader: Any
@@ -256,8 +265,13 @@ class _HardenedSyncObj(SyncObj):
         transport_class: Callable[..., Any],
         *,
         poll_io: bool = True,
+        learners: Sequence[str] = (),
     ) -> None:
         self._raftq = owner
+        # Non-voting members (see "Learners" in the class docstring); set for real below.
+        self._learners: set[Any] = set()
+        self._self_learner = False
+        self._votes_from: set[Any] = set()  # candidate: the voters that granted this term
         # The last success ack sent: (leader node, term, verified index, raft time).
         self._last_ack: tuple[Any, int, int, float] | None = None
         # Quiescence (see the class docstring). Set up for real after SyncObj built the transport.
@@ -287,6 +301,7 @@ class _HardenedSyncObj(SyncObj):
         self._SyncObj__raftCurrentTerm = max(journal.getCurrentTerm(), journal[-1][2])
         self._SyncObj__votedForNodeId = journal.getVotedForNodeId()
         self._SyncObj__raftCommitIndex = journal.getRaftCommitIndex()
+        self._set_learners(learners)
         self._ack_refresh_s = conf.leaderFallbackTimeout / ACKS_PER_LEADER_FALLBACK
         self._commit_push_s = owner.timings.commit_push_s
         if not poll_io:
@@ -327,6 +342,114 @@ class _HardenedSyncObj(SyncObj):
     def _sync_before_reply(self) -> None:
         if not self._raftq.group_commit:
             self._raftq_journal.sync()
+
+    # ------------------------------------------------------------------ learners
+    def _set_learners(self, addrs: Iterable[str]) -> None:
+        wanted = set(addrs)
+        self._learners = {n for n in self._SyncObj__otherNodes if n.id in wanted}
+        self._self_learner = self.selfNode.id in wanted
+
+    def _voters(self) -> Collection[Any]:
+        """The other members that vote (learners excluded); every tick of a leader asks."""
+        learners = self._learners
+        if not learners:
+            return self._SyncObj__otherNodes
+        return [n for n in self._SyncObj__otherNodes if n not in learners]
+
+    def learner_addrs(self) -> list[str]:
+        """Every learner of the group as this replica knows it, itself included."""
+        addrs = [str(n.id) for n in list(self._learners)]
+        if self._self_learner:
+            addrs.append(str(self.selfNode.id))
+        return sorted(addrs)
+
+    @property
+    def hasQuorum(self) -> bool:
+        """Open links to a majority of the voters (this replica counted when it votes)."""
+        connected = self._SyncObj__connectedNodes
+        voters = self._voters()
+        linked = sum(1 for n in voters if n in connected)
+        total = len(voters)
+        if not self._self_learner:
+            linked, total = linked + 1, total + 1
+        return linked > total / 2
+
+    def _SyncObj__doChangeCluster(self, request: list[Any], reverse: bool = False) -> bool:
+        """syncobj.py:1374 plus the learner ops (``entries.encode_membership``)."""
+        op, addr = request[0], str(request[1])
+        node = self._SyncObj__nodeClass(addr)
+        is_self = node == self.selfNode
+        if op in ("add", "rem"):
+            if (op == "add") != reverse:  # adding a voter
+                if is_self:
+                    self._self_learner = False
+                self._learners.discard(node)
+            else:
+                self._learners.discard(node)
+            return bool(SyncObj._SyncObj__doChangeCluster(self, [op, addr], reverse))
+        if op == "learner":
+            if reverse:  # undo the addition
+                self._learners.discard(node)
+                return bool(SyncObj._SyncObj__doChangeCluster(self, ["rem", addr]))
+            if is_self:
+                self._self_learner = True
+                return False
+            present = node in self._SyncObj__otherNodes
+            if present and node not in self._learners and self._isLeader():
+                return False  # the leader never demotes a voter (nor appends such an entry)
+            # Elsewhere the log is authoritative: a replica that started from a stale member
+            # list (it took this one for a voter) learns here that it is a learner.
+            if not present:
+                SyncObj._SyncObj__doChangeCluster(self, ["add", addr])
+            self._learners.add(node)
+            return not present
+        if op == "promote":
+            if is_self:
+                was = self._self_learner
+                self._self_learner = reverse
+                return was != reverse
+            if reverse:
+                if node in self._SyncObj__otherNodes:
+                    self._learners.add(node)
+                return True
+            if node in self._learners:
+                self._learners.discard(node)
+                return True
+            return False
+        return False
+
+    def transferLeadership(self, node: Any = None, callback: Any = None) -> None:
+        """syncobj.py:408, never to a learner (it would not campaign)."""
+        if node is None:
+            match = self._SyncObj__raftMatchIndex
+            connected = self._SyncObj__connectedNodes
+            candidates = [(match.get(n, 0), n.id, n) for n in self._voters() if n in connected]
+            if not candidates:
+                if callback is not None:
+                    callback(None, FAIL_REASON.REQUEST_DENIED)
+                return
+            node = max(candidates)[2]
+        elif not hasattr(node, "id"):
+            node = self._SyncObj__nodeClass(node)
+        if node in self._learners:
+            if callback is not None:
+                callback(None, FAIL_REASON.REQUEST_DENIED)
+            return
+        SyncObj.transferLeadership(self, node, callback)
+
+    def _on_vote(self, node: Any, message: dict[str, Any]) -> None:
+        """A granted vote (replaces syncobj.py:1063): counted once per voter, learners never."""
+        if (
+            self._SyncObj__raftState != _RAFT_STATE.CANDIDATE
+            or message.get("term") != self._SyncObj__raftCurrentTerm
+            or node not in self._SyncObj__otherNodes
+            or node in self._learners
+        ):
+            return
+        self._votes_from.add(node)
+        self._SyncObj__votesCount = 1 + len(self._votes_from)
+        if self._SyncObj__votesCount > (len(self._voters()) + 1) / 2:
+            self._SyncObj__onBecomeLeader()
 
     # --------------------------------------------------------------- quiescence
     def _link_heard_at(self, node: Any) -> float | None:
@@ -527,6 +650,8 @@ class _HardenedSyncObj(SyncObj):
         elif kind == "next_node_idx":
             if self._SyncObj__raftState == _RAFT_STATE.LEADER:
                 self.on_next_node_idx(node, message)
+        elif kind == "response_vote":
+            self._on_vote(node, message)
         else:
             SyncObj._SyncObj__onMessageReceived(self, node, message)
 
@@ -776,6 +901,7 @@ class _HardenedSyncObj(SyncObj):
             self._SyncObj__updateClusterConfiguration(
                 [n for n in cluster if n != self._SyncObj__selfNode]
             )
+            self._set_learners(self._raftq._snapshot_learners)
         self._SyncObj__onSetCodeVersion(0)
 
     def _truncate_from(self, idx: int) -> None:
@@ -950,7 +1076,6 @@ class _HardenedSyncObj(SyncObj):
             self._SyncObj__numOneSecondDumps += 1
             self._SyncObj__raftLog.onOneSecondTimer()
 
-        others = self._SyncObj__otherNodes
         if self._quiesced:
             self._check_quiet_links(now)
         state = self._SyncObj__raftState
@@ -968,8 +1093,9 @@ class _HardenedSyncObj(SyncObj):
         else:
             self._advance_leader_commit()
             deadline = now - conf.leaderFallbackTimeout
-            alive = 1 + sum(1 for n in others if self._SyncObj__lastResponseTime[n] > deadline)
-            if alive <= (len(others) + 1) / 2:
+            voters = self._voters()
+            alive = 1 + sum(1 for n in voters if self._SyncObj__lastResponseTime[n] > deadline)
+            if alive <= (len(voters) + 1) / 2:
                 logger.warning("[group=%s] no quorum heard from: stepping down", self._group)
                 self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
                 self._SyncObj__raftLeader = None
@@ -1011,13 +1137,17 @@ class _HardenedSyncObj(SyncObj):
         self._SyncObj__raftElectionDeadline = (
             monotonic_time() + self._SyncObj__generateRaftTimeout()
         )
+        if self._self_learner:
+            return  # a learner never campaigns (it is not counted either)
         self._SyncObj__transferInProgress = False
         self._SyncObj__raftLeader = None
         self._SyncObj__setState(_RAFT_STATE.CANDIDATE)
         self._SyncObj__setCurrentTerm(self._SyncObj__raftCurrentTerm + 1, self.selfNode.id)
         self._SyncObj__votesCount = 1
+        self._votes_from = set()
         last = self._SyncObj__raftLog[-1]
-        for node in self._SyncObj__otherNodes:
+        voters = self._voters()
+        for node in voters:
             self._SyncObj__transport.send(
                 node,
                 {
@@ -1028,11 +1158,11 @@ class _HardenedSyncObj(SyncObj):
                 },
             )
         self._SyncObj__onLeaderChanged()
-        if self._SyncObj__votesCount > (len(self._SyncObj__otherNodes) + 1) / 2:
+        if self._SyncObj__votesCount > (len(voters) + 1) / 2:
             self._SyncObj__onBecomeLeader()
 
     def _advance_leader_commit(self) -> None:
-        others = self._SyncObj__otherNodes
+        others = self._voters()
         match_index = self._SyncObj__raftMatchIndex
         durable = self._raftq_journal.durable_index
         commit_idx = next_commit = self._SyncObj__raftCommitIndex
@@ -1089,7 +1219,10 @@ class RaftNode:
         timings: RaftTimings | None = None,
         group_commit: bool = False,
         standby: bool = False,
+        learners: Sequence[str] = (),
     ) -> None:
+        """``learners``: the members of ``peers`` (or ``self_addr``) that do not vote, as last
+        known (the journal's membership entries and snapshots keep it current)."""
         if (snapshot is None) != (restore is None):
             raise ValueError("snapshot and restore callbacks go together")
         if group_commit and auto_tick:
@@ -1117,6 +1250,7 @@ class RaftNode:
         # A joining replica does not campaign until a leader has contacted it (see tick()).
         self._standby = standby
         self._membership_lock = threading.Lock()
+        self._snapshot_learners: list[str] = []  # of the snapshot last read (_deserialize)
 
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -1131,6 +1265,7 @@ class RaftNode:
                 self.journal,
                 transport_class or TCPTransport,
                 poll_io=auto_tick or transport_class is None,
+                learners=learners,
             )
         except SyncObjException as exc:
             self.journal._destroy()
@@ -1326,7 +1461,13 @@ class RaftNode:
     def _serialize(self, tmp_path: str, data: tuple[Any, ...]) -> None:
         assert self._snapshot is not None
         try:
-            write_snapshot(tmp_path, data, self._snapshot, fsync=self._fsync)
+            write_snapshot(
+                tmp_path,
+                data,
+                self._snapshot,
+                fsync=self._fsync,
+                learners=self._obj.learner_addrs(),
+            )
         except Exception:
             logger.exception("[group=%s] snapshot failed; the log is kept", self.name)
             raise
@@ -1336,6 +1477,7 @@ class RaftNode:
             raise RuntimeError(f"[group={self.name}] snapshot file without a restore callback")
         try:
             last, prev, cluster = read_snapshot(path, self._restore, fsync=self._fsync)
+            self._snapshot_learners = snapshot_learners(path)
         except Exception:
             logger.critical("[group=%s] cannot restore snapshot %s", self.name, path)
             raise
@@ -1368,6 +1510,24 @@ class RaftNode:
             others = [str(node.id) for node in self._obj.otherNodes]
         return sorted({self.self_addr, *others})
 
+    def learners(self) -> list[str]:
+        """The members of ``members()`` that do not vote, sorted (this replica too, if so)."""
+        for _attempt in range(5):
+            try:  # the tick thread may change the set while we copy it
+                return list(self._obj.learner_addrs())
+            except RuntimeError:
+                continue
+        return list(self._obj.learner_addrs())
+
+    def voters(self) -> list[str]:
+        """The voting members, sorted."""
+        learners = set(self.learners())
+        return [m for m in self.members() if m not in learners]
+
+    @property
+    def is_learner(self) -> bool:
+        return bool(self._obj._self_learner)
+
     def caught_up(self, addr: str, slack: int = 0, *, index: int | None = None) -> bool:
         """On the leader: ``addr``'s replica has acknowledged every entry up to ``index``
         (default: the commit index minus ``slack``). A replica that has acknowledged nothing
@@ -1380,9 +1540,10 @@ class RaftNode:
         return int(match) >= target
 
     def change_membership(self, op: str, addr: str, timeout_s: float) -> bool:
-        """Add (``op="add"``) or remove (``"remove"``) one voter and wait until the change is
+        """Add a voter (``op="add"``), add a learner (``"learner"``), make a learner a voter
+        (``"promote"``) or remove a member (``"remove"``), and wait until the change is
         committed. Blocking; never on the tick thread. Returns False when there was nothing to
-        do (already a member / not a member).
+        do (already a member / not a member / not a learner).
 
         One change at a time (Raft's single-server changes; pysyncobj's own guard is dead
         code): changes through this method are serialized per node, and a change is issued
@@ -1393,7 +1554,7 @@ class RaftNode:
         ``members()`` and retry); ``Unavailable`` (refused, e.g. removing the leader itself:
         transfer leadership first).
         """
-        assert op in ("add", "remove"), op
+        assert op in ("add", "remove", "learner", "promote"), op
         assert threading.get_ident() != self._tick_ident, "change_membership on the tick thread"
         deadline = time.monotonic() + timeout_s
         where = f"[group={self.name}]"
@@ -1401,8 +1562,7 @@ class RaftNode:
             while True:
                 if not self.is_leader():
                     raise errors.NotLeader(f"{where} not the leader", leader_hint=self.hint())
-                present = addr in self.members()
-                if present == (op == "add"):
+                if not self._change_needed(op, addr):
                     return False
                 done = threading.Event()
                 box: list[int] = []
@@ -1419,10 +1579,9 @@ class RaftNode:
                         callback(None, FailReason.NOT_LEADER)
                     elif obj.raftCommitIndex < obj._SyncObj__raftLog[-1][1]:
                         callback(None, _UNCOMMITTED)  # an earlier entry (or change) is pending
-                    elif op == "add":
-                        obj.addNodeToCluster(addr, self._safe(callback))
                     else:
-                        obj.removeNodeFromCluster(addr, self._safe(callback))
+                        stored = "rem" if op == "remove" else op
+                        obj._applyCommand(encode_membership(stored, addr), self._safe(callback))
 
                 self._call_soon(issue)
                 if not done.wait(max(0.0, deadline - time.monotonic())):
@@ -1439,6 +1598,12 @@ class RaftNode:
                 if err == FailReason.REQUEST_DENIED:
                     raise errors.Unavailable(f"{where} {op} {addr} refused")
                 raise self._error_for(err)
+
+    def _change_needed(self, op: str, addr: str) -> bool:
+        present = addr in self.members()
+        if op == "promote":
+            return addr in self.learners()
+        return present == (op == "remove")
 
     def add_node(self, addr: str, callback: Callback | None = None) -> None:
         """Add a voter (one change at a time: wait for the callback). Async."""

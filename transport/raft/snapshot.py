@@ -63,17 +63,22 @@ def write_snapshot(
     snapshot: Callable[[str], None],
     *,
     fsync: bool,
+    learners: Sequence[str] = (),
 ) -> None:
-    """Write a snapshot file at ``tmp_path``; exceptions make pysyncobj keep its log."""
+    """Write a snapshot file at ``tmp_path``; exceptions make pysyncobj keep its log.
+    ``learners``: the members of ``cluster`` that do not vote (node.py, "Learners")."""
     last_entry, prev_entry, cluster = data
     user_path = tmp_path + ".state"
     snapshot(user_path)
+    fields: dict[str, Any] = {
+        "last": _entry_to_json(last_entry),
+        "prev": _entry_to_json(prev_entry),
+        "cluster": sorted(str(getattr(node, "id", node)) for node in cluster),
+    }
+    if learners:
+        fields["learners"] = sorted(learners)
     header = json.dumps(
-        {
-            "last": _entry_to_json(last_entry),
-            "prev": _entry_to_json(prev_entry),
-            "cluster": sorted(str(getattr(node, "id", node)) for node in cluster),
-        },
+        fields,
         sort_keys=True,
     ).encode()
     with open(tmp_path, "wb") as out, open(user_path, "rb") as state:
@@ -127,7 +132,17 @@ def read_snapshot_header(path: str) -> tuple[Entry, Entry, list[str]]:
         return _read_header(f, path)
 
 
+def snapshot_learners(path: str) -> list[str]:
+    """The learners recorded in the snapshot at ``path`` ([] when none or written before)."""
+    with open(path, "rb") as f:
+        return [str(a) for a in _header_json(f, path).get("learners", [])]
+
+
 def _read_header(f: IO[bytes], path: str) -> tuple[Entry, Entry, list[str]]:
+    return _bookkeeping(_header_json(f, path))
+
+
+def _header_json(f: IO[bytes], path: str) -> dict[str, Any]:
     if f.read(len(MAGIC)) != MAGIC:
         raise ValueError(f"{path} is not a raftq snapshot")
     raw = f.read(_LEN.size)
@@ -137,7 +152,10 @@ def _read_header(f: IO[bytes], path: str) -> tuple[Entry, Entry, list[str]]:
     data = f.read(length)
     if len(data) != length:
         raise ValueError(f"{path}: truncated snapshot header")
-    return _bookkeeping(json.loads(data))
+    header = json.loads(data)
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: snapshot header is not an object")
+    return header
 
 
 def _bookkeeping(header: dict[str, Any]) -> tuple[Entry, Entry, list[str]]:
