@@ -117,9 +117,12 @@ class Router:
         timeout_s: float,
         local: Callable[[PartitionReplica, float], T],
         remote: Callable[[str, float], T],
+        on_unknown: Callable[[], None] | None = None,
     ) -> T:
         """Run ``local`` on the leading local replica or ``remote`` at the leader's address,
-        retrying NOT_LEADER / UNAVAILABLE until the deadline."""
+        retrying NOT_LEADER / UNAVAILABLE until the deadline. ``on_unknown`` is called when an
+        attempt failed UNAVAILABLE before another one: that attempt may have been applied
+        (a leader that committed the command and stopped answering before its reply)."""
         deadline = time.monotonic() + timeout_s
         attempt = 0
         last: errors.RaftqError = errors.Unavailable(f"no leader known for {topic}/{partition}")
@@ -142,6 +145,8 @@ class Router:
                         self._hints[(topic, partition)] = exc.leader_hint
             except errors.Unavailable as exc:
                 last = exc
+                if on_unknown is not None:
+                    on_unknown()
             pause = RETRY_PAUSE_S[min(attempt, len(RETRY_PAUSE_S) - 1)]
             attempt += 1
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
@@ -155,9 +160,12 @@ class Router:
         *,
         skip_if_idle: bool = False,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        on_unknown: Callable[[], None] | None = None,
     ) -> internal_pb2.ProposeResponse:
         """Propose ``command`` on the partition's leader; command-level errors stay in the
-        result. Raises NotLeader/Unavailable/Timeout when no leader answers in time."""
+        result. Raises NotLeader/Unavailable/Timeout when no leader answers in time.
+        ``on_unknown``: see ``_with_leader`` (the result may then answer a state the command
+        itself made)."""
 
         def local(replica: PartitionReplica, left: float) -> internal_pb2.ProposeResponse:
             return propose_on(replica, command, left, skip_if_idle=skip_if_idle, now_ms=now_ms())
@@ -168,7 +176,7 @@ class Router:
             )
             return self._internal.propose(address, request, left)
 
-        return self._with_leader(topic, partition, timeout_s, local, remote)
+        return self._with_leader(topic, partition, timeout_s, local, remote, on_unknown)
 
     def read(
         self, request: internal_pb2.ReadRequest, timeout_s: float

@@ -38,6 +38,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from assignors.partitioner import partition_for
@@ -90,6 +91,11 @@ LEADER_ONLY: dict[str, type[Any]] = {
     "create_dead_letter_topic": api_pb2.DescribeTopicRequest,  # the source topic's name
 }
 AS_PRINCIPAL = frozenset({"join_group"})  # leader-only calls that act as the caller
+# A retried Nack's answers that describe a state the first attempt may have made itself.
+NACK_AMBIGUOUS = frozenset(
+    {ErrorCode.LEASE_EXPIRED, ErrorCode.NOT_LEASED, ErrorCode.RECORD_NOT_FOUND}
+)
+OUTCOME_UNKNOWN_HINT = errors.OutcomeUnknown.kind.hint
 RESPONSES: dict[str, type[Any]] = {
     "create_topic": api_pb2.TopicDescription,
     "delete_topic": api_pb2.DeleteTopicResponse,
@@ -835,13 +841,19 @@ class BrokerService:
     def nack(
         self, request: api_pb2.NackRequest, *, timeout_s: float | None
     ) -> api_pb2.SettleResponse:
+        """A retried Nack (an attempt failed UNAVAILABLE: a leader that stopped answering may
+        have applied it) answers OUTCOME_UNKNOWN where the record's state is what that nack
+        would have left (not leased, lease over, dead-lettered): never a wrong definite
+        error. Acks need no such care (the machine answers an acked record's retry OK), nor
+        does ExtendLease (a lease it extended is still held at the retry)."""
+
         def command(refs: list[partition_pb2.DeliveryRef]) -> partition_pb2.PartitionCommand:
             nack = partition_pb2.Nack(group=request.group, member=request.member_id, refs=refs)
             if request.HasField("delay_ms"):
                 nack.delay_ms = request.delay_ms
             return partition_pb2.PartitionCommand(nack=nack)
 
-        return self._settle(request, command, timeout_s)
+        return self._settle(request, command, timeout_s, ambiguous=NACK_AMBIGUOUS)
 
     def extend_lease(
         self, request: api_pb2.ExtendLeaseRequest, *, timeout_s: float | None
@@ -908,7 +920,11 @@ class BrokerService:
         request: Any,
         command: Callable[[list[partition_pb2.DeliveryRef]], partition_pb2.PartitionCommand],
         timeout_s: float | None,
+        *,
+        ambiguous: frozenset[int] = frozenset(),
     ) -> api_pb2.SettleResponse:
+        """One settle command per partition on its leader. Per-ref answers in ``ambiguous``
+        become OUTCOME_UNKNOWN when an earlier attempt's outcome was unknown (see nack)."""
         timeout = _timeout(timeout_s)
         _, member = self._member(request.group, request.member_id, request.generation)
         owned = set(member.assignment)
@@ -930,8 +946,15 @@ class BrokerService:
                 )
                 for i in indexes
             ]
+            unknown: list[bool] = []  # an attempt failed with its outcome unknown
             try:
-                response = self.router.propose(topic, partition, command(refs), timeout)
+                response = self.router.propose(
+                    topic,
+                    partition,
+                    command(refs),
+                    timeout,
+                    on_unknown=partial(unknown.append, True),
+                )
                 outcome = response.result
                 if outcome.error:
                     raise errors.error_for(outcome.error, outcome.message)
@@ -939,6 +962,9 @@ class BrokerService:
                     results[i].error = ref_result.error
                     results[i].message = ref_result.message
                     results[i].dead_lettered = ref_result.dead_lettered
+                    if unknown and ref_result.error in ambiguous:
+                        results[i].error = ErrorCode.OUTCOME_UNKNOWN
+                        results[i].message = f"{OUTCOME_UNKNOWN_HINT}; retry: {ref_result.message}"
             except errors.RaftqError as exc:
                 for i in indexes:
                     results[i].error, results[i].message = exc.code, exc.message  # type: ignore[assignment]

@@ -30,6 +30,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TIMEOUT: _ClassVar[ErrorCode]
     INTERNAL: _ClassVar[ErrorCode]
     GROUP_NOT_EMPTY: _ClassVar[ErrorCode]
+    OUTCOME_UNKNOWN: _ClassVar[ErrorCode]
 
 class Ordering(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -56,6 +57,7 @@ UNKNOWN_MEMBER: ErrorCode
 TIMEOUT: ErrorCode
 INTERNAL: ErrorCode
 GROUP_NOT_EMPTY: ErrorCode
+OUTCOME_UNKNOWN: ErrorCode
 FIFO: Ordering
 PRIORITY: Ordering
 

@@ -22,6 +22,7 @@ gRPC: the status is named here and looked up by the transport.
     ├── NotLeased                   NOT_LEASED      no         FAILED_PRECONDITION
     ├── Fenced                      FENCED          no         FAILED_PRECONDITION
     ├── GroupNotEmpty               GROUP_NOT_EMPTY no         FAILED_PRECONDITION
+    ├── OutcomeUnknown              OUTCOME_UNKNOWN no         ABORTED
     ├── Unauthenticated             UNAUTHENTICATED no         UNAUTHENTICATED
     ├── PermissionDenied            PERMISSION_DENIED no       PERMISSION_DENIED
     └── Internal                    INTERNAL        no         INTERNAL
@@ -170,6 +171,21 @@ class GroupNotEmpty(RaftqError):
     )
 
 
+class OutcomeUnknown(RaftqError):
+    """A settle (ack, nack) retried after an attempt whose reply was lost (a leader or broker
+    that stopped answering): the record's state no longer tells whether that attempt was
+    applied, so no definite error (LEASE_EXPIRED, NOT_LEASED, RECORD_NOT_FOUND, FENCED) is
+    claimed. Not retriable: a retry cannot tell either."""
+
+    kind = _kind(
+        "OUTCOME_UNKNOWN",
+        False,
+        "ABORTED",
+        "outcome unknown: an earlier attempt may have been applied before its reply was lost "
+        "(the record is redelivered if it was not)",
+    )
+
+
 class Unauthenticated(RaftqError):
     kind = _kind("UNAUTHENTICATED", False, "UNAUTHENTICATED", "missing or wrong credentials")
 
@@ -202,6 +218,7 @@ _BY_CODE: dict[int, type[RaftqError]] = {
         NotLeased,
         Fenced,
         GroupNotEmpty,
+        OutcomeUnknown,
         Unauthenticated,
         PermissionDenied,
         Internal,

@@ -100,6 +100,25 @@ def _raise_first(results: Sequence[errors.RaftqError | None]) -> None:
 ITER_POLL_MS = 1_000  # how long `for message in consumer` waits per poll when nothing is ready
 
 
+# Answers a retried settle gives for a state its own earlier attempt may have made.
+_NACK_AMBIGUOUS = frozenset(
+    {ErrorCode.FENCED, ErrorCode.LEASE_EXPIRED, ErrorCode.NOT_LEASED, ErrorCode.RECORD_NOT_FOUND}
+)
+
+
+def _after_retry(method: str, outcome: Any) -> None:
+    """Rewrite one ref's answer (RefOutcome or FailedRef) to a settle sent again after an
+    attempt whose outcome is unknown (see Consumer._settle)."""
+    code = outcome.error
+    if method == "Ack" and code == ErrorCode.RECORD_NOT_FOUND:
+        outcome.error, outcome.message = _OK, ""  # it acked the record: no longer pending
+    elif (method == "Ack" and code == ErrorCode.FENCED) or (
+        method == "Nack" and code in _NACK_AMBIGUOUS
+    ):
+        outcome.error = ErrorCode.OUTCOME_UNKNOWN
+        outcome.message = f"{errors.OutcomeUnknown.kind.hint}; the retry found: {outcome.message}"
+
+
 class Consumer:
     """A member of a consumer group; see the module docstring for delivery semantics."""
 
@@ -301,13 +320,24 @@ class Consumer:
         )
 
     def _settle(
-        self, method: str, messages: Sequence[Message], *, rejoins: int = 0, **extra: Any
+        self,
+        method: str,
+        messages: Sequence[Message],
+        *,
+        rejoins: int = 0,
+        retried: bool = False,
+        **extra: int,
     ) -> list[Any]:
         """One settle call. A call FENCED for its generation rejoins (same member id) and is
         sent again with the new generation (up to 3 times, like poll): the leases on partitions
         this member kept are still its own and would otherwise sit until lease_ms; refs on
         partitions it lost come back FENCED per ref (the broker released those leases to their
-        new owner)."""
+        new owner).
+
+        A call sent again after a broker failed UNAVAILABLE (``retried``: that attempt may have
+        been applied) does not claim what the retry's answer would: an Ack's RECORD_NOT_FOUND
+        is success (it acked the record), and FENCED (and for a Nack NOT_LEASED,
+        LEASE_EXPIRED, RECORD_NOT_FOUND: states the nack itself leaves) is OUTCOME_UNKNOWN."""
         if not messages:
             return []
         with self._lock:
@@ -347,26 +377,25 @@ class Consumer:
             except errors.RaftqError:
                 return [exc for _ in messages]
             if isinstance(exc, errors.Fenced) and rejoins < 3:
-                return self._settle(method, messages, rejoins=rejoins + 1, **extra)
+                again = retried or brokers_tried > 1
+                return self._settle(method, messages, rejoins=rejoins + 1, retried=again, **extra)
             return [exc for _ in messages]
+        retried = retried or brokers_tried > 1
         if compact:
             failed = {(f.ref.topic, f.ref.partition, f.ref.offset): f for f in response.failed}
             if not failed:
                 return [None] * len(messages)
             outcomes: list[Any] = [failed.get((m.topic, m.partition, m.offset)) for m in messages]
-            if brokers_tried > 1:  # as below
-                outcomes = [
-                    None if o is not None and o.error == ErrorCode.RECORD_NOT_FOUND else o
-                    for o in outcomes
-                ]
+            if retried:
+                for o in outcomes:
+                    if o is not None:
+                        _after_retry(method, o)
+                outcomes = [None if o is None or o.error == _OK else o for o in outcomes]
             return outcomes
         results = list(response.results)
-        if method == "Ack" and brokers_tried > 1:
-            # A broker failed under an earlier attempt (UNAVAILABLE: outcome unknown) and may
-            # have applied the ack; a record it acked is no longer pending: not an error.
+        if retried:
             for r in results:
-                if r.error == ErrorCode.RECORD_NOT_FOUND:
-                    r.error, r.message = _OK, ""
+                _after_retry(method, r)
         return results
 
     def ack(self, messages: Sequence[Message]) -> list[errors.RaftqError | None]:
@@ -377,8 +406,11 @@ class Consumer:
     def nack(
         self, messages: Sequence[Message], delay_ms: int | None = None
     ) -> list[errors.RaftqError | None]:
-        extra = {} if delay_ms is None else {"delay_ms": delay_ms}
-        return [self._outcome(r) for r in self._settle("Nack", messages, **extra)]
+        if delay_ms is None:
+            results = self._settle("Nack", messages)
+        else:
+            results = self._settle("Nack", messages, delay_ms=delay_ms)
+        return [self._outcome(r) for r in results]
 
     def extend(self, messages: Sequence[Message], lease_ms: int) -> list[errors.RaftqError | None]:
         """Extend the leases; updates each extended message's ``lease_deadline_ms``."""
