@@ -669,3 +669,21 @@ def test_a_rebalance_fences_the_old_generation_and_the_consumer_rejoins(
             assert [(m.value, m.delivery_count) for m in redelivered] == [(moved.value, 2)]
             kept = next(m for m in held if m is not moved)
             kept.ack()
+
+
+def test_a_rejoin_whose_member_is_gone_joins_afresh_with_an_id_the_broker_issues(
+    admin: Admin, server: tuple[str, ApiFacade]
+) -> None:
+    """After FENCED the consumer rejoins with its member id; if the member left the group
+    meanwhile (session expiry) that id is UNKNOWN_MEMBER (callers cannot choose ids), so the
+    consumer joins as a new member."""
+    address = server[0]
+    admin.create_topic("orders", partitions=1)
+    with Consumer(address, "g", ["orders"], heartbeat_interval_ms=60_000) as consumer:
+        old = consumer.member_id
+        with grpc.insecure_channel(address) as channel:
+            leave = api_pb2.LeaveGroupRequest(group="g", member_id=old)
+            api_pb2_grpc.ConsumerStub(channel).LeaveGroup(leave, timeout=10)
+        consumer._rejoin(errors.Fenced("a newer generation"), consumer.generation)
+        assert consumer.member_id not in ("", old)
+        assert [m.member_id for m in admin.describe_group("g").members] == [consumer.member_id]

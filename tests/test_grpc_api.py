@@ -551,9 +551,12 @@ def test_integers_wider_than_their_field_are_invalid_argument_and_change_nothing
         assert f"partition is {partition}; it must be -2147483648..2147483647" in error.message
     body = _with_varint(common_pb2.Record(value=b"r"), 4, 2**33)  # priority: int32
     head = api_pb2.SendRequest(topic="orders", partition=0).SerializeToString()
-    wide_priority = bytes(head) + _varint(2 << 3 | 2) + _varint(len(body)) + body
+    fine = common_pb2.Record(value=b"ok", priority=2**31 - 1).SerializeToString()
+    wide_priority = bytes(head)
+    for record in (fine, body, fine):  # the second of three is out of range
+        wide_priority += _varint(2 << 3 | 2) + _varint(len(record)) + record
     error = _raw_call(stubs, send_path, wide_priority)
-    assert isinstance(error, errors.InvalidArgument) and "records[0].priority is 8589934592" in (
+    assert isinstance(error, errors.InvalidArgument) and "records[1].priority is 8589934592" in (
         error.message
     )
     fetch = api_pb2.FetchRequest(topic="orders", max_records=10)
