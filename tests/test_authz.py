@@ -47,7 +47,8 @@ RESOURCE_FIELDS = {
     "member_id": "member",
 }
 # String fields that name no resource (decided one by one: add a new field to one set).
-NOT_RESOURCES = {"producer_id", "idempotency_key"}
+# scope: CommitTxn/GetTxn's watermark key within a txn app (the right is on the app).
+NOT_RESOURCES = {"producer_id", "idempotency_key", "scope"}
 
 
 def _rules(pattern: str) -> tuple[AclRule, ...]:

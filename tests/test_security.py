@@ -118,6 +118,37 @@ def test_auth_file_and_security_settings_are_validated(tmp_path: Path) -> None:
     )
     policy = load_auth_policy(good)
     assert policy.principals[0].acls[0].allows("consume", "orders.x")
+    kinds = tmp_path / "kinds.yaml"
+    kinds.write_text(
+        "principals:\n  app:\n"
+        f'    token_sha256: "{token_digest("t")}"\n'
+        "    acls:\n"
+        "      - groups: [workers, 'workers.*']\n        operations: [consume]\n"
+        "      - txn_apps: etl\n        operations: [produce, admin]\n"
+    )
+    (app,) = load_auth_policy(kinds).principals
+    assert app.may(frozenset({"consume"}), "workers.eu", auth.GROUP)
+    assert not app.may(frozenset({"consume"}), "workers.eu", auth.TOPIC)  # kinds stay apart
+    assert not app.may(frozenset({"admin"}), "workers", auth.GROUP)
+    assert app.may(frozenset({"produce"}), "etl", auth.TXN_APP)
+    assert not app.may(frozenset({"produce"}), "etl-2", auth.TXN_APP)
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(
+        "principals:\n  app:\n"
+        f'    token_sha256: "{token_digest("t")}"\n'
+        "    acls:\n"
+        "      - topics: [a]\n        groups: [b]\n        operations: [consume]\n"
+        "      - groups: [b]\n        operations: [produce]\n"
+        "      - txn_apps: [c]\n        operations: [consume]\n"
+        "      - operations: [consume]\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_auth_policy(mixed)
+    text = str(caught.value)
+    assert "acls[0] must name exactly one of topics, groups, txn_apps" in text
+    assert "acls[1].operations must list some of consume, admin for groups" in text
+    assert "acls[2].operations must list some of produce, admin for txn_apps" in text
+    assert "acls[3] must name exactly one of" in text
     bad = tmp_path / "bad.yaml"
     bad.write_text(
         'principals:\n  app:\n    token_sha256: "t0k3n"\n'
@@ -126,7 +157,7 @@ def test_auth_file_and_security_settings_are_validated(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_auth_policy(bad)
     assert "token_sha256 must be 64 hex digits" in str(caught.value)
-    assert "operations must list some of produce, consume, admin" in str(caught.value)
+    assert "operations must list some of produce, consume, admin for topics" in str(caught.value)
     with pytest.raises(ConfigError, match=r"needs security\.auth_file"):
         SecuritySettings(auth_required=True)
     with pytest.raises(ConfigError, match="set together"):
