@@ -555,3 +555,33 @@ def test_groups_need_their_own_right_checked_before_any_member_is_looked_up(
     unknown = api_pb2.HeartbeatRequest(group="victim-g", member_id="m-no-such-member")
     with pytest.raises(errors.UnknownMember):  # with the group right: the usual answer
         w.call(PEER, "/raftq.v1.Consumer/Heartbeat", unknown)
+
+
+def test_idempotent_producer_ids_are_the_callers_own(setup: Setup) -> None:
+    """Two principals with produce on one topic and the same producer id and sequence: each
+    batch is written; neither is answered as the other's duplicate (before, the second was
+    acknowledged with the first's offsets and never written)."""
+    w = setup.wire
+
+    def send(who: Principal, value: bytes, path: str = "/raftq.v1.Producer/Send") -> Any:
+        request = api_pb2.SendRequest(
+            topic="victim", partition=0, producer_id="etl:0", sequence=0, values=[value]
+        )
+        answer = w.call(who, path, request)
+        return (answer[0] if isinstance(answer, list) else answer).results[0]
+
+    theirs = send(RIVAL, b"rival's")
+    mine = send(VICTIM, b"victim's")
+    assert not theirs.duplicate and not mine.duplicate and mine.offset != theirs.offset
+    again = send(VICTIM, b"victim's", "/raftq.v1.Producer/SendStream")  # every wire form
+    assert again.duplicate and again.offset == mine.offset
+    fetch = api_pb2.FetchRequest(topic="victim", partition=0, offset=0, max_records=100)
+    stored = w.call(VICTIM, "/raftq.v1.Log/Fetch", fetch).records
+    assert {r.offset: r.record.value for r in stored}[mine.offset] == b"victim's"
+    for who, offset in ((VICTIM, mine.offset), (RIVAL, theirs.offset)):
+        state = w.call(
+            who,
+            "/raftq.v1.Log/ProducerState",
+            api_pb2.ProducerStateRequest(topic="victim", producer_id="etl:0", partitions=[0]),
+        )
+        assert list(state.partitions[0].last_offsets) == [offset], who.name

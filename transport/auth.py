@@ -45,6 +45,9 @@ DescribeGroup shows a member's id only to the group's admins and to that member'
 (others see HIDDEN_MEMBER). The member comes from ``members(group, member_id, wait_s)`` (the
 broker's metadata table); an unknown member is UNKNOWN_MEMBER, as the broker would answer.
 
+Idempotent producer ids (Send, SendStream, ProducerState) are namespaced by the caller's name
+(`own_producer_id`): principals cannot collide with, or take over, each other's sequences.
+
 The broker-to-broker ``raftq.v1.Internal`` service authenticates with its own per-call
 credentials (transport/internal_auth.py) and may act for any principal (Forward names the
 caller); health checking and reflection stay open.
@@ -381,6 +384,24 @@ def visible(method: str, response: Any, principal: Principal, members: MemberLoo
     return copy
 
 
+# --- idempotent producer ids are the caller's own ---------------------------------------------
+
+_PRODUCER_ID_METHODS = frozenset(
+    {"/raftq.v1.Producer/Send", "/raftq.v1.Producer/SendStream", "/raftq.v1.Log/ProducerState"}
+)
+
+
+def own_producer_id(method: str, request: Any, principal: Principal) -> None:
+    """Prefix a request's idempotent producer id with the caller's name (``alice/etl:3:0``), in
+    place, so one principal's id can never collide with another's: a producer id and sequence
+    sent by someone else would otherwise be answered as a duplicate of the owner's batch (the
+    owner's later batch then dropped as already written), or take over its sequence. Clients
+    never see the prefix (no answer echoes the id); the id plus prefix must fit the 255
+    characters a producer id may have."""
+    if method in _PRODUCER_ID_METHODS and request.producer_id:
+        request.producer_id = f"{principal.name}/{request.producer_id}"
+
+
 # --- the interceptor -------------------------------------------------------------------------
 
 
@@ -467,6 +488,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
     def _unary(self, behavior: Callable[..., Any], method: str, principal: Principal) -> Any:
         def authorized(request: Any, context: grpc.ServicerContext) -> Any:
             self._authorize(method, request, principal, context)
+            own_producer_id(method, request, principal)
             token = _CALLER.set(principal.name)
             try:
                 response = behavior(request, context)
@@ -484,6 +506,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
             for request in requests:
                 if first or every:
                     self._authorize(method, request, principal, context)
+                    own_producer_id(method, request, principal)
                 first = False
                 yield request
 
@@ -517,6 +540,7 @@ __all__ = [
     "bearer_metadata",
     "caller",
     "check",
+    "own_producer_id",
     "requirements",
     "token_digest",
     "visible",
