@@ -174,6 +174,49 @@ def open_channel(
     return channel
 
 
+class _AioTokenInterceptor(
+    grpc.aio.UnaryUnaryClientInterceptor,
+    grpc.aio.UnaryStreamClientInterceptor,
+):
+    """Adds the bearer token to every call of an asyncio channel."""
+
+    def __init__(self, token: str) -> None:
+        self._metadata = tuple(bearer_metadata(token))
+
+    def _details(self, details: Any) -> Any:
+        metadata = grpc.aio.Metadata(*(tuple(details.metadata or ()) + self._metadata))
+        return details._replace(metadata=metadata)
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(self._details(details), request)
+
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(self._details(details), request)
+
+
+def open_aio_channel(
+    address: str,
+    security: ChannelSecurity | None = None,
+    options: Sequence[tuple[str, Any]] = (),
+) -> grpc.aio.Channel:
+    """:func:`open_channel` for asyncio (``grpc.aio``): the same options, TLS and token."""
+    named = {name for name, _ in options}
+    options = (*(o for o in KEEPALIVE_OPTIONS if o[0] not in named), *options)
+    interceptors = (
+        [_AioTokenInterceptor(security.token)] if security is not None and security.token else None
+    )
+    if security is None or not security.tls:
+        return grpc.aio.insecure_channel(address, options=tuple(options), interceptors=interceptors)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=security.ca_pem,
+        private_key=security.key_pem,
+        certificate_chain=security.cert_pem,
+    )
+    return grpc.aio.secure_channel(
+        address, credentials, options=tuple(options), interceptors=interceptors
+    )
+
+
 def server_credentials(
     cert_file: str, key_file: str, client_ca_file: str = ""
 ) -> grpc.ServerCredentials:
@@ -193,6 +236,7 @@ __all__ = [
     "KEEPALIVE_OPTIONS",
     "KEEPALIVE_SERVER_OPTIONS",
     "ChannelSecurity",
+    "open_aio_channel",
     "open_channel",
     "read_pem",
     "server_credentials",

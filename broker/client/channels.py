@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -60,6 +60,46 @@ class _Stubs:
         self.consumer = api_pb2_grpc.ConsumerStub(channel)
         self.log = api_pb2_grpc.LogStub(channel)
         self.admin = api_pb2_grpc.AdminStub(channel)
+
+
+class AnyBroker:
+    """The policy of a call any broker can answer, shared by the thread and asyncio clients.
+
+    A round tries each bootstrap broker once, starting with the one that answered last; each
+    attempt gets the time left of the request timeout. After a round in which every broker
+    was unavailable the caller pauses (50 ms doubling to 1 s) and starts another, until the
+    request timeout has passed (Kafka's admin client retries until its API timeout)."""
+
+    PAUSE_FIRST_S = 0.05
+    PAUSE_MAX_S = 1.0
+
+    def __init__(
+        self,
+        count: int,
+        preferred: int,
+        timeout_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.count, self.preferred = count, preferred
+        self.clock = clock
+        self.deadline = clock() + timeout_s
+        self._pause_s = self.PAUSE_FIRST_S
+
+    def attempts(self) -> Iterator[tuple[int, float]]:
+        """(bootstrap index, timeout) of each attempt of one round; at least one attempt."""
+        for i in range(self.count):
+            remaining = self.deadline - self.clock()
+            if remaining <= 0 and i > 0:
+                return
+            yield (self.preferred + i) % self.count, max(remaining, 0.001)
+
+    def pause_s(self) -> float | None:
+        """How long to wait before the next round; None: the request timeout has passed."""
+        pause = self._pause_s
+        if self.clock() + pause >= self.deadline:
+            return None
+        self._pause_s = min(pause * 2, self.PAUSE_MAX_S)
+        return pause
 
 
 class _Channels:
@@ -135,40 +175,26 @@ class _Channels:
 
     def call_any(self, fn: Callable[[_Stubs, float], T]) -> T:
         """``fn`` against each bootstrap broker in turn until one is reachable: only
-        UNAVAILABLE moves on (every other answer is the cluster's). When every broker is
+        UNAVAILABLE moves on (every other answer is the cluster's); :class:`AnyBroker` says
+        in which order, and how long to pause before another round when every broker was
         unavailable (all restarting, or each connection in gRPC's reconnect backoff after a
-        refused connect) it tries again, pausing 50 ms doubling to 1 s, until the request
-        timeout has passed (Kafka's admin client retries until its API timeout); then it
-        raises the last Unavailable."""
-        deadline = time.monotonic() + self.request_timeout_s
-        pause_s = 0.05
+        refused connect) until the request timeout. Then it raises the last Unavailable."""
+        rounds = AnyBroker(len(self.bootstrap), self._preferred, self.request_timeout_s)
         while True:
-            try:
-                return self._call_each(fn, deadline)
-            except errors.Unavailable:
-                if time.monotonic() + pause_s >= deadline:
-                    raise
-                time.sleep(pause_s)
-                pause_s = min(pause_s * 2, 1.0)
-
-    def _call_each(self, fn: Callable[[_Stubs, float], T], deadline: float) -> T:
-        count = len(self.bootstrap)
-        start = self._preferred
-        last: errors.RaftqError | None = None
-        for i in range(count):
-            index = (start + i) % count
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 and last is not None:
-                break
-            try:
-                result = self.call(self.bootstrap[index], fn, max(remaining, 0.001))
-            except errors.Unavailable as exc:
-                last = exc
-                continue
-            self._preferred = index
-            return result
-        assert last is not None
-        raise last
+            last: errors.Unavailable | None = None
+            for index, timeout_s in rounds.attempts():
+                try:
+                    result = self.call(self.bootstrap[index], fn, timeout_s)
+                except errors.Unavailable as exc:
+                    last = exc
+                    continue
+                self._preferred = index
+                return result
+            assert last is not None
+            pause_s = rounds.pause_s()
+            if pause_s is None:
+                raise last
+            time.sleep(pause_s)
 
     def close(self) -> None:
         with self._lock:
