@@ -324,10 +324,11 @@ class Backend:
             )
         if b.meta.is_leader():
             b.reports.record(report)
+            b.draining = b.id in b.membership.draining
             return
         target = b.service.meta_leader_addr()
         if target:
-            b.internal.report(target, report, 2.0)
+            b.draining = b.internal.report(target, report, 2.0).draining
 
     # -- leader duties -----------------------------------------------------------------------
 

@@ -62,6 +62,7 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.id = config.broker.id
+        self.draining = False  # RemoveBroker runs on it (the metadata leader's report ack)
         self.data_dir = Path(config.broker.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.timings = raft_timings(config)
@@ -162,9 +163,12 @@ class Broker:
 
     def not_ready(self) -> str | None:
         """Why this broker should not get clients now (gRPC health NOT_SERVING), or None: it is
-        joining the metadata group, hears no metadata leader, is cut off from a majority of
+        being removed (draining, as the metadata leader's last report ack said), joining the
+        metadata group, hears no metadata leader, is cut off from a majority of
         the metadata voters, or is not (or no longer) registered."""
         node = self.meta.node
+        if self.draining:
+            return "being removed: RemoveBroker is moving its replicas away"
         if node.standby:
             return "joining the metadata group"
         if node.leader() is None:

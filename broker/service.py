@@ -383,7 +383,8 @@ class BrokerService:
         if not self.meta.is_leader():
             raise errors.NotLeader("not the metadata leader", leader_hint=self.meta_leader_addr())
         self.reports.record(report)
-        return internal_pb2.ReportAck(metadata_leader=self.broker_id)
+        draining = self.membership is not None and report.broker_id in self.membership.draining
+        return internal_pb2.ReportAck(metadata_leader=self.broker_id, draining=draining)
 
     def _topic(self, name: str) -> TopicInfo:
         info = self._known_topic(name)

@@ -174,10 +174,12 @@ class BrokerReport(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaReport, _Mapping]]] = ..., sent_ms: _Optional[int] = ...) -> None: ...
 
 class ReportAck(_message.Message):
-    __slots__ = ("metadata_leader",)
+    __slots__ = ("metadata_leader", "draining")
     METADATA_LEADER_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
     metadata_leader: int
-    def __init__(self, metadata_leader: _Optional[int] = ...) -> None: ...
+    draining: bool
+    def __init__(self, metadata_leader: _Optional[int] = ..., draining: _Optional[bool] = ...) -> None: ...
 
 class MetaMembersRequest(_message.Message):
     __slots__ = ()

@@ -8,6 +8,7 @@ Internal.MetaMembers reports them, and the joined broker's log (the join happens
 from __future__ import annotations
 
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ from broker.config import DEV_CLUSTER_SECRET
 from proto import errors
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
+from tests.test_health import NOT_SERVING, SERVING
+from tests.test_health import status as health_status
 from transport.internal import InternalClient
 
 pytestmark = pytest.mark.timeout(240)
@@ -140,8 +143,15 @@ def test_removing_a_broker_moves_its_replicas_first(tmp_path: Path) -> None:
         ]
         assert holding
 
-        moved = admin.remove_broker(removed, timeout_s=120)
+        removing = ThreadPoolExecutor(1).submit(admin.remove_broker, removed, timeout_s=120)
+        # draining, then removed: out of rotation (gRPC health) from the first report ack on
+        wait_until(
+            lambda: health_status(cluster.client_addr(removed)) == NOT_SERVING, 60, "drained"
+        )
+        moved = removing.result(timeout=130)
         assert moved == len(holding)
+        assert health_status(cluster.client_addr(removed)) == NOT_SERVING
+        assert health_status(cluster.client_addr(1)) == SERVING
         described = admin.describe_topic("moving")
         for p in described.partitions:
             assert len(p.replicas) == 3 and removed not in p.replicas, p
