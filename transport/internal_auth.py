@@ -93,15 +93,22 @@ class CredentialVerifier:
         if len(parts) != 6 or parts[0] != VERSION:
             return "internal call without a broker credential"
         _version, broker, boot, ts, counter, mac = parts
-        if not (broker.isdigit() and ts.isdigit() and counter.isdigit() and len(broker) <= 10):
+        if not (
+            broker.isdigit()
+            and ts.isdigit()
+            and counter.isdigit()
+            and len(broker) <= 10
+            and len(boot) <= 32
+            and len(ts) <= 16
+            and len(counter) <= 20
+        ):
             return "malformed broker credential"
         broker_id, ts_ms, count = int(broker), int(ts), int(counter)
-        key = self._keys.get(broker_id)
-        if key is None:
-            key = self._keys.setdefault(broker_id, broker_key(self._secret, broker_id))
+        key = self._keys.get(broker_id) or broker_key(self._secret, broker_id)
         body = f"{broker}.{boot}.{ts}.{counter}"
         if not hmac.compare_digest(mac, _mac(key, method, body)):
             return f"broker credential for {method} does not verify under the cluster secret"
+        self._keys[broker_id] = key  # cached only once verified: no growth from forgeries
         now_ms = int(self._clock() * 1000)
         if abs(now_ms - ts_ms) > self._freshness_ms:
             return (
