@@ -1394,10 +1394,16 @@ class BrokerService:
     def _commit_txn(self, request: api_pb2.CommitTxnRequest, timeout_s: float) -> api_pb2.TxnState:
         """Raise the app's watermark; a stale version is a no-op answering the current one."""
         data = self.frontend.commit_txn(
-            self.meta.table, request.app_id, request.version, now_ms=self.now_ms()
+            self.meta.table,
+            request.app_id,
+            request.version,
+            now_ms=self.now_ms(),
+            scope=request.scope,
         )
         result = self.meta_propose(data, timeout_s)
-        return api_pb2.TxnState(app_id=request.app_id, known=True, version=result.txn_version)
+        return api_pb2.TxnState(
+            app_id=request.app_id, scope=request.scope, known=True, version=result.txn_version
+        )
 
     def get_txn(
         self, request: api_pb2.GetTxnRequest, *, timeout_s: float | None
@@ -1408,9 +1414,12 @@ class BrokerService:
     def _get_txn(self, request: api_pb2.GetTxnRequest, timeout_s: float) -> api_pb2.TxnState:
         """On the metadata leader, whose table has applied every CommitTxn it answered (a
         leader elected moments ago may still lag; the Spark writer's producer ids cover that)."""
-        version = self.meta.table.txn_version(request.app_id)
+        version = self.meta.table.txn_version(request.app_id, request.scope)
         return api_pb2.TxnState(
-            app_id=request.app_id, known=version is not None, version=version or 0
+            app_id=request.app_id,
+            scope=request.scope,
+            known=version is not None,
+            version=version or 0,
         )
 
     def update_record(

@@ -410,11 +410,13 @@ class MetadataFrontend:
 
     # -- Spark writer transactions ----------------------------------------------------------------
 
-    def commit_txn(self, table: Table, app_id: str, version: int, *, now_ms: int) -> bytes:
-        """Raise ``app_id``'s committed-batch watermark to ``version`` (a lower or equal version
-        is answered as a no-op by apply). Raises InvalidArgument (normal) for a bad id or a
-        negative version."""
-        cmd = metadata_pb2.CommitTxn(app_id=app_id, version=version)
+    def commit_txn(
+        self, table: Table, app_id: str, version: int, *, now_ms: int, scope: str = ""
+    ) -> bytes:
+        """Raise ``app_id``'s committed-batch watermark for ``scope`` to ``version`` (a lower or
+        equal version is answered as a no-op by apply). Raises InvalidArgument (normal) for a
+        bad id or scope or a negative version."""
+        cmd = metadata_pb2.CommitTxn(app_id=app_id, version=version, scope=scope)
         machine.on_commit_txn(table, cmd, now_ms, table.applied_index + 1)
         return self._encode(now_ms, commit_txn=cmd)
 

@@ -635,10 +635,13 @@ def on_commit_txn(
     table: Table, cmd: metadata_pb2.CommitTxn, now_ms: int, index: int
 ) -> tuple[Table, metadata_pb2.MetaResult]:
     check_name(cmd.app_id, "app_id")
+    if cmd.scope:  # a topic name (the Spark writer's target)
+        check_topic_name(cmd.scope, "scope")
     if cmd.version < 0:
         raise errors.InvalidArgument(f"version {cmd.version} must be >= 0")
-    current = table.txns.get(cmd.app_id)
+    key = (cmd.app_id, cmd.scope)
+    current = table.txns.get(key)
     if current is not None and cmd.version <= current:
         return table, metadata_pb2.MetaResult(changed=False, txn_version=current)
-    new = replace(table, txns=frozen_map({**table.txns, cmd.app_id: cmd.version}))
+    new = replace(table, txns=frozen_map({**table.txns, key: cmd.version}))
     return new, metadata_pb2.MetaResult(changed=True, txn_version=cmd.version)

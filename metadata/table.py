@@ -240,7 +240,8 @@ class Table:
     brokers: Mapping[int, BrokerInfo] = field(default_factory=_empty)
     topics: Mapping[str, TopicInfo] = field(default_factory=_empty)
     groups: immutables.Map[str, GroupInfo] = field(default_factory=_no_groups)
-    txns: Mapping[str, int] = field(default_factory=_empty)  # Spark app id -> batch watermark
+    # Spark (app id, scope = target topic or "") -> committed-batch watermark
+    txns: Mapping[tuple[str, str], int] = field(default_factory=_empty)
     next_topic_id: int = 1
     applied_index: int = 0
     clock_ms: int = 0  # the highest now_ms applied: time here never goes backwards
@@ -256,9 +257,9 @@ class Table:
     def group(self, name: str) -> GroupInfo | None:
         return self.groups.get(name)
 
-    def txn_version(self, app_id: str) -> int | None:
-        """The app's committed-batch watermark; None before its first commit."""
-        return self.txns.get(app_id)
+    def txn_version(self, app_id: str, scope: str = "") -> int | None:
+        """The app's committed-batch watermark for ``scope``; None before its first commit."""
+        return self.txns.get((app_id, scope))
 
     def topic_by_id(self, topic_id: int) -> TopicInfo | None:
         for topic in self.topics.values():
@@ -319,7 +320,8 @@ class Table:
             topics=[self.topics[t].to_proto() for t in sorted(self.topics)],
             groups=[self.groups[g].to_proto() for g in sorted(self.groups)],
             txns=[
-                metadata_pb2.TxnWatermark(app_id=a, version=self.txns[a]) for a in sorted(self.txns)
+                metadata_pb2.TxnWatermark(app_id=a, scope=s, version=self.txns[(a, s)])
+                for a, s in sorted(self.txns)
             ],
         )
 
@@ -331,7 +333,7 @@ class Table:
             groups=immutables.Map(
                 {g.name: GroupInfo.from_proto(g, msg.clock_ms) for g in msg.groups}
             ),
-            txns=frozen_map({t.app_id: t.version for t in msg.txns}),
+            txns=frozen_map({(t.app_id, t.scope): t.version for t in msg.txns}),
             next_topic_id=msg.next_topic_id,
             applied_index=msg.applied_index,
             clock_ms=msg.clock_ms,
@@ -379,7 +381,7 @@ class Table:
                 }
                 for name, g in sorted(self.groups.items())
             },
-            "txns": dict(sorted(self.txns.items())),
+            "txns": {f"{a}[{s}]" if s else a: v for (a, s), v in sorted(self.txns.items())},
         }
 
 

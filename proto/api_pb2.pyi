@@ -651,28 +651,34 @@ class RemoveBrokerResponse(_message.Message):
     def __init__(self, moved_partitions: _Optional[int] = ...) -> None: ...
 
 class CommitTxnRequest(_message.Message):
-    __slots__ = ("app_id", "version")
+    __slots__ = ("app_id", "version", "scope")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     version: int
-    def __init__(self, app_id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+    scope: str
+    def __init__(self, app_id: _Optional[str] = ..., version: _Optional[int] = ..., scope: _Optional[str] = ...) -> None: ...
 
 class GetTxnRequest(_message.Message):
-    __slots__ = ("app_id",)
+    __slots__ = ("app_id", "scope")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
     app_id: str
-    def __init__(self, app_id: _Optional[str] = ...) -> None: ...
+    scope: str
+    def __init__(self, app_id: _Optional[str] = ..., scope: _Optional[str] = ...) -> None: ...
 
 class TxnState(_message.Message):
-    __slots__ = ("app_id", "known", "version")
+    __slots__ = ("app_id", "known", "version", "scope")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     KNOWN_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     known: bool
     version: int
-    def __init__(self, app_id: _Optional[str] = ..., known: _Optional[bool] = ..., version: _Optional[int] = ...) -> None: ...
+    scope: str
+    def __init__(self, app_id: _Optional[str] = ..., known: _Optional[bool] = ..., version: _Optional[int] = ..., scope: _Optional[str] = ...) -> None: ...
 
 class ProducerStateRequest(_message.Message):
     __slots__ = ("topic", "producer_id", "partitions")

@@ -897,16 +897,16 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CommitTxn(self, request, context):
-        """Raise an application's committed-batch watermark to `version` (Spark writers: app id and
-        micro-batch id). A version at or below the watermark changes nothing; the answer is the
-        watermark after the call. Runs on the metadata leader.
+        """Raise an application's committed-batch watermark for one scope to `version` (Spark
+        writers: app id, target topic, micro-batch id). A version at or below the watermark changes
+        nothing; the answer is the watermark after the call. Runs on the metadata leader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetTxn(self, request, context):
-        """An application's committed-batch watermark (answered by the metadata leader).
+        """An application's committed-batch watermark for one scope (answered by the metadata leader).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -138,12 +138,14 @@ class DeleteGroup(_message.Message):
     def __init__(self, group: _Optional[str] = ..., empty_since_ms: _Optional[int] = ..., finish: _Optional[bool] = ...) -> None: ...
 
 class CommitTxn(_message.Message):
-    __slots__ = ("app_id", "version")
+    __slots__ = ("app_id", "version", "scope")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     version: int
-    def __init__(self, app_id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+    scope: str
+    def __init__(self, app_id: _Optional[str] = ..., version: _Optional[int] = ..., scope: _Optional[str] = ...) -> None: ...
 
 class BrokerState(_message.Message):
     __slots__ = ("broker_id", "client_addr", "raft_addr", "rack", "registered_ms")
@@ -232,12 +234,14 @@ class GroupState(_message.Message):
     def __init__(self, name: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MemberState, _Mapping]]] = ..., topics: _Optional[_Iterable[str]] = ..., empty_since_ms: _Optional[int] = ..., deleting: _Optional[bool] = ...) -> None: ...
 
 class TxnWatermark(_message.Message):
-    __slots__ = ("app_id", "version")
+    __slots__ = ("app_id", "version", "scope")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     version: int
-    def __init__(self, app_id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+    scope: str
+    def __init__(self, app_id: _Optional[str] = ..., version: _Optional[int] = ..., scope: _Optional[str] = ...) -> None: ...
 
 class ClusterSnapshot(_message.Message):
     __slots__ = ("applied_index", "clock_ms", "next_topic_id", "brokers", "topics", "groups", "txns")

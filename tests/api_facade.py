@@ -85,7 +85,7 @@ class ApiFacade:
         self.changed = threading.Condition(self.lock)  # notified on appends and releases
         self.topics: dict[str, _Topic] = {}
         self.groups: dict[str, _Group] = {}
-        self.txns: dict[str, int] = {}  # Spark app id -> committed-batch watermark
+        self.txns: dict[tuple[str, str], int] = {}  # Spark (app id, scope) -> watermark
         self.calls: list[str] = []  # RPC names seen, in order (tests check routing)
 
     # -- plumbing --------------------------------------------------------------------------
@@ -695,17 +695,23 @@ class ApiFacade:
         self, request: api_pb2.CommitTxnRequest, *, timeout_s: float | None
     ) -> api_pb2.TxnState:
         with self._locked("commit_txn"):
-            version = max(self.txns.get(request.app_id, -1), request.version)
-            self.txns[request.app_id] = version
-            return api_pb2.TxnState(app_id=request.app_id, known=True, version=version)
+            key = (request.app_id, request.scope)
+            version = max(self.txns.get(key, -1), request.version)
+            self.txns[key] = version
+            return api_pb2.TxnState(
+                app_id=request.app_id, scope=request.scope, known=True, version=version
+            )
 
     def get_txn(
         self, request: api_pb2.GetTxnRequest, *, timeout_s: float | None
     ) -> api_pb2.TxnState:
         with self._locked("get_txn"):
-            version = self.txns.get(request.app_id)
+            version = self.txns.get((request.app_id, request.scope))
             return api_pb2.TxnState(
-                app_id=request.app_id, known=version is not None, version=version or 0
+                app_id=request.app_id,
+                scope=request.scope,
+                known=version is not None,
+                version=version or 0,
             )
 
     def close(self) -> None:

@@ -680,6 +680,24 @@ def test_commit_txn_only_raises_the_watermark(cluster: Cluster) -> None:
     cluster.rejected(commit("", 1), ErrorCode.INVALID_ARGUMENT)
 
 
+def test_commit_txn_keeps_one_watermark_per_app_and_scope(cluster: Cluster) -> None:
+    """Two writes in one batch (two topics) each have their own watermark; the scope-less
+    watermark of older commands is the scope "" one; a snapshot carries them all."""
+
+    def commit(app: str, version: int, scope: str) -> bytes:
+        cmd = metadata_pb2.CommitTxn(app_id=app, version=version, scope=scope)
+        return command(commit_txn=cmd)
+
+    assert cluster.ok(commit("app", 5, "")).txn_version == 5
+    assert cluster.ok(commit("app", 2, "orders")).txn_version == 2  # not held back by ""'s 5
+    assert cluster.ok(commit("app", 3, "audit")).txn_version == 3
+    assert cluster.ok(commit("app", 1, "orders")).txn_version == 2
+    table = cluster.table
+    assert [table.txn_version("app", s) for s in ("", "orders", "audit", "x")] == [5, 2, 3, None]
+    assert Table.from_proto(table.to_proto()).txns == table.txns
+    cluster.rejected(commit("app", 1, "bad/scope"), ErrorCode.INVALID_ARGUMENT)
+
+
 # -- snapshots and statistics ---------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,7 +245,7 @@ def test_streaming_sink_crash_in_commit_then_restart_writes_each_row_once(
     assert second.exception() is None
     assert second.id == first.id  # same checkpoint, same query id: same app id
     values_once(admin, out, [v for _, v in rows])
-    assert admin.get_txn(f"query-{second.id}") == 2
+    assert admin.get_txn(f"query-{second.id}", out) == 2
 
 
 # --- 2. a task forced to fail and retried --------------------------------------------------------
@@ -334,11 +335,53 @@ def test_foreach_batch_with_txn_ids_is_replay_safe(
     assert run().exception() is not None
     assert run().exception() is None  # batch 1 replayed: skipped by the watermark
     values_once(admin, out, [v for _, v in rows])
-    assert admin.get_txn(app) == 2
-    # an old version written again (a late replay) adds nothing
+    assert admin.get_txn(app, out) == 2  # the watermark of (app, target topic)
+    # an old version written again (not a replay of the last batch: a checkpoint reset) is
+    # refused loudly, and adds nothing
     again = spark.createDataFrame([(b"k", b"late")], "key binary, value binary")
-    write(again, 0)
+    with pytest.raises(Exception, match="not a replay of the last batch"):
+        write(again, 0)
     values_once(admin, out, [v for _, v in rows])
+
+
+def test_two_writes_in_one_batch_are_each_exactly_once_and_a_reset_checkpoint_fails_loudly(
+    spark: Any, cluster: ProcessCluster, admin: Admin
+) -> None:
+    """foreachBatch writing one batch to two topics under one txnAppId/txnVersion: the
+    watermark is per (app, topic), so both land, and a replay of either adds nothing. After a
+    checkpoint reset the batch ids start again at 0: refused loudly, not silently skipped."""
+    first, second = (
+        make_topic(cluster, admin, "spark-two-a"),
+        make_topic(cluster, admin, "spark-two-b"),
+    )
+    app = "two-writes-app"
+
+    def write(topic: str, values: list[bytes], batch_id: int) -> None:
+        frame = spark.createDataFrame([(v,) for v in values], "value binary")
+        (
+            frame.write.format("raftq")
+            .option("bootstrap", cluster.bootstrap)
+            .option("topic", topic)
+            .option("txnAppId", app)
+            .option("txnVersion", batch_id)
+            .mode("append")
+            .save()
+        )
+
+    batch0 = [b"b0-%d" % i for i in range(20)]
+    write(first, batch0, 0)
+    write(second, batch0, 0)
+    write(first, batch0, 0)  # the batch replayed after a crash: both skipped
+    write(second, batch0, 0)
+    batch1 = [b"b1-%d" % i for i in range(5)]
+    write(first, batch1, 1)
+    write(second, batch1, 1)
+    values_once(admin, first, batch0 + batch1)
+    values_once(admin, second, batch0 + batch1)
+    assert (admin.get_txn(app, first), admin.get_txn(app, second)) == (1, 1)
+    with pytest.raises(Exception, match="not a replay of the last batch"):
+        write(first, [b"after-reset"], 0)
+    values_once(admin, first, batch0 + batch1)
 
 
 # --- 5. the Kafka connector's rules: option precedence, unknown options, modes, column types ----
@@ -415,3 +458,34 @@ def test_unknown_options_overwrite_bad_columns_and_missing_partitions_are_refuse
         "partitions 7 of topic 'spark-refusals'",
     )
     assert sum(p.end for p in admin.list_offsets(name)) == 0  # nothing was written
+
+
+# --- 6. the README's example runs as written ------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_readme_spark_example_runs(
+    cluster: ProcessCluster, admin: Admin, tmp_path: Path
+) -> None:
+    """The block after ``<!-- spark-example -->`` in README.md, as a program of its own (its
+    own SparkSession, PYSPARK_PYTHON unset so the example's own setting is what works)."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- spark-example -->", 1)[1]
+    code = block.split("```python\n", 1)[1].split("```", 1)[0]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+    env["RAFTQ_BOOTSTRAP"] = cluster.bootstrap
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "orders: 1000" in done.stdout and "orders-audit: 1000" in done.stdout, done.stdout
+    orders = [b"order-%d" % i for i in range(1000)]
+    values_once(admin, "orders", orders)
+    values_once(admin, "orders-upper", [v.upper() for v in orders])
+    values_once(admin, "orders-audit", orders)

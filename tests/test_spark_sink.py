@@ -80,6 +80,10 @@ def test_txn_watermark_rises_and_never_falls(admin: Admin) -> None:
     assert admin.get_txn("app-w") == 4
     with pytest.raises(errors.InvalidArgument):
         admin.commit_txn("app-w", -1)
+    assert admin.commit_txn("app-w", 1, "topic-b") == 1  # its own watermark per scope
+    assert (admin.get_txn("app-w", "topic-b"), admin.get_txn("app-w")) == (1, 4)
+    with pytest.raises(errors.InvalidArgument):
+        admin.commit_txn("app-w", 1, "no/such topic")
 
 
 def test_a_retried_task_resumes_after_the_producers_last_applied_batch(
@@ -225,6 +229,17 @@ def test_sink_options_are_checked() -> None:
     long_id = sink.producer_id_for("x" * 400, 3, 1)
     assert len(long_id) <= 255 and long_id.endswith(":3:1")
     assert sink.producer_id_for("a", 3, 1) == "spark:a:3:1"
+    assert sink.producer_id_for("a", 3, 1, "t") == "spark:a/t:3:1"
+    assert sink.txn_scope(sink.SinkOptions.parse({"bootstrap": "h:1", "topic": "t"})) == "t"
+    assert sink.txn_scope(sink.SinkOptions.parse({"bootstrap": "h:1"})) == ""
+
+
+def test_a_txn_version_is_new_a_replay_or_refused() -> None:
+    assert sink.check_version("a", "t", 0, None) is False  # nothing committed yet
+    assert sink.check_version("a", "t", 5, 4) is False  # the next batch
+    assert sink.check_version("a", "t", 4, 4) is True  # the last batch, replayed: skip
+    with pytest.raises(sink.StaleTxnVersion, match=r"txnAppId 'a' for topic 't'.* up to 4"):
+        sink.check_version("a", "t", 3, 4)  # a checkpoint reset: loud
 
 
 # --- offsets (pure) ---------------------------------------------------------------------------

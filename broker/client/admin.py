@@ -176,15 +176,17 @@ class Admin:
         response = self._channels.call_any(lambda s, t: s.log.ProducerState(request, timeout=t))
         return {p.partition: p for p in response.partitions}
 
-    def commit_txn(self, app_id: str, version: int) -> int:
-        """Raise ``app_id``'s committed-batch watermark to ``version``; returns the watermark
-        after the call (a stale version changes nothing). InvalidArgument is normal."""
-        state = self._admin("CommitTxn", api_pb2.CommitTxnRequest(app_id=app_id, version=version))
+    def commit_txn(self, app_id: str, version: int, scope: str = "") -> int:
+        """Raise ``app_id``'s committed-batch watermark for ``scope`` (the Spark writer's: its
+        target topic) to ``version``; returns the watermark after the call (a stale version
+        changes nothing). InvalidArgument is normal."""
+        request = api_pb2.CommitTxnRequest(app_id=app_id, version=version, scope=scope)
+        state = self._admin("CommitTxn", request)
         return int(state.version)
 
-    def get_txn(self, app_id: str) -> int | None:
-        """``app_id``'s committed-batch watermark; None when it never committed."""
-        state = self._admin("GetTxn", api_pb2.GetTxnRequest(app_id=app_id))
+    def get_txn(self, app_id: str, scope: str = "") -> int | None:
+        """``app_id``'s committed-batch watermark for ``scope``; None when it never committed."""
+        state = self._admin("GetTxn", api_pb2.GetTxnRequest(app_id=app_id, scope=scope))
         return int(state.version) if state.known else None
 
     def close(self) -> None:

@@ -47,11 +47,17 @@ Two mechanisms, one per way a write can repeat:
 
 1. **A replayed batch** (a streaming query restarted from its checkpoint re-runs its last
    micro-batch with the same batch id; a foreachBatch function is called again with the same
-   batch id). The broker keeps a per-app *committed-batch watermark* in the metadata group
-   (``Admin.CommitTxn`` / ``Admin.GetTxn``, on the metadata leader). The sink's driver-side
-   ``commit`` raises it to the batch id once every task succeeded; each task first reads it
-   and writes nothing when its batch id is at or below it. The app id is ``txnAppId``, or for
-   ``writeStream`` the query id (stable across restarts from the same checkpoint).
+   batch id). The broker keeps a *committed-batch watermark* per app and scope in the metadata
+   group (``Admin.CommitTxn`` / ``Admin.GetTxn``, on the metadata leader). The sink's
+   driver-side ``commit`` raises it to the batch id once every task succeeded; each task first
+   reads it and writes nothing when its batch id equals it (the replay of the last batch). The
+   app id is ``txnAppId``, or for ``writeStream`` the query id (stable across restarts from
+   the same checkpoint); the scope is the ``topic`` option ("" when a topic column routes
+   rows), so a foreachBatch writing one batch to two topics under one txnAppId/txnVersion
+   has both writes counted once. A batch id *below* the watermark is no replay (Spark only
+   replays the last batch): the checkpoint was reset, or another query reuses the txnAppId.
+   Skipping it would silently write nothing, so the write fails with StaleTxnVersion (before
+   any task, for ``df.write``): use a new txnAppId with a new checkpoint.
 2. **A retried task, or a replay that crashed before the watermark moved** (a task died
    mid-write, its worker or executor was killed, a UDF upstream of the writer failed after
    handing rows over so the writer saw a normal end of input and sent short last batches, a

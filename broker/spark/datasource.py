@@ -80,13 +80,20 @@ class RaftqDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> RaftqBatchWriter:
         """Raises InvalidArgument for mode("overwrite") (a topic is append-only), an unknown
-        option, or a column of the wrong type."""
+        option, or a column of the wrong type; StaleTxnVersion for a txnVersion below the
+        committed watermark of (txnAppId, topic)."""
         if overwrite:
             raise errors.InvalidArgument(
                 'raftq topics are append-only: mode("overwrite") is refused; use mode("append")'
             )
         options = sink.SinkOptions.parse(self._options())
         _check_write_schema(schema)
+        if options.app_id is not None and options.version is not None:  # fail before any task
+            conn = sink.connection(options.bootstrap, options.request_timeout_ms, options.security)
+            scope = sink.txn_scope(options)
+            sink.check_version(
+                options.app_id, scope, options.version, conn.admin.get_txn(options.app_id, scope)
+            )
         # Runs once per write job on the driver: every task and task retry shares the job id.
         return RaftqBatchWriter(options, job_id=uuid.uuid4().hex)
 
@@ -231,21 +238,23 @@ def _write_task(
     version: int | None,
     watermark: bool,
 ) -> RaftqCommitMessage:
-    """One Spark task: with ``watermark``, skip it when ``version`` is at or below the app's
-    committed watermark; exactly-once writes its rows under the producer id of (app, version,
-    Spark partition). The message names the app whose watermark commit() raises (if any)."""
+    """One Spark task: with ``watermark``, skip it when ``version`` is the committed watermark
+    of (app, scope), refuse it below (StaleTxnVersion); exactly-once writes its rows under the
+    producer id of (app, scope, version, Spark partition). The message names the app whose
+    watermark commit() raises (if any)."""
     context = TaskContext.get()
     spark_partition = context.partitionId() if context is not None else 0
     conn = sink.connection(options.bootstrap, options.request_timeout_ms, options.security)
     committed_app = app_id if watermark else None
+    scope = sink.txn_scope(options)
     if watermark and app_id is not None and version is not None:
-        committed = conn.admin.get_txn(app_id)
-        if committed is not None and version <= committed:
+        committed = conn.admin.get_txn(app_id, scope)
+        if sink.check_version(app_id, scope, version, committed):
             return RaftqCommitMessage(app_id, version, sink.TaskSummary(skipped_task=True))
     producer_id = None
     if options.guarantee == "exactly_once":
         assert app_id is not None and version is not None
-        producer_id = sink.producer_id_for(app_id, version, spark_partition)
+        producer_id = sink.producer_id_for(app_id, version, spark_partition, scope)
     task = sink.TaskSink(conn, options, producer_id=producer_id, spark_partition=spark_partition)
     for batch in batches:
         _feed(task, batch)
@@ -255,7 +264,7 @@ def _write_task(
 def _commit(options: sink.SinkOptions, app_id: str | None, version: int | None) -> None:
     if app_id is not None and version is not None:
         conn = sink.connection(options.bootstrap, options.request_timeout_ms, options.security)
-        conn.admin.commit_txn(app_id, version)
+        conn.admin.commit_txn(app_id, version, sink.txn_scope(options))
 
 
 class RaftqBatchWriter(DataSourceArrowWriter):

@@ -54,6 +54,10 @@ class NondeterministicInput(errors.InvalidArgument):
     """A retried or replayed task did not produce the rows its earlier attempt wrote."""
 
 
+class StaleTxnVersion(errors.InvalidArgument):
+    """A txnVersion below the app's committed watermark: not a replay, so refused."""
+
+
 # --- options ----------------------------------------------------------------------------------
 
 
@@ -196,14 +200,39 @@ class SinkOptions:
         )
 
 
-def producer_id_for(app_id: str, version: int, spark_partition: int) -> str:
+def producer_id_for(app_id: str, version: int, spark_partition: int, scope: str = "") -> str:
     """The idempotent producer id of one Spark task's output: the same for every attempt of
-    the task and for a replay of the batch; distinct across apps, batches and tasks."""
-    name = f"spark:{app_id}:{version}:{spark_partition}"
+    the task and for a replay of the batch; distinct across apps, scopes (target topics),
+    batches and tasks."""
+    app = f"{app_id}/{scope}" if scope else app_id
+    name = f"spark:{app}:{version}:{spark_partition}"
     if len(name) <= PRODUCER_ID_CHARS_MAX:
         return name
-    digest = hashlib.sha256(app_id.encode()).hexdigest()[:32]
+    digest = hashlib.sha256(app.encode()).hexdigest()[:32]
     return f"spark:{digest}:{version}:{spark_partition}"
+
+
+def txn_scope(options: SinkOptions) -> str:
+    """The watermark scope of a write: its topic option, "" when a topic column routes rows.
+    Two writes of one batch to different topics are then each exactly-once."""
+    return options.topic or ""
+
+
+def check_version(app_id: str, scope: str, version: int, committed: int | None) -> bool:
+    """Whether a write of ``version`` is a replay to skip (True: at the committed watermark),
+    or new (False: above it, or nothing committed). Raises StaleTxnVersion below it: that is no
+    replay of the last batch (a checkpoint reset, or another query with the same txnAppId),
+    and skipping it would silently write nothing."""
+    if committed is None or version > committed:
+        return False
+    if version == committed:
+        return True
+    where = f"txnAppId {app_id!r}" + (f" for topic {scope!r}" if scope else "")
+    raise StaleTxnVersion(
+        f"{where} has committed batches up to {committed}; batch {version} is older, so it is "
+        "not a replay of the last batch (was the checkpoint reset, or does another query use "
+        "this txnAppId?). Use a new txnAppId for a new checkpoint; nothing was written"
+    )
 
 
 # --- connections, one per process and bootstrap -----------------------------------------------
