@@ -311,6 +311,7 @@ def produce(args: argparse.Namespace) -> int:
         args.bootstrap,
         linger_ms=args.linger_ms,
         request_timeout_ms=args.request_timeout_ms,
+        delivery_timeout_ms=args.request_timeout_ms,  # the CLI's timeout covers retries too
         **security(args),
     ) as producer:
         try:
