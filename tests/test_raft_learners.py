@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from broker.membership import Membership
 from proto import errors
 from tests.test_raft_node import FAST, Cluster, FileStateMachine
 from transport.raft import RaftNode
@@ -142,3 +144,38 @@ def test_snapshots_carry_the_learners(tmp_path: Path) -> None:
         got = read_snapshot(path, restore, fsync=False)
         assert got == (last, prev, ["127.0.0.1:1", "127.0.0.9:1"])
         assert state.read_bytes() == b"user"
+
+
+def test_the_metadata_leader_promotes_only_a_caught_up_learner(
+    cluster: LearnerCluster, tmp_path: Path
+) -> None:
+    """Membership.promote_voters on a real group (the broker around it reduced to what it
+    reads): a learner that has not acknowledged the committed log stays a learner."""
+    c = cluster
+    leader = c.leader()
+    lagging = free_addr("127.0.0.20")
+    assert leader.change_membership("learner", lagging, 10.0)  # not running: acknowledges nothing
+    c.propose([f"e{i}" for i in range(20)])
+    broker = SimpleNamespace(
+        data_dir=tmp_path / "broker",
+        timings=FAST,
+        meta=SimpleNamespace(node=leader),
+        config=SimpleNamespace(raft=SimpleNamespace(metadata_voters=5)),  # 3 voters now
+    )
+    membership = Membership(broker, joining=False)  # type: ignore[arg-type]
+    try:
+        for _ in range(20):
+            membership.promote_voters()
+            time.sleep(0.05)
+        assert leader.learners() == [lagging] and not leader.caught_up(lagging)
+        c.start_learner(lagging, [*c.addrs, lagging])
+        wait_until(lambda: leader.caught_up(lagging, index=leader.commit_index), 10, "caught up")
+
+        def promoted() -> bool:
+            membership.promote_voters()
+            return leader.learners() == []
+
+        wait_until(promoted, 10, "the caught-up learner promoted")
+        assert lagging in leader.voters()
+    finally:
+        membership.stop()
