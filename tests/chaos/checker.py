@@ -16,8 +16,9 @@ What it verifies, per record (its value is its id, unique per run) and for the o
    never leased again; no lease carries a delivery count above max_deliveries.
 4. **Never leased to two members at once**: when delivery k+1 goes to another member before
    delivery k's deadline, the broker must have ended delivery k: its member was killed, nacked
-   it, lost the partition in a rebalance, or was replaced (session expiry); otherwise it is a
-   violation. (Times are the leader's: lease stamp = lease_deadline_ms - lease_ms.)
+   it (a nack answered OUTCOME_UNKNOWN may have), lost the partition in a rebalance, or was
+   replaced (session expiry); otherwise it is a violation. (Times are the leader's: lease
+   stamp = lease_deadline_ms - lease_ms.)
 5. **Delivery counts only grow**: a record's logged deliveries have distinct counts, and
    ordered by count their lease stamps do not go back.
 6. **FIFO order**: on a fifo topic, within a partition, the *first* deliveries
@@ -295,7 +296,7 @@ class Checker:
                     or (rid[0], rid[1]) in lost[who]
                     or any(
                         s["ev"] == "nack"
-                        and s["ok"]
+                        and (s["ok"] or s["error"] == "OUTCOME_UNKNOWN")  # it may have applied
                         and s["member"] == prev["member"]
                         and s["delivery_count"] == prev["delivery_count"]
                         for s in settles[rid]
