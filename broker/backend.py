@@ -253,6 +253,7 @@ class Backend:
             cache_kib=b.config.storage.cache_kib,
             wal_autocheckpoint_pages=b.config.storage.wal_autocheckpoint_pages,
             max_inflight_entries=b.config.raft.max_inflight_entries_per_partition,
+            max_clock_skew_ms=b.config.raft.max_clock_skew_ms,
             timings=b.partition_timings,
             standby=standby,
         )

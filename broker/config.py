@@ -304,6 +304,12 @@ class RaftSettings(_Section):
     max_inflight_entries_per_partition: int = _setting(4, min=1, max=1024)
     snapshot_interval_s: int = _setting(300, min=1)
     metadata_voters: int = _setting(3, min=1, max=7)
+    max_clock_skew_ms: int = _setting(
+        2000,
+        min=0,
+        max=3_600_000,
+        why="an hour; expired leases and retention wait this long past their deadline",
+    )
 
     def _relations(self) -> list[Problem]:
         problems: list[Problem] = []

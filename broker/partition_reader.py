@@ -47,10 +47,10 @@ class PartitionReader:
             found = [lag_of(self._store, meta, row.name) for row in self._store.groups()]
             return [lag for lag in found if lag is not None]
 
-    def might_have_ready(self, group: str, now_ms: int) -> bool:
+    def might_have_ready(self, group: str, now_ms: int, lease_grace_ms: int = 0) -> bool:
         with self._lock, self._store.transaction():
             meta = self._store.load_meta()
-            return might_have_ready(self._store, meta, group, now_ms)
+            return might_have_ready(self._store, meta, group, now_ms, lease_grace_ms)
 
     def producer_state(self, producer_id: str) -> ProducerState | None:
         with self._lock, self._store.transaction():

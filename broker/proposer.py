@@ -39,8 +39,9 @@ from proto import errors, partition_pb2
 
 logger = logging.getLogger("raftq.broker.proposer")
 
-# What a batch's framing adds around its Appends: now_ms (11 bytes), the op tag and length (6),
-# and per Append a tag plus a length varint (at most 6). Checked against the real size below.
+# What a batch's framing adds around its Appends: now_ms (11 bytes), clock_skew_ms (at most
+# 6), the op tag and length (6), and per Append a tag plus a length varint (at most 6). Checked
+# against the real size below.
 _ENTRY_OVERHEAD_BYTES = 32
 _PER_APPEND_OVERHEAD_BYTES = 6
 
@@ -83,7 +84,7 @@ class Proposer:
         self,
         propose: ProposeFn,
         *,
-        now_ms: Callable[[], int],
+        stamp: Callable[[partition_pb2.PartitionCommand], None],
         clock_s: Callable[[], float],
         is_leader: Callable[[], bool],
         leader_hint: Callable[[], str],
@@ -98,7 +99,7 @@ class Proposer:
         if max_inflight_entries < 1 or max_entry_bytes < 1024:
             raise ValueError("need max_inflight_entries >= 1 and max_entry_bytes >= 1024")
         self._propose = propose
-        self._now_ms = now_ms
+        self._stamp = stamp
         self._clock_s = clock_s
         self._is_leader = is_leader
         self._leader_hint = leader_hint
@@ -274,7 +275,8 @@ class Proposer:
         self.stats.max_sends_per_entry = max(self.stats.max_sends_per_entry, n)
 
     def _encode(self, sends: list[_Send]) -> bytes:
-        command = partition_pb2.PartitionCommand(now_ms=self._now_ms())
+        command = partition_pb2.PartitionCommand()
+        self._stamp(command)  # now_ms and clock_skew_ms (PartitionReplica.stamp)
         if len(sends) == 1:
             command.append.CopyFrom(sends[0].append)
         else:

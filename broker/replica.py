@@ -6,8 +6,12 @@
 
 The replica owns three things under ``data_dir``: the partition's SQLite file
 (``<group>.sqlite``), and the Raft journal and snapshot of group ``p.<topic_id>.<partition>``.
-Only the leader proposes, and it stamps ``now_ms`` (from the injected clock) into every
-command first: apply never reads a clock. Reads (``fetch``, ``offsets``, ``lag``) are local
+Only the leader proposes, and it stamps every command first (``stamp``): ``now_ms`` is the
+group's quorum clock, the time a majority of the replicas' clocks have reached (the injected
+``clock`` is this replica's vote; transport/raft/clocks.py), so one broker's clock, however
+wrong, does not move partition time; ``clock_skew_ms`` is ``max_clock_skew_ms``, the grace the
+machine gives leases and retention for the quorum clock's own error (DESIGN.md § Time).
+Apply never reads a clock. Reads (``fetch``, ``offsets``, ``lag``) are local
 and not linearizable: a deposed leader may serve stale data until it learns of the new term.
 
 Threading. ``apply``, snapshots and restores run on the Raft tick thread (the broker's
@@ -40,7 +44,14 @@ from typing import Any
 
 from broker.partition_reader import PartitionReader
 from broker.proposer import Proposer
-from partitions.machine import GroupLag, Offsets, PartitionMachine, check_record, check_values
+from partitions.machine import (
+    MAX_CLOCK_SKEW_MS,
+    GroupLag,
+    Offsets,
+    PartitionMachine,
+    check_record,
+    check_values,
+)
 from partitions.reader import FetchResult, ProducerState, might_have_ready, producer_state
 from partitions.rows import OutboxRow
 from partitions.sqlite_store import SqliteStore
@@ -54,6 +65,7 @@ logger = logging.getLogger("raftq.broker.replica")
 MAX_ENTRY_BYTES = 1 << 20  # one group-committed Raft entry; RaftNode refuses > max_entry_bytes
 MAX_INFLIGHT_CALLS = 10_000  # outstanding send()/propose() calls per partition
 MAX_INFLIGHT_ENTRIES = 4  # Raft entries of one partition proposed and not yet applied
+DEFAULT_MAX_CLOCK_SKEW_MS = 2000  # raft.max_clock_skew_ms (broker/config.py says why)
 
 
 def group_name(topic_id: int, partition: int) -> str:
@@ -109,6 +121,7 @@ class PartitionReplica:
         timings: RaftTimings | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        max_clock_skew_ms: int = DEFAULT_MAX_CLOCK_SKEW_MS,
         max_entry_bytes: int = MAX_ENTRY_BYTES,
         max_inflight_entries: int = MAX_INFLIGHT_ENTRIES,
         max_inflight_calls: int = MAX_INFLIGHT_CALLS,
@@ -124,6 +137,9 @@ class PartitionReplica:
         self.where = f"[topic/partition={topic}/{partition}]"
         self._clock = clock
         self._monotonic = monotonic
+        if not 0 <= max_clock_skew_ms <= MAX_CLOCK_SKEW_MS:
+            raise ValueError(f"max_clock_skew_ms must be 0..{MAX_CLOCK_SKEW_MS}")
+        self.max_clock_skew_ms = max_clock_skew_ms
         self._driver = driver
         self.max_inflight_calls = max_inflight_calls
         data_dir = Path(data_dir)
@@ -174,10 +190,11 @@ class PartitionReplica:
             timings=timings,
             group_commit=driver is not None,
             standby=standby,  # joining a running group: no campaigns until its leader calls
+            wall_clock=clock,
         )
         self.proposer = Proposer(
             self._propose_bytes,
-            now_ms=self._now_ms,
+            stamp=self.stamp,
             clock_s=monotonic,
             is_leader=self.is_leader,
             leader_hint=self.node.hint,
@@ -297,23 +314,9 @@ class PartitionReplica:
         flight, replica failed), ``Timeout`` (outcome unknown: retry idempotently),
         ``RecordTooLarge`` (command over the entry size).
         """
-        self._check_writable()
-        self._enter()
         waiter = _Waiter()
-        try:
-            stamped = partition_pb2.PartitionCommand()
-            stamped.CopyFrom(cmd)
-            stamped.now_ms = self._now_ms()
-            data = stamped.SerializeToString()
-            if len(data) > self.proposer.max_entry_bytes:
-                raise errors.RecordTooLarge(
-                    f"{self.where} command is {len(data)} bytes, over the "
-                    f"{self.proposer.max_entry_bytes}-byte entry limit"
-                )
-            self._propose_bytes(data, waiter)
-            result: partition_pb2.CommandResult = self._wait(waiter, timeout_s)
-        finally:
-            self._leave()
+        self.propose_async(cmd, waiter)
+        result: partition_pb2.CommandResult = self._wait(waiter, timeout_s)
         if result.deliveries:
             self._counters["records_leased"] += len(result.deliveries)
             self._counters["bytes_leased"] += sum(
@@ -323,6 +326,41 @@ class PartitionReplica:
             self._counters["records_leased"] += len(result.columns.offsets)
             self._counters["bytes_leased"] += sum(map(len, result.columns.values))
         return result
+
+    def propose_async(
+        self,
+        cmd: partition_pb2.PartitionCommand,
+        on_done: Callable[[Any, errors.RaftqError | None], None],
+    ) -> None:
+        """``propose`` without blocking: stamps a copy of ``cmd``; ``on_done(result, error)``
+        runs exactly once, on this thread (refusals) or the Raft tick thread (outcomes). It
+        must not block."""
+        try:
+            self._check_writable()
+            self._enter()
+        except errors.RaftqError as exc:
+            on_done(None, exc)
+            return
+        stamped = partition_pb2.PartitionCommand()
+        stamped.CopyFrom(cmd)
+        self.stamp(stamped)
+        data = stamped.SerializeToString()
+        if len(data) > self.proposer.max_entry_bytes:
+            self._leave()
+            on_done(
+                None,
+                errors.RecordTooLarge(
+                    f"{self.where} command is {len(data)} bytes, over the "
+                    f"{self.proposer.max_entry_bytes}-byte entry limit"
+                ),
+            )
+            return
+
+        def done(result: object, error: errors.RaftqError | None) -> None:
+            self._leave()
+            on_done(result, error)
+
+        self._propose_bytes(data, done)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -405,13 +443,14 @@ class PartitionReplica:
                 len(r.record.key) + len(r.record.value) for r in records
             )
 
-    def might_have_ready(self, group: str, now_ms: int) -> bool:
-        """False only when a Lease for ``group`` now surely returns nothing (long polls use it
-        to skip Raft writes)."""
+    def might_have_ready(self, group: str) -> bool:
+        """False only when a Lease for ``group`` stamped now surely returns nothing (long
+        polls use it to skip Raft writes)."""
+        now_ms, grace_ms = self.now_ms(), self.max_clock_skew_ms
         if self._reader is not None:
-            return self._reader.might_have_ready(group, now_ms)
+            return self._reader.might_have_ready(group, now_ms, grace_ms)
         with self._state_lock:
-            return might_have_ready(self.store, self.machine.meta, group, now_ms)
+            return might_have_ready(self.store, self.machine.meta, group, now_ms, grace_ms)
 
     def outbox(self, limit: int) -> list[OutboxRow]:
         """Dead letters waiting to be forwarded, oldest first."""
@@ -596,8 +635,21 @@ class PartitionReplica:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
+    def now_ms(self) -> int:
+        """Partition time as this replica would stamp it now (meaningful on the leader): the
+        group's quorum clock (RaftNode.quorum_clock_ms); while fewer than a majority of the
+        replicas have been heard from, the time already applied (no clock unheard by a
+        quorum moves it; a partition that never applied a stamp takes its own clock)."""
+        quorum_ms = self.node.quorum_clock_ms()
+        if quorum_ms is not None:
+            return quorum_ms
+        applied_ms = self.machine.meta.clock_ms
+        return applied_ms if applied_ms else int(self._clock() * 1000)
+
+    def stamp(self, command: partition_pb2.PartitionCommand) -> None:
+        """Stamp ``command`` for proposing: ``now_ms`` and ``clock_skew_ms``."""
+        command.now_ms = self.now_ms()
+        command.clock_skew_ms = self.max_clock_skew_ms
 
     def _check_writable(self) -> None:
         if self._closed:

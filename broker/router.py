@@ -159,7 +159,6 @@ class Router:
         timeout_s: float,
         *,
         skip_if_idle: bool = False,
-        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         on_unknown: Callable[[], None] | None = None,
     ) -> internal_pb2.ProposeResponse:
         """Propose ``command`` on the partition's leader; command-level errors stay in the
@@ -168,7 +167,7 @@ class Router:
         itself made)."""
 
         def local(replica: PartitionReplica, left: float) -> internal_pb2.ProposeResponse:
-            return propose_on(replica, command, left, skip_if_idle=skip_if_idle, now_ms=now_ms())
+            return propose_on(replica, command, left, skip_if_idle=skip_if_idle)
 
         def remote(address: str, left: float) -> internal_pb2.ProposeResponse:
             request = internal_pb2.ProposeRequest(
@@ -198,7 +197,6 @@ def propose_on(
     timeout_s: float,
     *,
     skip_if_idle: bool,
-    now_ms: int,
 ) -> internal_pb2.ProposeResponse:
     """Run a partition command on a local (leader) replica. Appends take the group-commit path;
     an idle lease is answered without a Raft round trip."""
@@ -207,7 +205,7 @@ def propose_on(
         return internal_pb2.ProposeResponse(
             result=replica.append(command.append, timeout_s=timeout_s)
         )
-    if op == "lease" and skip_if_idle and not replica.might_have_ready(command.lease.group, now_ms):
+    if op == "lease" and skip_if_idle and not replica.might_have_ready(command.lease.group):
         return internal_pb2.ProposeResponse(skipped_idle=True)
     return internal_pb2.ProposeResponse(result=replica.propose(command, timeout_s))
 

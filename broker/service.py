@@ -356,9 +356,7 @@ class BrokerService:
         replica = self.router.local_leader(topic, partition)
         if replica is None:
             raise self.router.not_leader(topic, partition)
-        return propose_on(
-            replica, command, timeout_s, skip_if_idle=skip_if_idle, now_ms=self.now_ms()
-        )
+        return propose_on(replica, command, timeout_s, skip_if_idle=skip_if_idle)
 
     def read_local(self, request: internal_pb2.ReadRequest) -> internal_pb2.ReadResponse:
         self.router.check_partition(request.topic, request.partition)

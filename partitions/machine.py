@@ -1,10 +1,17 @@
 """The partition state machine: ``apply(command_bytes, raft_index)`` over a PartitionStore.
 
 Pure with respect to the world: what apply does is a function of (store state, command bytes).
-No clock (the leader stamps ``now_ms`` into each command; the machine's clock is the highest
-``now_ms`` applied, so time inside the machine never goes backwards across leader changes), no
-randomness, no configuration lookups (topic config is replicated state, set by ``Configure``),
-no network.
+No clock (the leader stamps ``now_ms``, its group's quorum clock, into each command; the
+machine's clock is the highest ``now_ms`` applied, so time inside the machine never goes
+backwards across leader changes), no randomness, no configuration lookups (topic config is
+replicated state, set by ``Configure``), no network.
+
+Clock skew (DESIGN.md § Time). The quorum clock may run ahead of true time by up to the
+command's ``clock_skew_ms`` (the leader's ``max_clock_skew_ms``), so what would be unsafe to do
+early is judged that much late: an expired lease is granted again (or dead-lettered) only once
+``now_ms`` passes its deadline plus the skew, and retention and dedup windows end the skew
+after their nominal end. The holder's own rights end at the deadline it was given. Delays
+(``deliver_at_ms``, nack backoff) are judged at ``now_ms``: early by at most the skew.
 
 apply never raises. A command that does not decode, or that is invalid, returns a
 ``CommandResult`` with an error code and leaves the store unchanged (its applied index too: a
@@ -42,6 +49,7 @@ MAX_APPEND_RECORDS = 100_000
 MAX_NAME_CHARS = 255
 MAX_LEASE_MS = 12 * 3600 * 1000  # like SQS's visibility timeout: at most 12 hours
 MAX_DELAY_MS = 366 * 24 * 3600 * 1000  # nack delays and deliver_at horizons: at most a year
+MAX_CLOCK_SKEW_MS = 3600 * 1000  # a stamped clock_skew_ms is clamped to 0..1 hour
 PRODUCER_BATCHES_KEPT = 5  # like Kafka: the last five batches of a producer answer retries
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
@@ -318,6 +326,7 @@ class PartitionMachine:
         self.store = store
         self.failed: BaseException | None = None
         self._respond = True  # see apply()
+        self._skew_ms = 0  # the applying command's clock_skew_ms, clamped (module docstring)
         self._reload()
         self._handlers: dict[str, Callable[[Any, int], partition_pb2.CommandResult]] = {
             "append": self._on_append,
@@ -369,6 +378,7 @@ class PartitionMachine:
         try:
             with self.store.transaction():
                 now_ms = max(command.now_ms, self.meta.clock_ms)
+                self._skew_ms = min(max(command.clock_skew_ms, 0), MAX_CLOCK_SKEW_MS)
                 result = self._handlers[op](getattr(command, op), now_ms)
                 self.meta.clock_ms = now_ms
                 self.meta.applied_index = raft_index
@@ -522,7 +532,7 @@ class PartitionMachine:
         """Decide offsets and dedup for a batch: per record (offset, duplicate), the rows to
         insert and the idempotency keys to remember. Reads the store; writes nothing."""
         keys = [r[5] for r in incoming if r[5]]
-        window_start = now_ms - self.config.dedup_window_ms
+        window_start = now_ms - self._skew_ms - self.config.dedup_window_ms
         known: dict[str, int] = {}
         if keys:
             for key, (offset, ts) in self.store.idempotency_lookup(keys).items():
@@ -577,11 +587,13 @@ class PartitionMachine:
         if materialize:
             self._materialize(group, now_ms)
         if self.config.max_deliveries:
-            exhausted = self.store.due_offsets(group.gid, now_ms, self.config.max_deliveries)
+            exhausted = self.store.due_offsets(
+                group.gid, now_ms, self.config.max_deliveries, self._skew_ms
+            )
             if exhausted:
                 rows = self.store.pending_get(group.gid, exhausted)
                 self._dead_letter(group, list(rows.values()), "max_deliveries", now_ms)
-        self.store.promote(group.gid, now_ms)
+        self.store.promote(group.gid, now_ms, self._skew_ms)
 
     def _materialize(
         self,
@@ -918,8 +930,9 @@ class PartitionMachine:
         changed = []
         for gid, p in self.store.pending_for_offset(cmd.offset).items():
             p.k1, p.k2 = k1, k2
-            leased = p.owner is not None and p.visible_at_ms > now_ms
-            if cmd.HasField("deliver_at_ms") and not leased:  # a live lease keeps its deadline
+            # A lease keeps its deadline until it may be granted again (its deadline + skew).
+            leased = p.owner is not None and p.visible_at_ms > now_ms - self._skew_ms
+            if cmd.HasField("deliver_at_ms") and not leased:
                 p.owner, p.visible_at_ms, p.ready = None, deliver_at, False  # catch-up decides
             changed.append((gid, p))
         for gid, p in changed:
@@ -954,8 +967,9 @@ class PartitionMachine:
 
     def _on_retain(self, cmd: partition_pb2.Retain, now_ms: int) -> partition_pb2.CommandResult:
         start = self.meta.log_start
+        safe_now_ms = now_ms - self._skew_ms  # nothing goes before its time by a true clock
         if self.config.retention_ms:
-            since = self.store.first_offset_since(now_ms - self.config.retention_ms)
+            since = self.store.first_offset_since(safe_now_ms - self.config.retention_ms)
             start = max(start, self.meta.next_offset if since is None else since)
         dropped_bytes = 0
         if self.config.retention_bytes and self.meta.log_bytes > self.config.retention_bytes:
@@ -980,7 +994,7 @@ class PartitionMachine:
             self.store.pending_delete_below(start)
             self.meta.log_start = start
             self.meta.log_bytes -= gone_bytes
-        window_start = now_ms - self.config.dedup_window_ms
+        window_start = safe_now_ms - self.config.dedup_window_ms
         self.store.idempotency_forget_before(window_start)
         self.store.producer_forget_before(window_start)
         return partition_pb2.CommandResult(count=dropped)

@@ -53,9 +53,12 @@ def producer_state(store: PartitionStore, producer_id: str) -> ProducerState | N
     return ProducerState(last, list(offsets))
 
 
-def might_have_ready(store: PartitionStore, meta: Meta, group: str, now_ms: int) -> bool:
-    """False only when a Lease for ``group`` at ``now_ms`` surely returns nothing: no record
-    the group has not seen, nothing ready, nothing due. Lets long polls skip Raft writes."""
+def might_have_ready(
+    store: PartitionStore, meta: Meta, group: str, now_ms: int, lease_grace_ms: int = 0
+) -> bool:
+    """False only when a Lease for ``group`` at ``now_ms`` (with ``clock_skew_ms`` =
+    ``lease_grace_ms``) surely returns nothing: no record the group has not seen, nothing
+    ready, nothing due. Lets long polls skip Raft writes."""
     row = store.group_get(group)
     if row is None:
         return meta.next_offset > meta.log_start
@@ -63,4 +66,4 @@ def might_have_ready(store: PartitionStore, meta: Meta, group: str, now_ms: int)
         return True
     if store.select_ready(row.gid, 1):
         return True
-    return bool(store.due_offsets(row.gid, now_ms, 0))
+    return bool(store.due_offsets(row.gid, now_ms, 0, lease_grace_ms))

@@ -468,21 +468,26 @@ class SqliteStore:
             (from_offset, now_ms, max(limit, 0)),
         )
 
-    def due_offsets(self, gid: int, now_ms: int, min_count: int) -> list[int]:
+    def due_offsets(
+        self, gid: int, now_ms: int, min_count: int, lease_grace_ms: int = 0
+    ) -> list[int]:
         return [
             r[0]
             for r in self._cur.execute(
                 "SELECT ofs FROM pending WHERE gid = ? AND ready = 0 AND visible_at_ms <= ? "
-                "AND delivery_count >= ? ORDER BY ofs",
-                (gid, now_ms, min_count),
+                "AND (owner IS NULL OR visible_at_ms <= ?) AND delivery_count >= ? "
+                "ORDER BY ofs",
+                (gid, now_ms, now_ms - lease_grace_ms, min_count),
             )
         ]
 
-    def promote(self, gid: int, now_ms: int) -> int:
+    def promote(self, gid: int, now_ms: int, lease_grace_ms: int = 0) -> int:
+        # A leased row (owner set) is due lease_grace_ms after its deadline (machine.py).
         self._cur.execute(
             "UPDATE pending SET ready = 1, owner = NULL "
-            "WHERE gid = ? AND ready = 0 AND visible_at_ms <= ?",
-            (gid, now_ms),
+            "WHERE gid = ? AND ready = 0 AND visible_at_ms <= ? "
+            "AND (owner IS NULL OR visible_at_ms <= ?)",
+            (gid, now_ms, now_ms - lease_grace_ms),
         )
         return self._conn.changes()
 

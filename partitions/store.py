@@ -111,8 +111,12 @@ class PartitionStore(Protocol):
     # needs to apply a Lease (no record columns read into Python)
     def select_ready_offsets(self, gid: int, limit: int) -> list[tuple[int, int]]: ...
     def fresh_offsets(self, from_offset: int, now_ms: int, limit: int) -> list[tuple[int, int]]: ...
-    def due_offsets(self, gid: int, now_ms: int, min_count: int) -> list[int]: ...
-    def promote(self, gid: int, now_ms: int) -> int: ...
+    # waiting rows due at now_ms (a leased row, by owner set: lease_grace_ms after its
+    # deadline), delivered at least min_count times; promote makes the due rows ready
+    def due_offsets(
+        self, gid: int, now_ms: int, min_count: int, lease_grace_ms: int = 0
+    ) -> list[int]: ...
+    def promote(self, gid: int, now_ms: int, lease_grace_ms: int = 0) -> int: ...
     def select_ready(self, gid: int, limit: int) -> list[PendingRow]: ...
     # select_ready joined with the records (rows.ReadyRecord): what a Lease delivers, one read
     def select_ready_records(self, gid: int, limit: int) -> list[ReadyRecord]: ...
@@ -146,6 +150,15 @@ class PartitionStore(Protocol):
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _due(p: PendingRow, now_ms: int, lease_grace_ms: int) -> bool:
+    """A waiting row whose wait is over at now_ms; a lease's only lease_grace_ms after it."""
+    if p.ready:
+        return False
+    if p.owner is not None:
+        return p.visible_at_ms <= now_ms - lease_grace_ms
+    return p.visible_at_ms <= now_ms
 
 
 def _fits(*values: object) -> None:
@@ -437,17 +450,19 @@ class MemoryStore:
             out.append(_ready_record(o, 0, self._records[o]))
         return out
 
-    def due_offsets(self, gid: int, now_ms: int, min_count: int) -> list[int]:
+    def due_offsets(
+        self, gid: int, now_ms: int, min_count: int, lease_grace_ms: int = 0
+    ) -> list[int]:
         return sorted(
             p.offset
             for p in self._pending.get(gid, {}).values()
-            if not p.ready and p.visible_at_ms <= now_ms and p.delivery_count >= min_count
+            if _due(p, now_ms, lease_grace_ms) and p.delivery_count >= min_count
         )
 
-    def promote(self, gid: int, now_ms: int) -> int:
+    def promote(self, gid: int, now_ms: int, lease_grace_ms: int = 0) -> int:
         moved = 0
         for p in self._pending.get(gid, {}).values():
-            if not p.ready and p.visible_at_ms <= now_ms:
+            if _due(p, now_ms, lease_grace_ms):
                 p.ready, p.owner = True, None
                 moved += 1
         return moved

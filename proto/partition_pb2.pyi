@@ -16,8 +16,9 @@ EARLIEST: StartFrom
 LATEST: StartFrom
 
 class PartitionCommand(_message.Message):
-    __slots__ = ("now_ms", "append", "lease", "ack", "nack", "extend_lease", "release", "update_record", "cancel_record", "configure", "retain", "dead_letter_done", "append_batch", "forget_group")
+    __slots__ = ("now_ms", "clock_skew_ms", "append", "lease", "ack", "nack", "extend_lease", "release", "update_record", "cancel_record", "configure", "retain", "dead_letter_done", "append_batch", "forget_group")
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_SKEW_MS_FIELD_NUMBER: _ClassVar[int]
     APPEND_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +33,7 @@ class PartitionCommand(_message.Message):
     APPEND_BATCH_FIELD_NUMBER: _ClassVar[int]
     FORGET_GROUP_FIELD_NUMBER: _ClassVar[int]
     now_ms: int
+    clock_skew_ms: int
     append: Append
     lease: Lease
     ack: Settle
@@ -45,7 +47,7 @@ class PartitionCommand(_message.Message):
     dead_letter_done: DeadLetterDone
     append_batch: AppendBatch
     forget_group: ForgetGroup
-    def __init__(self, now_ms: _Optional[int] = ..., append: _Optional[_Union[Append, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., ack: _Optional[_Union[Settle, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., extend_lease: _Optional[_Union[ExtendLease, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., update_record: _Optional[_Union[UpdateRecord, _Mapping]] = ..., cancel_record: _Optional[_Union[CancelRecord, _Mapping]] = ..., configure: _Optional[_Union[Configure, _Mapping]] = ..., retain: _Optional[_Union[Retain, _Mapping]] = ..., dead_letter_done: _Optional[_Union[DeadLetterDone, _Mapping]] = ..., append_batch: _Optional[_Union[AppendBatch, _Mapping]] = ..., forget_group: _Optional[_Union[ForgetGroup, _Mapping]] = ...) -> None: ...
+    def __init__(self, now_ms: _Optional[int] = ..., clock_skew_ms: _Optional[int] = ..., append: _Optional[_Union[Append, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., ack: _Optional[_Union[Settle, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., extend_lease: _Optional[_Union[ExtendLease, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., update_record: _Optional[_Union[UpdateRecord, _Mapping]] = ..., cancel_record: _Optional[_Union[CancelRecord, _Mapping]] = ..., configure: _Optional[_Union[Configure, _Mapping]] = ..., retain: _Optional[_Union[Retain, _Mapping]] = ..., dead_letter_done: _Optional[_Union[DeadLetterDone, _Mapping]] = ..., append_batch: _Optional[_Union[AppendBatch, _Mapping]] = ..., forget_group: _Optional[_Union[ForgetGroup, _Mapping]] = ...) -> None: ...
 
 class Append(_message.Message):
     __slots__ = ("records", "producer_id", "sequence", "values")

@@ -332,7 +332,9 @@ def test_truncates_from_first_conflicting_term_only(tmp_path: Path) -> None:
         (7, 2),
         (8, 2),
     ]
-    assert transport.take("next_node_idx", to=C)[-1] == ack(9)
+    last = transport.take("next_node_idx", to=C)[-1]
+    assert type(last.pop("wall_ms")) is int  # every message carries the sender's clock
+    assert last == ack(9)
     # Later a heartbeat that only verifies up to 5 must not commit the unverified tail.
     transport.deliver(C, append(2, (5, 1), [], commit=8))
     assert commit_index(node) == 5

@@ -8,6 +8,7 @@ Every wait polls a condition against a deadline (tests/helpers.wait_until).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -216,18 +217,28 @@ def test_idempotent_retry_and_sequence_gap(cluster: Any) -> None:
 
 
 def test_propose_stamps_now_ms_from_the_injected_clock(tmp_path: Path, cluster: Any) -> None:
-    c = cluster(clock=lambda: 1_700_000_000.5)
+    """The replicas' injected clock (here about three years behind the host's) is what the
+    stamps carry: the quorum clock of three replicas that share it, which runs behind it by
+    the transit of the followers' last messages (milliseconds)."""
+
+    def clock() -> float:
+        return time.time() - 10**8
+
+    c = cluster(clock=clock)
     leader = c.leader()
+    before_ms = int(clock() * 1000)
     leader.send([rec("v")])
     (stored,) = leader.fetch(0, 10)
-    assert stored.timestamp_ms == 1_700_000_000_500
     result = leader.propose(
         partition_pb2.PartitionCommand(
             lease=partition_pb2.Lease(group="g", member="m", max_records=5)
         )
     )
+    after_ms = int(clock() * 1000)
+    assert before_ms - 1000 <= stored.timestamp_ms <= after_ms
     assert [d.record.offset for d in result.deliveries] == [0]
-    assert result.deliveries[0].lease_deadline_ms == 1_700_000_000_500 + 30_000
+    deadline = result.deliveries[0].lease_deadline_ms
+    assert stored.timestamp_ms + 30_000 <= deadline <= after_ms + 30_000
     assert leader.statistics()["records_leased"] == 1
 
 
@@ -392,10 +403,14 @@ class FakeRaft:
         return cmd
 
 
+def stamp_42(command: partition_pb2.PartitionCommand) -> None:
+    command.now_ms = 42
+
+
 def make_proposer(raft: FakeRaft, **kw: Any) -> Proposer:
     return Proposer(
         raft.propose,
-        now_ms=lambda: 42,
+        stamp=stamp_42,
         clock_s=lambda: 0.0,
         is_leader=lambda: raft.leader,
         leader_hint=lambda: "10.0.0.9:1",

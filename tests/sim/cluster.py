@@ -4,7 +4,8 @@ What is real: RaftNode (hardened pysyncobj) with its DurableJournal and snapshot
 directory, the broker's RaftDriver loop (stepped by hand with ``run_once``), PartitionReplica,
 the group-commit Proposer and PartitionMachine over SqliteStore. What is simulated: the network
 (``transport.raft.hub``: partitions, drops, delays), time (``ManualClock``, patched into
-pysyncobj), and crashes.
+pysyncobj; each broker's wall clock is it plus the broker's ``clock_offset_s``, so a test can
+skew and jump one broker's clock), and crashes.
 
 Crash model. A crash closes the replica (its unsent messages are lost, ``hub.crash``) and
 throws its driver away; a restart builds a new driver and replica from the same data_dir.
@@ -115,7 +116,11 @@ class SimBroker:
         self.data_dir = cluster.root / addr.replace(":", "_")
         self.driver: RaftDriver | None = None
         self.replica: PartitionReplica | None = None
+        self.clock_offset_s = 0.0  # this broker's wall clock = the hub's + this (any time)
         self.start()
+
+    def wall_clock(self) -> float:
+        return self.cluster.hub.clock.now() + self.clock_offset_s
 
     def start(self) -> None:
         hub = self.cluster.hub
@@ -131,7 +136,7 @@ class SimBroker:
             fsync=True,
             synchronous="OFF",
             timings=TIMINGS,
-            clock=hub.clock,
+            clock=self.wall_clock,
             monotonic=hub.clock,
         )
 

@@ -64,6 +64,7 @@ from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE, SyncObj, SyncObjExcept
 from pysyncobj.transport import TCPTransport, TransportNotReadyError
 
 from proto import errors
+from transport.raft.clocks import QuorumClock
 from transport.raft.entries import decode_membership, encode_membership, is_membership
 from transport.raft.journal import DurableJournal
 from transport.raft.snapshot import (
@@ -307,6 +308,7 @@ class _HardenedSyncObj(SyncObj):
         if not poll_io:
             self._drop_pipe_notifier()
         transport = self._SyncObj__transport
+        self._stamp_wall_clock(transport, owner.clock)
         silent_after_s = getattr(transport, "silent_after_s", None)
         timings = owner.timings
         if (
@@ -317,6 +319,20 @@ class _HardenedSyncObj(SyncObj):
         ):
             self._quiesce_ok = True
             self._silent_after_s = float(silent_after_s)
+
+    @staticmethod
+    def _stamp_wall_clock(transport: Any, clock: QuorumClock) -> None:
+        """Every message this replica sends carries its wall clock (``wall_ms``: clocks.py).
+        pysyncobj's own code paths (votes, forwarded commands) send through the transport
+        object too, so its ``send`` is wrapped on the instance."""
+        raw_send = transport.send
+
+        def send(node: Any, message: Any) -> Any:
+            if type(message) is dict:
+                message["wall_ms"] = clock.wall_ms()
+            return raw_send(node, message)
+
+        transport.send = send
 
     def _drop_pipe_notifier(self) -> None:
         """pysyncobj wakes its own tick thread on a proposal through a pipe in its poller (two
@@ -643,6 +659,8 @@ class _HardenedSyncObj(SyncObj):
     # ----------------------------------------------------------------- messages
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
         kind = message.get("type") if isinstance(message, dict) else None
+        if kind is not None:
+            self._raftq.clock.heard(node.id, message.get("wall_ms"))
         if self._quiesced:
             self._on_message_while_quiet(node, kind, message)
         if kind == "append_entries":
@@ -1194,6 +1212,9 @@ class RaftNode:
     It must be a pure function of (state, data) and should not raise: an exception is logged
     and the proposer gets an :class:`ApplyError` result.
 
+    ``wall_clock`` (seconds, like ``time.time``) is stamped on every message the replica sends;
+    :meth:`quorum_clock_ms` reads the voters' clocks from them (clocks.py).
+
     Files under ``data_dir``: ``<name>.journal``, ``<name>.journal.meta``, ``<name>.snapshot``.
 
     Raises (constructor): ``ValueError`` for contradictory arguments or timings;
@@ -1220,6 +1241,7 @@ class RaftNode:
         group_commit: bool = False,
         standby: bool = False,
         learners: Sequence[str] = (),
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         """``learners``: the members of ``peers`` (or ``self_addr``) that do not vote, as last
         known (the journal's membership entries and snapshots keep it current)."""
@@ -1251,6 +1273,7 @@ class RaftNode:
         self._standby = standby
         self._membership_lock = threading.Lock()
         self._snapshot_learners: list[str] = []  # of the snapshot last read (_deserialize)
+        self.clock = QuorumClock(wall_clock, monotonic_time)
 
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -1527,6 +1550,12 @@ class RaftNode:
     @property
     def is_learner(self) -> bool:
         return bool(self._obj._self_learner)
+
+    def quorum_clock_ms(self) -> int | None:
+        """The highest wall-clock time a majority of the group's voters (learners do not
+        count) have reached, from the clocks their messages carry (clocks.py); None while
+        fewer than a majority of them have been heard from. Any thread."""
+        return self.clock.quorum_ms(a for a in self.voters() if a != self.self_addr)
 
     def caught_up(self, addr: str, slack: int = 0, *, index: int | None = None) -> bool:
         """On the leader: ``addr``'s replica has acknowledged every entry up to ``index``

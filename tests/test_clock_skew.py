@@ -1,0 +1,406 @@
+"""Clock skew (DESIGN.md § Time): wrong clocks neither delete early, nor grant a lease twice,
+nor stamp the future.
+
+Two tiers. The pure machine: commands stamped ahead (by up to ``clock_skew_ms``) and behind
+(minutes) of a true timeline; an expired lease is granted again only ``clock_skew_ms`` after its
+deadline, retention and dedup windows end that much late, time never goes backwards. The
+simulated cluster (tests/sim/: three brokers, hub transport, manual clock, each broker's wall
+clock offset at will): a leader days ahead deletes nothing and stamps nothing ahead, a new
+leader a minute ahead does not re-grant a live lease, a clock going back minutes un-expires
+nothing. Randomized tests print their seed; replay with ``RAFTQ_SEED=<seed>``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from broker.replica import PartitionReplica
+from partitions.machine import PartitionMachine
+from partitions.sqlite_store import SqliteStore
+from partitions.store import MemoryStore, PartitionStore
+from proto import common_pb2, partition_pb2
+from proto.common_pb2 import ErrorCode
+from tests.sim.cluster import SimBroker, SimCluster, no_fsync
+
+SKEW_MS = 2000
+SECOND_MS = 1000
+MINUTE_MS = 60 * SECOND_MS
+DAY_MS = 24 * 60 * MINUTE_MS
+T0_MS = 1_764_000_000_000  # 2025-11-24, any time will do
+LEASE_MS = 30 * SECOND_MS
+RETENTION_MS = 7 * DAY_MS
+DEDUP_MS = 5 * MINUTE_MS
+
+
+def seed_of(default: int | None = None) -> int:
+    seed = int(
+        os.environ.get(
+            "RAFTQ_SEED",
+            random.SystemRandom().randrange(2**32) if default is None else default,
+        )
+    )
+    print(f"seed={seed} (replay: RAFTQ_SEED={seed} pytest tests/test_clock_skew.py)")
+    return seed
+
+
+def topic_config() -> common_pb2.TopicConfig:
+    return common_pb2.TopicConfig(
+        ordering=common_pb2.FIFO,
+        lease_ms=LEASE_MS,
+        max_deliveries=0,
+        retention_ms=RETENTION_MS,
+        max_record_bytes=1 << 20,
+        dedup_window_ms=DEDUP_MS,
+        nack_backoff_base_ms=1000,
+        nack_backoff_max_ms=60_000,
+    )
+
+
+class Replica:
+    """A PartitionMachine fed stamped commands at consecutive Raft indexes."""
+
+    def __init__(self, store: PartitionStore) -> None:
+        self.machine = PartitionMachine(store)
+        self.index = 0
+
+    def apply(
+        self, now_ms: int, skew_ms: int = SKEW_MS, **op: object
+    ) -> partition_pb2.CommandResult:
+        self.index += 1
+        command = partition_pb2.PartitionCommand(
+            now_ms=now_ms,
+            clock_skew_ms=skew_ms,
+            **op,  # type: ignore[arg-type]
+        )
+        return self.machine.apply(command.SerializeToString(), self.index)
+
+    def append(self, now_ms: int, *values: bytes, key: str = "") -> partition_pb2.CommandResult:
+        records = [common_pb2.Record(value=v, idempotency_key=key) for v in values]
+        return self.apply(now_ms, append=partition_pb2.Append(records=records))
+
+    def lease(
+        self, now_ms: int, member: str, lease_ms: int = 0, max_records: int = 100
+    ) -> list[common_pb2.Delivery]:
+        lease = partition_pb2.Lease(
+            group="g", member=member, max_records=max_records, lease_ms=lease_ms
+        )
+        result = self.apply(now_ms, lease=lease)
+        assert result.error == ErrorCode.OK, result
+        return list(result.deliveries)
+
+    def ack(self, now_ms: int, member: str, offset: int, count: int) -> partition_pb2.RefResult:
+        ref = partition_pb2.DeliveryRef(offset=offset, delivery_count=count)
+        result = self.apply(now_ms, ack=partition_pb2.Settle(group="g", member=member, refs=[ref]))
+        assert result.error == ErrorCode.OK, result
+        (outcome,) = result.refs
+        return outcome
+
+    def retain(self, now_ms: int) -> int:
+        return self.apply(now_ms, retain=partition_pb2.Retain()).count
+
+
+StoreMaker = Callable[[Path], PartitionStore]
+STORES: dict[str, StoreMaker] = {
+    "memory": lambda tmp: MemoryStore(),
+    "sqlite": lambda tmp: SqliteStore(str(tmp / "p.sqlite")),
+}
+
+
+@pytest.fixture(params=sorted(STORES))
+def replica(request: pytest.FixtureRequest, tmp_path: Path) -> Replica:
+    r = Replica(STORES[request.param](tmp_path))
+    assert r.apply(T0_MS, configure=partition_pb2.Configure(config=topic_config())).error == 0
+    return r
+
+
+# -- the pure machine -----------------------------------------------------------------------
+
+
+def test_an_expired_lease_is_granted_again_only_the_skew_after_its_deadline(
+    replica: Replica,
+) -> None:
+    replica.append(T0_MS, b"a")
+    (delivery,) = replica.lease(T0_MS, "A")
+    deadline = delivery.lease_deadline_ms
+    assert deadline == T0_MS + LEASE_MS
+    # The holder's rights end at the deadline it was given...
+    assert replica.ack(deadline, "A", 0, 1).error == ErrorCode.LEASE_EXPIRED
+    # ...but nobody else gets the record until the quorum clock's possible error has passed.
+    assert replica.lease(deadline, "B") == []
+    assert replica.lease(deadline + SKEW_MS - 1, "B") == []
+    (again,) = replica.lease(deadline + SKEW_MS, "B")
+    assert (again.record.offset, again.delivery_count) == (0, 2)
+
+
+def test_extended_and_fresh_leases_get_the_same_grace(replica: Replica) -> None:
+    replica.append(T0_MS, b"a", b"b")
+    assert len(replica.lease(T0_MS, "A")) == 2
+    extend = partition_pb2.ExtendLease(
+        group="g",
+        member="A",
+        refs=[partition_pb2.DeliveryRef(offset=1, delivery_count=1)],
+        lease_ms=LEASE_MS,
+    )
+    assert replica.apply(T0_MS + 10 * SECOND_MS, extend_lease=extend).count == 1
+    at = T0_MS + LEASE_MS + SKEW_MS
+    assert [d.record.offset for d in replica.lease(at, "B")] == [0]  # offset 1 still held
+    assert replica.lease(T0_MS + 10 * SECOND_MS + LEASE_MS + SKEW_MS - 1, "B") == []
+    assert [d.record.offset for d in replica.lease(at + 10 * SECOND_MS, "B")] == [1]
+
+
+def test_retention_deletes_only_the_skew_after_the_window(replica: Replica) -> None:
+    replica.append(T0_MS, b"a", b"b")
+    # A record goes once it is older than retention_ms (and the skew) by the stamped clock.
+    assert replica.retain(T0_MS + RETENTION_MS + SKEW_MS) == 0
+    assert replica.machine.offsets().log_start == 0
+    assert replica.retain(T0_MS + RETENTION_MS + SKEW_MS + 1) == 2
+    assert replica.machine.offsets().log_start == 2
+
+
+def test_dedup_remembers_a_key_the_skew_past_its_window(replica: Replica) -> None:
+    (first,) = replica.append(T0_MS, b"a", key="k").records
+    late = T0_MS + DEDUP_MS + SKEW_MS - 1
+    replica.retain(late)
+    (again,) = replica.append(late, b"a", key="k").records
+    assert again.duplicate and again.offset == first.offset
+    replica.retain(T0_MS + DEDUP_MS + SKEW_MS + 1)
+    (new,) = replica.append(T0_MS + DEDUP_MS + SKEW_MS + 1, b"a", key="k").records
+    assert not new.duplicate and new.offset == 1
+
+
+def test_a_stamp_going_back_minutes_unexpires_nothing_and_stamps_nothing_earlier(
+    replica: Replica,
+) -> None:
+    replica.append(T0_MS, b"a")
+    (delivery,) = replica.lease(T0_MS, "A")
+    expired_at = delivery.lease_deadline_ms + SKEW_MS
+    assert len(replica.lease(expired_at, "B")) == 1  # A's lease ran out; B holds it now
+    back = expired_at - 5 * MINUTE_MS
+    # A stamp five minutes back: A's lease stays over, B's stays live, time stays put.
+    assert replica.ack(back, "A", 0, 1).error == ErrorCode.LEASE_EXPIRED
+    assert replica.lease(back, "C") == []
+    replica.append(back, b"b")
+    (b,) = replica.machine.fetch(1, 1)
+    assert b.timestamp_ms == expired_at
+    assert replica.machine.statistics()["clock_ms"] == expired_at
+    assert replica.ack(back, "B", 0, 2).error == ErrorCode.OK
+
+
+def test_a_stamped_skew_out_of_range_is_clamped(replica: Replica) -> None:
+    replica.append(T0_MS, b"a")
+    replica.lease(T0_MS, "A")
+    after = T0_MS + LEASE_MS + 1
+    assert replica.apply(
+        after, skew_ms=-5, lease=partition_pb2.Lease(group="g", member="B", max_records=1)
+    ).deliveries  # a negative skew counts as 0
+    replica.append(after, b"b")
+    replica.lease(after, "C")
+    hour_ms = 60 * MINUTE_MS
+    huge = partition_pb2.Lease(group="g", member="D", max_records=5)
+    # An absurd skew counts as an hour.
+    assert not replica.apply(after + LEASE_MS + hour_ms - 1, skew_ms=10**15, lease=huge).deliveries
+    assert replica.apply(after + LEASE_MS + hour_ms, skew_ms=10**15, lease=huge).deliveries
+
+
+def test_randomized_skewed_stamps_never_grant_twice_nor_delete_early(tmp_path: Path) -> None:
+    """A true timeline; every command stamped anywhere from five minutes behind it to
+    SKEW_MS ahead of it (what the quorum clock guarantees of a majority of sane clocks).
+    Invariants, judged by the true clock: a record is granted again only after the deadline
+    its last holder was given (unless acked); retention deletes a record only once its
+    timestamp is RETENTION_MS old; no record is stamped more than SKEW_MS ahead."""
+    seed = seed_of()
+    rng = random.Random(seed)
+    replica = Replica(SqliteStore(str(tmp_path / "p.sqlite")))
+    config = topic_config()
+    config.retention_ms = 20 * SECOND_MS
+    replica.apply(T0_MS, configure=partition_pb2.Configure(config=config))
+    true_ms = T0_MS
+    held: dict[int, tuple[str, int, int]] = {}  # offset -> (member, delivery_count, deadline)
+    stamps: dict[int, int] = {}  # offset -> timestamp_ms
+    for step in range(1500):
+        true_ms += rng.choice([0, 10, 100, 1000, 5000])
+        ahead_ms = rng.choice([0, SKEW_MS, rng.randint(0, SKEW_MS)])
+        stamp = true_ms + rng.choice([ahead_ms, ahead_ms, rng.randint(-5 * MINUTE_MS, 0)])
+        roll = rng.random()
+        where = f"seed={seed} step={step} true={true_ms} stamp={stamp}"
+        if roll < 0.3:
+            result = replica.append(stamp, *[b"v"] * rng.randint(1, 3))
+            for r in result.records:
+                (stored,) = replica.machine.fetch(r.offset, 1)
+                assert stored.timestamp_ms <= true_ms + SKEW_MS, where
+                stamps[r.offset] = stored.timestamp_ms
+        elif roll < 0.7:
+            member = rng.choice("ABC")
+            lease_ms = rng.choice([1000, 5000, LEASE_MS])
+            for d in replica.lease(stamp, member, lease_ms=lease_ms, max_records=3):
+                offset = d.record.offset
+                if offset in held:
+                    _, _, deadline = held[offset]
+                    assert true_ms >= deadline, f"{where}: offset {offset} granted twice"
+                held[offset] = (member, d.delivery_count, d.lease_deadline_ms)
+        elif roll < 0.9 and held:
+            offset = rng.choice(sorted(held))
+            member, count, _ = held[offset]
+            if replica.ack(stamp, member, offset, count).error == ErrorCode.OK:
+                del held[offset]
+        else:
+            before = replica.machine.offsets().log_start
+            replica.retain(stamp)
+            after = replica.machine.offsets().log_start
+            for offset in range(before, after):
+                assert true_ms >= stamps[offset] + config.retention_ms, (
+                    f"{where}: offset {offset} deleted early"
+                )
+                held.pop(offset, None)
+
+
+# -- the simulated cluster ------------------------------------------------------------------
+
+
+class SkewedCluster:
+    """Three simulated brokers (tests/sim/cluster.py), each with a wall clock offset from the
+    hub's true clock at will; commands proposed on the leader and stepped to their outcome."""
+
+    def __init__(self, root: Path, seed: int = 7) -> None:
+        self.sim = SimCluster(seed, root, producers=0)
+
+    def __enter__(self) -> SkewedCluster:
+        self._contexts = [self.sim.hub.time(), no_fsync()]
+        for context in self._contexts:
+            context.__enter__()
+        self.sim.start()
+        self.sim.settle()
+        config = topic_config()
+        self.run(configure=partition_pb2.Configure(config=config))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sim.close()
+        for context in reversed(self._contexts):
+            context.__exit__(None, None, None)
+
+    def true_ms(self) -> int:
+        return int(self.sim.hub.clock.now() * 1000)
+
+    def leader(self) -> PartitionReplica:
+        for _ in range(2000):
+            leaders = [r for r in self.sim.live() if r.is_leader()]
+            if len(leaders) == 1:
+                return leaders[0]
+            self.sim.step()
+        raise AssertionError("no leader within 20 s of simulated time")
+
+    def broker(self, replica: PartitionReplica) -> SimBroker:
+        (broker,) = [b for b in self.sim.brokers if b.replica is replica]
+        return broker
+
+    def run(self, **op: object) -> partition_pb2.CommandResult:
+        """Propose one command on the leader and step until it is applied there."""
+        outcome: list[tuple[object, object]] = []
+        command = partition_pb2.PartitionCommand(**op)  # type: ignore[arg-type]
+        self.leader().propose_async(command, lambda result, error: outcome.append((result, error)))
+        for _ in range(2000):
+            if outcome:
+                break
+            self.sim.step()
+        (result, error), *_ = outcome
+        assert error is None, error
+        assert isinstance(result, partition_pb2.CommandResult)
+        assert result.error == ErrorCode.OK, result
+        return result
+
+    def lease(self, member: str, lease_ms: int = 0) -> list[common_pb2.Delivery]:
+        lease = partition_pb2.Lease(group="g", member=member, max_records=100, lease_ms=lease_ms)
+        return list(self.run(lease=lease).deliveries)
+
+    def append(self, count: int) -> list[int]:
+        records = [common_pb2.Record(value=b"v%d" % i) for i in range(count)]
+        result = self.run(append=partition_pb2.Append(records=records))
+        return [r.offset for r in result.records]
+
+    def stamps_ms(self) -> list[int]:
+        return [r.timestamp_ms for r in self.leader().fetch(0, 100_000, 0)]
+
+    def make_leader(self, broker: SimBroker) -> None:
+        assert broker.replica is not None
+        target = broker.replica
+        for _ in range(50):
+            if target.is_leader():
+                return
+            self.leader().node.transfer_leadership(broker.addr)
+            for _ in range(100):
+                self.sim.step()
+                if target.is_leader():
+                    return
+        raise AssertionError(f"{broker.addr} did not become leader")
+
+
+@pytest.mark.parametrize("who", ["leader", "follower"])
+def test_a_broker_eight_days_ahead_deletes_nothing_and_stamps_nothing_ahead(
+    tmp_path: Path, who: str
+) -> None:
+    """The reported bug: a Retain stamped by a leader 8 days ahead deleted every record of a
+    7-day-retention topic, and records were stamped 8 days ahead from then on."""
+    with SkewedCluster(tmp_path) as c:
+        c.append(10)
+        leader = c.leader()
+        ahead = (
+            c.broker(leader)
+            if who == "leader"
+            else next(b for b in c.sim.brokers if b.replica is not leader)
+        )
+        ahead.clock_offset_s = 8 * DAY_MS / 1000
+        for _ in range(20):  # its messages now carry its new clock
+            c.sim.step()
+        assert c.run(retain=partition_pb2.Retain()).count == 0
+        assert c.leader().offsets().log_start == 0
+        c.append(5)
+        assert max(c.stamps_ms()) <= c.true_ms() + SKEW_MS
+        ahead.clock_offset_s = 0.0  # corrected: nothing to recover from
+        c.append(1)
+        stamps = c.stamps_ms()
+        assert stamps == sorted(stamps) and stamps[-1] <= c.true_ms() + SKEW_MS
+        (delivery, *_) = c.lease("A")
+        assert delivery.lease_deadline_ms <= c.true_ms() + SKEW_MS + LEASE_MS
+
+
+def test_a_new_leader_a_minute_ahead_does_not_grant_a_live_lease_again(tmp_path: Path) -> None:
+    """The reported double grant: a new leader whose clock ran 60 s ahead re-leased a record
+    inside member A's 30 s lease to member B."""
+    with SkewedCluster(tmp_path) as c:
+        c.append(1)
+        (held,) = c.lease("A", lease_ms=LEASE_MS)
+        deadline = held.lease_deadline_ms
+        assert deadline <= c.true_ms() + LEASE_MS + SKEW_MS
+        new = next(b for b in c.sim.brokers if b.replica is not c.leader())
+        new.clock_offset_s = 60.0
+        c.make_leader(new)
+        while not (again := c.lease("B")):
+            assert c.true_ms() < deadline + 2 * SKEW_MS + 2 * SECOND_MS, "the record is stuck"
+            for _ in range(10):
+                c.sim.step()
+        assert c.true_ms() >= deadline, "granted again inside A's lease"
+        assert [(d.record.offset, d.delivery_count) for d in again] == [(0, 2)]
+
+
+def test_a_leader_clock_going_back_minutes_stalls_and_unexpires_nothing(tmp_path: Path) -> None:
+    with SkewedCluster(tmp_path) as c:
+        c.append(2)
+        (first, second) = c.lease("A", lease_ms=5 * SECOND_MS)
+        ref = partition_pb2.DeliveryRef(offset=second.record.offset, delivery_count=1)
+        assert c.run(ack=partition_pb2.Settle(group="g", member="A", refs=[ref])).count == 1
+        c.broker(c.leader()).clock_offset_s = -5 * 60.0
+        while not (again := c.lease("B")):
+            assert c.true_ms() < first.lease_deadline_ms + 2 * SKEW_MS + 2 * SECOND_MS, "stuck"
+            for _ in range(10):
+                c.sim.step()
+        assert c.true_ms() >= first.lease_deadline_ms
+        assert [(d.record.offset, d.delivery_count) for d in again] == [(0, 2)]  # 1 stays acked
+        c.append(1)
+        stamps = c.stamps_ms()
+        assert stamps == sorted(stamps) and stamps[-1] >= c.true_ms() - SECOND_MS
