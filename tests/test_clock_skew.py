@@ -16,6 +16,7 @@ import os
 import random
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -268,6 +269,7 @@ class SkewedCluster:
 
     def __init__(self, root: Path, seed: int = 7) -> None:
         self.sim = SimCluster(seed, root, producers=0)
+        self.granted_ms = 0
 
     def __enter__(self) -> SkewedCluster:
         self._contexts = [self.sim.hub.time(), no_fsync()]
@@ -313,6 +315,53 @@ class SkewedCluster:
         assert isinstance(result, partition_pb2.CommandResult)
         assert result.error == ErrorCode.OK, result
         return result
+
+    def try_run(
+        self, kind: str, rng: random.Random, held: dict[int, tuple[str, int, int]]
+    ) -> tuple[str, partition_pb2.CommandResult, str] | None:
+        """One random command of ``kind`` (an Ack of one of ``held``: offset -> (member,
+        delivery_count, deadline)) on the current leader: (kind, result, member), or None when
+        it failed or its outcome is unknown (a crash or leader change meanwhile).
+        ``granted_ms`` is the true time its outcome arrived."""
+        leaders = [r for r in self.sim.live() if r.is_leader()]
+        if len(leaders) != 1:
+            return None
+        member = ""
+        if kind == "append":
+            records = [common_pb2.Record(value=b"v") for _ in range(rng.randint(1, 3))]
+            op: dict[str, Any] = {"append": partition_pb2.Append(records=records)}
+        elif kind == "lease":
+            member = rng.choice("ABC")
+            lease_ms = rng.choice([1000, 3000])
+            op = {
+                "lease": partition_pb2.Lease(
+                    group="g", member=member, max_records=3, lease_ms=lease_ms
+                )
+            }
+        elif kind == "ack" and held:
+            offset, (member, count, _) = rng.choice(sorted(held.items()))
+            ref = partition_pb2.DeliveryRef(offset=offset, delivery_count=count)
+            op = {"ack": partition_pb2.Settle(group="g", member=member, refs=[ref])}
+        else:
+            op = {"retain": partition_pb2.Retain()}
+            kind = "retain"
+        outcome: list[tuple[object, object]] = []
+        leaders[0].propose_async(
+            partition_pb2.PartitionCommand(**op),
+            lambda result, error: outcome.append((result, error)),
+        )
+        for _ in range(300):
+            if outcome:
+                break
+            self.sim.step()
+        if not outcome or outcome[0][1] is not None:
+            return None
+        result = outcome[0][0]
+        assert isinstance(result, partition_pb2.CommandResult)
+        if result.error != ErrorCode.OK:
+            return None
+        self.granted_ms = self.true_ms()
+        return kind, result, member
 
     def lease(self, member: str, lease_ms: int = 0) -> list[common_pb2.Delivery]:
         lease = partition_pb2.Lease(group="g", member=member, max_records=100, lease_ms=lease_ms)
@@ -404,3 +453,75 @@ def test_a_leader_clock_going_back_minutes_stalls_and_unexpires_nothing(tmp_path
         c.append(1)
         stamps = c.stamps_ms()
         assert stamps == sorted(stamps) and stamps[-1] >= c.true_ms() - SECOND_MS
+
+
+def test_randomized_cluster_with_wild_clocks_never_grants_twice_nor_deletes_early(
+    tmp_path: Path,
+) -> None:
+    """Seeded: every broker's clock within a second of true time but one (any, the leader
+    too), from five minutes behind to eight days ahead, another now and then; leadership
+    moves, brokers crash and restart, members lease, ack and retain meanwhile. Judged by the
+    true clock: no record granted again before its last holder's deadline, none deleted before
+    its timestamp is retention_ms old, none stamped more than SKEW_MS ahead."""
+    seed = seed_of(20261125)
+    rng = random.Random(seed)
+    retention_ms = 10 * SECOND_MS
+    held: dict[int, tuple[str, int, int]] = {}  # offset -> (member, delivery_count, deadline)
+    stamps: dict[int, int] = {}
+    with SkewedCluster(tmp_path, seed) as c:
+        config = topic_config()
+        config.retention_ms = retention_ms
+        c.run(configure=partition_pb2.Configure(config=config))
+        log_start = 0
+        for action in range(120):
+            where = f"seed={seed} action={action} true={c.true_ms()}"
+            if action % 15 == 0:  # another broker's clock goes wild, the others are sane
+                for broker in c.sim.brokers:
+                    broker.clock_offset_s = rng.uniform(-1.0, 1.0)
+                rng.choice(c.sim.brokers).clock_offset_s = rng.choice([-300.0, 60.0, 8 * 86_400.0])
+                # A leader hears each clock anew within a follower's ack refresh of an idle
+                # group (leader_fallback_s / 4 = 0.5 s here): before that, a clock put right
+                # still counts as wrong, and with the new wild one makes a wrong majority.
+                for _ in range(80):
+                    c.sim.step()
+            roll = rng.random()
+            down = [b for b in c.sim.brokers if not b.up]
+            if roll < 0.08:
+                if down:
+                    down[0].restart()
+                else:
+                    rng.choice(c.sim.brokers).crash(power_loss=False)
+            elif roll < 0.15 and not down:
+                c.make_leader(rng.choice(c.sim.brokers))
+            kinds = ["append", "lease", "lease", "ack", "retain"]
+            outcome = c.try_run(rng.choice(kinds), rng, held)
+            for _ in range(rng.choice([1, 10, 50, 150])):
+                c.sim.step()
+            if outcome is None:
+                continue
+            kind, result, member = outcome
+            true_ms = c.true_ms()
+            leader = c.leader()
+            if kind == "append":
+                for r in result.records:
+                    (stored,) = leader.fetch(r.offset, 1, 0)
+                    assert stored.timestamp_ms <= true_ms + SKEW_MS, where
+                    stamps[r.offset] = stored.timestamp_ms
+            elif kind == "lease":
+                for d in result.deliveries:
+                    offset = d.record.offset
+                    if offset in held:
+                        deadline = held[offset][2]
+                        assert c.granted_ms >= deadline, f"{where}: offset {offset} granted twice"
+                    held[offset] = (member, d.delivery_count, d.lease_deadline_ms)
+            elif kind == "ack":
+                for ref in result.refs:
+                    if ref.error == ErrorCode.OK:
+                        held.pop(ref.offset, None)
+            now_start = leader.offsets().log_start
+            for offset in range(log_start, now_start):
+                assert true_ms >= stamps[offset] + retention_ms, f"{where}: {offset} deleted early"
+                held.pop(offset, None)
+            log_start = max(log_start, now_start)
+        c.sim.settle()
+        c.sim.check_stores()

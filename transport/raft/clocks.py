@@ -6,7 +6,8 @@ arrival and reads the peer's clock now as that reading plus the monotonic time s
 arrives after it was taken, so the estimate runs behind the peer's clock by the message's
 transit: it errs low. A leader has a majority's readings from the moment it wins (the vote
 answers carry them) and fresh ones with every append answer; a quiesced group's readings age,
-extrapolated by the monotonic clock.
+extrapolated by the monotonic clock. A peer whose link closed has no reading until it speaks
+again.
 
 ``quorum_ms`` is the highest time that a majority of the voters' clocks (this replica's own
 included) have reached: the ``n // 2``-th reading from the top. A minority of clocks, however far
@@ -37,6 +38,11 @@ class QuorumClock:
         """A message from ``peer`` carried ``wall_ms`` (anything but an int is ignored)."""
         if type(wall_ms) is int:
             self._readings[peer] = (wall_ms, self._monotonic_s())
+
+    def forget(self, peer: str) -> None:
+        """The link to ``peer`` closed: its last reading no longer counts (a broker that died
+        with a wrong clock must not vote with it while it is down)."""
+        self._readings.pop(peer, None)
 
     def reading_ms(self, peer: str) -> int | None:
         """``peer``'s clock now, as estimated from its latest message; None before one."""

@@ -636,6 +636,7 @@ class _HardenedSyncObj(SyncObj):
         cannot keep us anyway. The random spread keeps the surviving followers from splitting
         the vote. A crashed host or a partition (no close seen) still waits for the timeout."""
         self._SyncObj__connectedNodes.discard(node)
+        self._raftq.clock.forget(node.id)  # a dead broker's last clock reading is no vote
         if self._quiesced and (
             node == self._SyncObj__raftLeader or self._SyncObj__raftState == _LEADER
         ):
