@@ -27,6 +27,7 @@ from partitions.store import MemoryStore, PartitionStore
 from proto import common_pb2, partition_pb2
 from proto.common_pb2 import ErrorCode
 from tests.sim.cluster import SimBroker, SimCluster, no_fsync
+from transport.raft.clocks import QuorumClock
 
 SKEW_MS = 2000
 SECOND_MS = 1000
@@ -117,6 +118,31 @@ def replica(request: pytest.FixtureRequest, tmp_path: Path) -> Replica:
     r = Replica(STORES[request.param](tmp_path))
     assert r.apply(T0_MS, configure=partition_pb2.Configure(config=topic_config())).error == 0
     return r
+
+
+# -- the quorum clock ------------------------------------------------------------------------
+
+
+def test_the_quorum_clock_is_the_time_a_majority_of_voters_have_reached() -> None:
+    now = {"wall": 1000.0, "mono": 50.0}
+    clock = QuorumClock(lambda: now["wall"], lambda: now["mono"])
+    peers = ["b", "c"]
+    assert clock.quorum_ms([]) == 1_000_000  # a single voter: its own clock
+    assert clock.quorum_ms(peers) is None  # 1 of 3 heard: no majority
+    clock.heard("b", 1_000_000 + 8 * DAY_MS)  # b runs 8 days ahead
+    assert clock.quorum_ms(peers) == 1_000_000  # {own, b}: the lower
+    clock.heard("c", 1_000_000 - 5 * MINUTE_MS)  # c runs 5 minutes behind
+    assert clock.quorum_ms(peers) == 1_000_000  # the median: neither moves it
+    now["wall"], now["mono"] = 1010.0 + 8 * 86_400, 60.0  # 10 s on, our clock 8 days ahead
+    clock.heard("b", 1_010_000)  # b put right
+    # Readings now: own 8 days ahead, b true, c 5 minutes behind plus the 10 s since: b.
+    assert clock.quorum_ms(peers) == 1_010_000
+    now["mono"] = 61.0
+    assert clock.quorum_ms(peers) == 1_011_000  # b's reading advances by monotonic time
+    clock.heard("c", "not a number")  # ignored
+    clock.forget("b")  # b's link closed
+    assert clock.quorum_ms(peers) == 1_000_000 - 5 * MINUTE_MS + 11_000  # the lower of own, c
+    assert clock.quorum_ms(["b", "c", "d", "e"]) is None  # 2 of 5 heard
 
 
 # -- the pure machine -----------------------------------------------------------------------
