@@ -16,9 +16,10 @@ One thread, a step every ``interval_s`` (sooner when the table changes). Each st
    like Kafka's preferred-leader election: placement spreads preferred leaders evenly);
 4. on the metadata leader: expires consumer sessions (LeaveGroup + lease release), deletes
    groups empty for ``groups.offsets_retention_ms`` by its clock, and groups an interrupted
-   DeleteGroup left deleting (on the service's background pool: a slow partition never delays
-   this thread), and promotes a caught-up learner while voters are missing
-   (``Membership.promote_voters``);
+   DeleteGroup left deleting, and forgets Spark txn watermarks not raised for
+   ``txns.expiration_ms`` (both on the service's background pool: a slow partition or a
+   metadata group without quorum never delays this thread), and promotes a caught-up learner
+   while voters are missing (``Membership.promote_voters``);
 5. refreshes the broker's gRPC health (``Broker.not_ready``), so health ``Watch`` streams follow;
 6. every 0.1 s, runs the proposer housekeeping of replicas with sends in flight (a send
    stream's sends have no waiting thread to do it: broker/proposer.py ``maintain``).
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from broker.replica import PartitionReplica, group_name
 from broker.service import dead_letter_partition, dead_letter_record
+from metadata.machine import EXPIRE_TXNS_MAX
 from metadata.table import Table
 from partitions.rows import OutboxRow
 from proto import api_pb2, common_pb2, errors, internal_pb2, partition_pb2
@@ -90,6 +92,16 @@ def expired_groups(table: Table, retention_ms: int, now_ms: int) -> list[tuple[s
     return sorted(out)
 
 
+def expired_txns(table: Table, expiration_ms: int, now_ms: int) -> list[tuple[str, str]]:
+    """Spark watermarks ((app id, scope)) last raised at least ``expiration_ms`` before the
+    metadata leader's ``now_ms``, sorted (0 = never expire)."""
+    if not expiration_ms:
+        return []
+    return sorted(
+        key for key in table.txns if table.txn_committed_ms.get(key, 0) + expiration_ms <= now_ms
+    )
+
+
 class Backend:
     def __init__(self, broker: Broker, *, interval_s: float = 0.1) -> None:
         self.broker = broker
@@ -109,6 +121,7 @@ class Backend:
         self._outbox_empty_at: dict[str, int] = {}  # replica name -> outbox_seq seen empty
         self._swept: tuple[int, frozenset[int]] | None = None  # table topic ids last swept
         self._deleting: set[str] = set()  # groups whose deletion runs on the background pool
+        self._expiring_txns = False  # an ExpireTxns runs on the background pool
 
     def start(self) -> None:
         self._thread.start()
@@ -449,6 +462,33 @@ class Backend:
         if self._every("group expiry", expiry_interval_s(retention_ms)):
             for name, empty_since_ms in expired_groups(table, retention_ms, b.service.now_ms()):
                 self._delete_group(name, empty_since_ms)
+        expiration_ms = b.config.txns.expiration_ms
+        if expiration_ms and self._every("txn expiry", expiry_interval_s(expiration_ms)):
+            now_ms = b.service.now_ms()
+            apps = expired_txns(table, expiration_ms, now_ms)
+            if apps:
+                self._expire_txns(apps[:EXPIRE_TXNS_MAX], now_ms - expiration_ms)
+
+    def _expire_txns(self, apps: list[tuple[str, str]], committed_before_ms: int) -> None:
+        """Propose ExpireTxns on the service's background pool (one at a time)."""
+        if self._expiring_txns:
+            return
+        self._expiring_txns = True
+
+        def run() -> None:
+            try:
+                self.broker.service.expire_txns_here(
+                    apps, committed_before_ms, GROUP_DELETE_TIMEOUT_S
+                )
+            except errors.RaftqError as exc:
+                logger.info("[group=metadata] txn expiry deferred: %s (will retry)", exc)
+            finally:
+                self._expiring_txns = False
+
+        try:
+            self.broker.service.background(run)
+        except RuntimeError:  # shutting down
+            self._expiring_txns = False
 
     def _delete_group(self, name: str, empty_since_ms: int) -> None:
         """Delete an expired group (or finish a deletion left half done) on the service's

@@ -553,6 +553,18 @@ class LogSettings(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
+@dataclass(frozen=True, kw_only=True)
+class TxnSettings(_Section):
+    """Spark writers' committed-batch watermarks (Admin.CommitTxn) in the metadata table."""
+
+    SECTION: ClassVar[str] = "txns"
+
+    # A watermark not raised for this long is forgotten (Kafka's transactional.id.expiration.ms,
+    # 7 days): a Spark query restarted later from an old checkpoint may write that batch again.
+    # 0 = never.
+    expiration_ms: int = _setting(604_800_000, min=0)
+
+
 _SECTIONS: dict[str, type[_Section]] = {
     "broker": BrokerSettings,
     "raft": RaftSettings,
@@ -562,6 +574,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "client": ClientSettings,
     "security": SecuritySettings,
     "log": LogSettings,
+    "txns": TxnSettings,
 }
 
 
@@ -577,6 +590,7 @@ class BrokerConfig:
     client: ClientSettings = field(default_factory=ClientSettings)
     security: SecuritySettings = field(default_factory=SecuritySettings)
     log: LogSettings = field(default_factory=LogSettings)
+    txns: TxnSettings = field(default_factory=TxnSettings)
 
     def __post_init__(self) -> None:
         problems = self._relations()

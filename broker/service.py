@@ -1258,6 +1258,15 @@ class BrokerService:
         )
         return out
 
+    def expire_txns_here(
+        self, keys: list[tuple[str, str]], committed_before_ms: int, timeout_s: float
+    ) -> None:
+        """On the metadata leader: forget the watermarks of ``keys`` ((app id, scope)) not
+        raised since ``committed_before_ms``. Raises InvalidArgument, Unavailable, Timeout."""
+        data = self.frontend.expire_txns(keys, committed_before_ms, now_ms=self.now_ms())
+        self.meta_propose(data, timeout_s)
+        logger.info("[group=metadata] txn watermarks expired: %s", keys[:20])
+
     def _forget_group(self, group: GroupInfo, deadline: float) -> api_pb2.DeleteGroupResponse:
         """ForgetGroup on every partition of the group's existing topics (idempotent)."""
         out = api_pb2.DeleteGroupResponse()

@@ -420,6 +420,19 @@ class MetadataFrontend:
         machine.on_commit_txn(table, cmd, now_ms, table.applied_index + 1)
         return self._encode(now_ms, commit_txn=cmd)
 
+    def expire_txns(
+        self, keys: Iterable[tuple[str, str]], committed_before_ms: int, *, now_ms: int
+    ) -> bytes:
+        """Forget the watermarks of ``keys`` ((app id, scope)) not raised since
+        ``committed_before_ms`` (the metadata leader's expiry). Raises InvalidArgument (normal)
+        for no, too many or bad keys."""
+        cmd = metadata_pb2.ExpireTxns(
+            txns=[metadata_pb2.TxnRef(app_id=a, scope=s) for a, s in sorted(set(keys))],
+            committed_before_ms=committed_before_ms,
+        )
+        machine.check_expire_txns(cmd)
+        return self._encode(now_ms, expire_txns=cmd)
+
     # -- helpers ----------------------------------------------------------------------------------
 
     def _configured(

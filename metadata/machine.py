@@ -73,6 +73,7 @@ PARTITIONS_MAX = 10_000  # per topic
 SUBSCRIPTIONS_MAX = 1_000  # topics per member
 LEAVE_MEMBERS_MAX = 10_000  # member ids per LeaveGroup
 MOVES_MAX = 100_000  # reassignments per DeregisterBroker
+EXPIRE_TXNS_MAX = 10_000  # app ids per ExpireTxns
 SESSION_TIMEOUT_MS_MAX = 24 * 3600 * 1000  # a hard bound; brokers configure tighter ones
 BROKER_ID_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -206,6 +207,7 @@ class MetadataMachine:
             "leave_group": on_leave_group,
             "delete_group": on_delete_group,
             "commit_txn": on_commit_txn,
+            "expire_txns": on_expire_txns,
         }
 
     @property
@@ -643,5 +645,46 @@ def on_commit_txn(
     current = table.txns.get(key)
     if current is not None and cmd.version <= current:
         return table, metadata_pb2.MetaResult(changed=False, txn_version=current)
-    new = replace(table, txns=frozen_map({**table.txns, key: cmd.version}))
+    new = replace(
+        table,
+        txns=frozen_map({**table.txns, key: cmd.version}),
+        # at least 1: 0 means "from before committed_ms" in a snapshot
+        txn_committed_ms=frozen_map({**table.txn_committed_ms, key: max(now_ms, 1)}),
+    )
     return new, metadata_pb2.MetaResult(changed=True, txn_version=cmd.version)
+
+
+def check_expire_txns(cmd: metadata_pb2.ExpireTxns) -> set[tuple[str, str]]:
+    """The (app id, scope) keys named; raises InvalidArgument for none or too many, a bad
+    one, or a negative time."""
+    if not 1 <= len(cmd.txns) <= EXPIRE_TXNS_MAX:
+        raise errors.InvalidArgument(f"name 1..{EXPIRE_TXNS_MAX} txn watermarks")
+    for ref in cmd.txns:
+        check_name(ref.app_id, "app_id")
+        if ref.scope:
+            check_topic_name(ref.scope, "scope")
+    if cmd.committed_before_ms < 0:
+        raise errors.InvalidArgument(f"committed_before_ms {cmd.committed_before_ms} must be >= 0")
+    return {(ref.app_id, ref.scope) for ref in cmd.txns}
+
+
+def on_expire_txns(
+    table: Table, cmd: metadata_pb2.ExpireTxns, now_ms: int, index: int
+) -> tuple[Table, metadata_pb2.MetaResult]:
+    """Forget the named watermarks last raised at or before ``committed_before_ms`` (the
+    leader's judgement, carried in the command); unknown or since-raised ones are kept."""
+    gone = {
+        key
+        for key in check_expire_txns(cmd)
+        if key in table.txns and table.txn_committed_ms.get(key, 0) <= cmd.committed_before_ms
+    }
+    if not gone:
+        return table, metadata_pb2.MetaResult(changed=False)
+    new = replace(
+        table,
+        txns=frozen_map({k: v for k, v in table.txns.items() if k not in gone}),
+        txn_committed_ms=frozen_map(
+            {k: t for k, t in table.txn_committed_ms.items() if k not in gone}
+        ),
+    )
+    return new, metadata_pb2.MetaResult(changed=True)

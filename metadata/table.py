@@ -242,6 +242,8 @@ class Table:
     groups: immutables.Map[str, GroupInfo] = field(default_factory=_no_groups)
     # Spark (app id, scope = target topic or "") -> committed-batch watermark
     txns: Mapping[tuple[str, str], int] = field(default_factory=_empty)
+    # the same keys -> now_ms of the CommitTxn that last raised the watermark (expiry)
+    txn_committed_ms: Mapping[tuple[str, str], int] = field(default_factory=_empty)
     next_topic_id: int = 1
     applied_index: int = 0
     clock_ms: int = 0  # the highest now_ms applied: time here never goes backwards
@@ -320,7 +322,12 @@ class Table:
             topics=[self.topics[t].to_proto() for t in sorted(self.topics)],
             groups=[self.groups[g].to_proto() for g in sorted(self.groups)],
             txns=[
-                metadata_pb2.TxnWatermark(app_id=a, scope=s, version=self.txns[(a, s)])
+                metadata_pb2.TxnWatermark(
+                    app_id=a,
+                    scope=s,
+                    version=self.txns[(a, s)],
+                    committed_ms=self.txn_committed_ms.get((a, s), 0),
+                )
                 for a, s in sorted(self.txns)
             ],
         )
@@ -334,6 +341,10 @@ class Table:
                 {g.name: GroupInfo.from_proto(g, msg.clock_ms) for g in msg.groups}
             ),
             txns=frozen_map({(t.app_id, t.scope): t.version for t in msg.txns}),
+            # a watermark from before committed_ms is dated by the snapshot's clock
+            txn_committed_ms=frozen_map(
+                {(t.app_id, t.scope): t.committed_ms or msg.clock_ms for t in msg.txns}
+            ),
             next_topic_id=msg.next_topic_id,
             applied_index=msg.applied_index,
             clock_ms=msg.clock_ms,
@@ -382,6 +393,9 @@ class Table:
                 for name, g in sorted(self.groups.items())
             },
             "txns": {f"{a}[{s}]" if s else a: v for (a, s), v in sorted(self.txns.items())},
+            "txn_committed_ms": {
+                f"{a}[{s}]" if s else a: v for (a, s), v in sorted(self.txn_committed_ms.items())
+            },
         }
 
 

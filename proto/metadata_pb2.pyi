@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class MetaCommand(_message.Message):
-    __slots__ = ("now_ms", "register_broker", "deregister_broker", "create_topic", "delete_topic", "alter_topic_config", "reassign_partition", "join_group", "leave_group", "delete_group", "commit_txn")
+    __slots__ = ("now_ms", "register_broker", "deregister_broker", "create_topic", "delete_topic", "alter_topic_config", "reassign_partition", "join_group", "leave_group", "delete_group", "commit_txn", "expire_txns")
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     REGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
     DEREGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,7 @@ class MetaCommand(_message.Message):
     LEAVE_GROUP_FIELD_NUMBER: _ClassVar[int]
     DELETE_GROUP_FIELD_NUMBER: _ClassVar[int]
     COMMIT_TXN_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TXNS_FIELD_NUMBER: _ClassVar[int]
     now_ms: int
     register_broker: RegisterBroker
     deregister_broker: DeregisterBroker
@@ -31,7 +32,8 @@ class MetaCommand(_message.Message):
     leave_group: LeaveGroup
     delete_group: DeleteGroup
     commit_txn: CommitTxn
-    def __init__(self, now_ms: _Optional[int] = ..., register_broker: _Optional[_Union[RegisterBroker, _Mapping]] = ..., deregister_broker: _Optional[_Union[DeregisterBroker, _Mapping]] = ..., create_topic: _Optional[_Union[CreateTopic, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopic, _Mapping]] = ..., alter_topic_config: _Optional[_Union[AlterTopicConfig, _Mapping]] = ..., reassign_partition: _Optional[_Union[ReassignPartition, _Mapping]] = ..., join_group: _Optional[_Union[JoinGroup, _Mapping]] = ..., leave_group: _Optional[_Union[LeaveGroup, _Mapping]] = ..., delete_group: _Optional[_Union[DeleteGroup, _Mapping]] = ..., commit_txn: _Optional[_Union[CommitTxn, _Mapping]] = ...) -> None: ...
+    expire_txns: ExpireTxns
+    def __init__(self, now_ms: _Optional[int] = ..., register_broker: _Optional[_Union[RegisterBroker, _Mapping]] = ..., deregister_broker: _Optional[_Union[DeregisterBroker, _Mapping]] = ..., create_topic: _Optional[_Union[CreateTopic, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopic, _Mapping]] = ..., alter_topic_config: _Optional[_Union[AlterTopicConfig, _Mapping]] = ..., reassign_partition: _Optional[_Union[ReassignPartition, _Mapping]] = ..., join_group: _Optional[_Union[JoinGroup, _Mapping]] = ..., leave_group: _Optional[_Union[LeaveGroup, _Mapping]] = ..., delete_group: _Optional[_Union[DeleteGroup, _Mapping]] = ..., commit_txn: _Optional[_Union[CommitTxn, _Mapping]] = ..., expire_txns: _Optional[_Union[ExpireTxns, _Mapping]] = ...) -> None: ...
 
 class RegisterBroker(_message.Message):
     __slots__ = ("broker_id", "client_addr", "raft_addr", "rack")
@@ -147,6 +149,22 @@ class CommitTxn(_message.Message):
     scope: str
     def __init__(self, app_id: _Optional[str] = ..., version: _Optional[int] = ..., scope: _Optional[str] = ...) -> None: ...
 
+class ExpireTxns(_message.Message):
+    __slots__ = ("txns", "committed_before_ms")
+    TXNS_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_BEFORE_MS_FIELD_NUMBER: _ClassVar[int]
+    txns: _containers.RepeatedCompositeFieldContainer[TxnRef]
+    committed_before_ms: int
+    def __init__(self, txns: _Optional[_Iterable[_Union[TxnRef, _Mapping]]] = ..., committed_before_ms: _Optional[int] = ...) -> None: ...
+
+class TxnRef(_message.Message):
+    __slots__ = ("app_id", "scope")
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    scope: str
+    def __init__(self, app_id: _Optional[str] = ..., scope: _Optional[str] = ...) -> None: ...
+
 class BrokerState(_message.Message):
     __slots__ = ("broker_id", "client_addr", "raft_addr", "rack", "registered_ms")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -234,14 +252,16 @@ class GroupState(_message.Message):
     def __init__(self, name: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MemberState, _Mapping]]] = ..., topics: _Optional[_Iterable[str]] = ..., empty_since_ms: _Optional[int] = ..., deleting: _Optional[bool] = ...) -> None: ...
 
 class TxnWatermark(_message.Message):
-    __slots__ = ("app_id", "version", "scope")
+    __slots__ = ("app_id", "version", "scope", "committed_ms")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_MS_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     version: int
     scope: str
-    def __init__(self, app_id: _Optional[str] = ..., version: _Optional[int] = ..., scope: _Optional[str] = ...) -> None: ...
+    committed_ms: int
+    def __init__(self, app_id: _Optional[str] = ..., version: _Optional[int] = ..., scope: _Optional[str] = ..., committed_ms: _Optional[int] = ...) -> None: ...
 
 class ClusterSnapshot(_message.Message):
     __slots__ = ("applied_index", "clock_ms", "next_topic_id", "brokers", "topics", "groups", "txns")

@@ -698,6 +698,40 @@ def test_commit_txn_keeps_one_watermark_per_app_and_scope(cluster: Cluster) -> N
     cluster.rejected(commit("app", 1, "bad/scope"), ErrorCode.INVALID_ARGUMENT)
 
 
+def test_txn_watermarks_expire_only_if_not_raised_since_the_time_judged(cluster: Cluster) -> None:
+    def commit(app: str, version: int, now_ms: int) -> bytes:
+        return command(now_ms, commit_txn=metadata_pb2.CommitTxn(app_id=app, version=version))
+
+    def expire(before_ms: int, *apps: str, scope: str = "") -> bytes:
+        refs = [metadata_pb2.TxnRef(app_id=a, scope=scope) for a in apps]
+        msg = metadata_pb2.ExpireTxns(txns=refs, committed_before_ms=before_ms)
+        return command(90_000, expire_txns=msg)
+
+    cluster.ok(commit("a", 3, 1000))
+    cluster.ok(commit("b", 1, 2000))
+    assert not cluster.ok(commit("a", 2, 5000)).changed  # stale: not a raise, not dated
+    assert dict(cluster.table.txn_committed_ms) == {("a", ""): 1000, ("b", ""): 2000}
+    assert not cluster.ok(expire(999, "a", "b", "never")).changed  # just before: kept
+    assert cluster.ok(expire(1000, "a", "b")).changed  # at the limit: a goes, b was later
+    assert cluster.table.txn_version("a") is None and cluster.table.txn_version("b") == 1
+    assert dict(cluster.table.txn_committed_ms) == {("b", ""): 2000}
+    cluster.ok(commit("b", 2, 7000))  # raised since it was judged: kept
+    assert not cluster.ok(expire(6000, "b")).changed
+    assert cluster.ok(commit("a", 0, 8000)).txn_version == 0  # an expired app starts afresh
+    cluster.rejected(expire(1000), ErrorCode.INVALID_ARGUMENT)
+    cluster.rejected(expire(-1, "a"), ErrorCode.INVALID_ARGUMENT)
+    cluster.rejected(expire(1000, ""), ErrorCode.INVALID_ARGUMENT)
+    cluster.rejected(expire(1000, "a", scope="bad/scope"), ErrorCode.INVALID_ARGUMENT)
+    scoped = metadata_pb2.CommitTxn(app_id="a", version=4, scope="orders")
+    cluster.ok(command(9000, commit_txn=scoped))  # stamped 90_000: the clock never goes back
+    assert not cluster.ok(expire(90_000, "a", scope="audit")).changed  # another scope
+    assert cluster.ok(expire(90_000, "a", scope="orders")).changed  # only that scope goes
+    assert cluster.table.txn_version("a", "orders") is None and cluster.table.txn_version("a") == 0
+    too_many = [f"s{i}" for i in range(10_001)]
+    cluster.rejected(expire(1000, *too_many), ErrorCode.INVALID_ARGUMENT)
+    cluster.ok(expire(1000, *too_many[:10_000]))
+
+
 # -- snapshots and statistics ---------------------------------------------------------------------
 
 
@@ -754,6 +788,16 @@ def test_a_snapshot_from_before_empty_since_dates_empty_groups_by_its_clock() ->
     assert again.dump() == machine.dump()
 
 
+def test_a_snapshot_from_before_committed_ms_dates_watermarks_by_its_clock() -> None:
+    old = metadata_pb2.ClusterSnapshot(
+        applied_index=3, clock_ms=55_000, txns=[metadata_pb2.TxnWatermark(app_id="s", version=4)]
+    )
+    machine = MetadataMachine()
+    machine.restore_bytes(old.SerializeToString())
+    assert machine.table.txn_version("s") == 4
+    assert dict(machine.table.txn_committed_ms) == {("s", ""): 55_000}
+
+
 def test_restore_of_garbage_raises_and_keeps_the_table() -> None:
     c = populated()
     before = c.machine.dump()
@@ -784,7 +828,7 @@ def random_command(rng: random.Random, table: Table) -> bytes:
     """One plausible, often invalid, command, planned against ``table`` where a frontend would
     be (topic ids, drain moves); 1 in 20 is random bytes."""
     now_ms = rng.randrange(0, 10_000)
-    kind = rng.randrange(20)
+    kind = rng.randrange(21)
     brokers = sorted(table.brokers)
 
     def some_replicas(n: int) -> list[int]:
@@ -869,11 +913,21 @@ def random_command(rng: random.Random, table: Table) -> bytes:
             group=name, empty_since_ms=since, finish=rng.random() < 0.4
         )
         return command(now_ms, delete_group=msg_delete)
-    msg_txn = metadata_pb2.CommitTxn(app_id=rng.choice(["s1", "s2"]), version=rng.randrange(-1, 6))
+    if kind == 18:
+        refs = [
+            metadata_pb2.TxnRef(app_id=a, scope=rng.choice(["", "", "a"]))
+            for a in rng.sample(["s1", "s2", "s3"], rng.randrange(0, 3))
+        ]
+        expire = metadata_pb2.ExpireTxns(txns=refs, committed_before_ms=rng.randrange(-1, 9000))
+        return command(now_ms, expire_txns=expire)
+    msg_txn = metadata_pb2.CommitTxn(
+        app_id=rng.choice(["s1", "s2"]), version=rng.randrange(-1, 6), scope=rng.choice(["", "a"])
+    )
     return command(now_ms, commit_txn=msg_txn)
 
 
 def check_invariants(table: Table) -> None:
+    assert table.txns.keys() == table.txn_committed_ms.keys()
     ids = [t.topic_id for t in table.topics.values()]
     assert len(set(ids)) == len(ids) and all(0 < i < table.next_topic_id for i in ids)
     for name, topic in table.topics.items():
