@@ -456,9 +456,20 @@ def group_list(args: argparse.Namespace) -> int:
     if args.json:
         emit_json([to_dict(g) for g in groups], sys.stdout)
     else:
-        rows = ((g.group, g.generation, g.members, ",".join(g.topics)) for g in groups)
-        table(("GROUP", "GENERATION", "MEMBERS", "TOPICS"), rows, sys.stdout)
+        rows = (
+            (g.group, _group_state(g), g.generation, g.members, ",".join(g.topics) or "-")
+            for g in groups
+        )
+        table(("GROUP", "STATE", "GENERATION", "MEMBERS", "TOPICS"), rows, sys.stdout)
     return 0
+
+
+def _group_state(group: api_pb2.GroupSummary) -> str:
+    """Kafka's names: Stable (members), Empty (none: its offsets kept until
+    groups.offsets_retention_ms), Deleting (a DeleteGroup under way)."""
+    if group.deleting:
+        return "Deleting"
+    return "Stable" if group.members else "Empty"
 
 
 def group_describe(args: argparse.Namespace) -> int:

@@ -24,3 +24,15 @@ def test_partition_apply_quick_run_prints_the_table() -> None:
     for metric in ("append: apply / raw", "lease+ack fifo", "lease+ack priority", "append at"):
         assert metric in out, out
     assert "- cpu:" in out and "- sqlite:" in out, out
+
+
+def test_group_join_quick_run_prints_the_table() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "group_join", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "join at 10 groups" in done.stdout and "join at 1,000 / at 10 groups" in done.stdout

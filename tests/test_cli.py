@@ -125,8 +125,9 @@ def test_group_and_cluster_commands(capsys: pytest.CaptureFixture[str], bootstra
     run(capsys, bootstrap, "produce", "orders", "--count", "4")
     run(capsys, bootstrap, "consume", "orders", "--group", "g", "--count", "1", "--no-ack")
     code, out, _ = run(capsys, bootstrap, "group", "list")
-    assert code == 0 and out.splitlines()[0].split() == ["GROUP", "GENERATION", "MEMBERS", "TOPICS"]
-    assert out.splitlines()[1].split()[0] == "g"
+    header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
+    assert header == ["GROUP", "STATE", "GENERATION", "MEMBERS", "TOPICS"]
+    assert row[:2] == ["g", "Empty"] and row[3:] == ["0", "orders"]  # the consumer left
     described = run_json(capsys, bootstrap, "group", "describe", "g")
     assert isinstance(described, dict) and described["members"] == []  # the consumer left
     assert sum(int(p["lag"]) for p in described["partitions"]) == 4  # nothing acked
