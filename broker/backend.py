@@ -460,7 +460,8 @@ class Backend:
             b.service.remove_members(group, members, "session expired", 5.0)
         retention_ms = b.config.groups.offsets_retention_ms
         if self._every("group expiry", expiry_interval_s(retention_ms)):
-            for name, empty_since_ms in expired_groups(table, retention_ms, b.service.now_ms()):
+            now_ms = b.meta.expiry_now_ms()  # quorum clock less the skew: never early
+            for name, empty_since_ms in expired_groups(table, retention_ms, now_ms):
                 self._delete_group(name, empty_since_ms)
         expiration_ms = b.config.txns.expiration_ms
         if expiration_ms and self._every("txn expiry", expiry_interval_s(expiration_ms)):

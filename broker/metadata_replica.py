@@ -5,7 +5,9 @@ its Table is immutable and swapped in whole, so any thread reads ``table`` witho
 Snapshots are the machine's deterministic ``snapshot_bytes()`` written to the path the Raft
 node gives; on restart the node restores the snapshot and replays the journal after it.
 
-Only the leader proposes, and it stamps ``now_ms`` (frontends plan with the leader's clock too).
+Only the leader proposes, and it stamps ``now_ms``: the group's quorum clock, the time a majority
+of the voters' clocks have reached (transport/raft/clocks.py), so one broker's wrong clock does
+not move metadata time (frontends plan with the broker's clock; the stamp is what counts).
 Waiters can block until the table reaches an applied index (``wait_for``), which is how a
 broker that just forwarded a change reads its own write.
 """
@@ -44,11 +46,13 @@ class MetadataReplica:
         clock: Callable[[], float] = time.time,
         standby: bool = False,
         learners: Sequence[str] = (),
+        max_clock_skew_ms: int = 2000,
     ) -> None:
         """``voters``: every member of the group (learners too); ``learners``: the members that
-        do not vote (broker/membership.py)."""
+        do not vote (broker/membership.py); ``max_clock_skew_ms``: raft.max_clock_skew_ms."""
         self.machine = MetadataMachine()
         self._clock = clock
+        self.max_clock_skew_ms = max_clock_skew_ms
         self._changed = threading.Condition()
         self._listeners: list[Callable[[Table], None]] = []
         self.self_addr = self_addr
@@ -67,6 +71,7 @@ class MetadataReplica:
             group_commit=True,
             standby=standby,  # joining (broker/membership.py): no campaigns until added
             learners=learners,
+            wall_clock=clock,
         )
         self._driver = driver
         driver.register(GROUP, self.node)
@@ -103,6 +108,22 @@ class MetadataReplica:
             "groups": len(table.groups),
         }
 
+    def now_ms(self) -> int:
+        """Metadata time as this replica would stamp it now (meaningful on the leader): the
+        group's quorum clock; while fewer than a majority of voters have been heard from, the
+        time already applied (on an empty table, this broker's clock)."""
+        quorum_ms = self.node.quorum_clock_ms()
+        if quorum_ms is not None:
+            return quorum_ms
+        applied_ms = self.machine.table.clock_ms
+        return applied_ms if applied_ms else int(self._clock() * 1000)
+
+    def expiry_now_ms(self) -> int:
+        """The time by which the leader judges an expiry of stamped times (empty groups):
+        ``now_ms`` less ``max_clock_skew_ms``, the error the quorum clock may still have, so
+        nothing expires before its time by a true clock."""
+        return self.now_ms() - self.max_clock_skew_ms
+
     def on_change(self, listener: Callable[[Table], None]) -> None:
         """Call ``listener(table)`` after every applied change, on the Raft driver thread: it
         must not block."""
@@ -130,7 +151,7 @@ class MetadataReplica:
         """
         stamped = metadata_pb2.MetaCommand()
         stamped.CopyFrom(command)
-        stamped.now_ms = int(self._clock() * 1000)
+        stamped.now_ms = self.now_ms()
         result = self.node.propose_sync(stamped.SerializeToString(), timeout_s)
         if isinstance(result, ApplyError):
             raise errors.Internal(f"[group={GROUP}] apply failed: {result.message}")

@@ -88,6 +88,7 @@ class Broker:
             timings=self.timings,
             fsync=config.raft.fsync,
             standby=joining,
+            max_clock_skew_ms=config.raft.max_clock_skew_ms,
         )
         self.frontend = MetadataFrontend(
             topic_defaults=TopicDefaults.from_settings(config.topic_defaults),

@@ -14,20 +14,24 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from broker.metadata_replica import MetadataReplica
 from broker.replica import PartitionReplica
 from partitions.machine import PartitionMachine
 from partitions.sqlite_store import SqliteStore
 from partitions.store import MemoryStore, PartitionStore
-from proto import common_pb2, partition_pb2
+from proto import common_pb2, metadata_pb2, partition_pb2
 from proto.common_pb2 import ErrorCode
-from tests.sim.cluster import SimBroker, SimCluster, no_fsync
+from tests.sim.cluster import STEP_S, TIMINGS, SimBroker, SimCluster, no_fsync
 from transport.raft.clocks import QuorumClock
+from transport.raft.driver import RaftDriver
+from transport.raft.hub import Hub
 
 SKEW_MS = 2000
 SECOND_MS = 1000
@@ -551,3 +555,70 @@ def test_randomized_cluster_with_wild_clocks_never_grants_twice_nor_deletes_earl
             log_start = max(log_start, now_start)
         c.sim.settle()
         c.sim.check_stores()
+
+
+def test_metadata_time_is_the_quorum_clock_and_expiry_waits_the_skew(tmp_path: Path) -> None:
+    """The metadata group stamps its quorum clock too: a metadata leader 8 days ahead neither
+    dates what it registers 8 days ahead nor expires empty groups early (expiry judged at the
+    quorum clock less max_clock_skew_ms)."""
+    hub = Hub(11)
+    addrs = [f"10.0.1.{i + 1}:7000" for i in range(3)]
+    offsets_s = dict.fromkeys(addrs, 0.0)
+    replicas: list[MetadataReplica] = []
+    drivers: list[RaftDriver] = []
+
+    def step(n: int = 1) -> None:
+        for _ in range(n):
+            hub.clock.advance(STEP_S)
+            for driver in drivers:
+                driver.run_once(0.0)
+
+    def true_ms() -> int:
+        return int(hub.clock.now() * 1000)
+
+    def skewed(addr: str) -> Callable[[], float]:
+        return lambda: hub.clock.now() + offsets_s[addr]
+
+    with hub.time(), no_fsync():
+        try:
+            for addr in addrs:
+                driver = RaftDriver(hub.endpoint(addr), tick_interval_s=0.02, clock=hub.clock)
+                drivers.append(driver)
+                replicas.append(
+                    MetadataReplica(
+                        data_dir=tmp_path / addr.replace(":", "_"),
+                        self_addr=addr,
+                        voters=addrs,
+                        driver=driver,
+                        timings=TIMINGS,
+                        clock=skewed(addr),
+                        max_clock_skew_ms=SKEW_MS,
+                    )
+                )
+            while not any(r.is_leader() for r in replicas):
+                step()
+            (leader,) = [r for r in replicas if r.is_leader()]
+            offsets_s[leader.self_addr] = 8 * 86_400.0
+            step(100)  # a second: every clock heard anew
+            assert abs(leader.now_ms() - true_ms()) < SECOND_MS
+            assert leader.expiry_now_ms() == leader.now_ms() - SKEW_MS
+            outcome: list[object] = []
+            register = metadata_pb2.MetaCommand(
+                register_broker=metadata_pb2.RegisterBroker(
+                    broker_id=1, client_addr="10.0.1.1:9000", raft_addr=addrs[0]
+                )
+            )
+            worker = threading.Thread(
+                target=lambda: outcome.append(leader.propose(register, timeout_s=60.0))
+            )
+            worker.start()
+            while worker.is_alive():
+                step()
+            worker.join()
+            assert outcome, "the proposal failed"
+            registered_ms = leader.table.brokers[1].registered_ms
+            assert abs(registered_ms - true_ms()) < 2 * SECOND_MS
+            assert leader.table.clock_ms <= true_ms() + SKEW_MS
+        finally:
+            for replica in replicas:
+                replica.close()
