@@ -24,6 +24,7 @@ BENCHMARKS = [
     "bench.cluster_append",
     "bench.spark_write",
     "bench.group_join",
+    "bench.aio_client",
 ]
 
 

@@ -52,7 +52,7 @@ def test_the_tour_runs_as_written(dev_cluster: tuple[DevUp, str]) -> None:
     _, bootstrap = dev_cluster
     tour = section("A five-minute tour")
     (shell,) = blocks(tour, "bash")
-    (python,) = blocks(tour, "python")
+    python, asyncio_python = blocks(tour, "python")
 
     done = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", shell],
@@ -75,6 +75,12 @@ def test_the_tour_runs_as_written(dev_cluster: tuple[DevUp, str]) -> None:
     lines = printed.getvalue().splitlines()
     offsets = [line for line in lines if re.fullmatch(r"\[\d+, \d+, \d+\]", line)]
     assert len(offsets) == 1, lines
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(asyncio_python.replace("127.0.0.1:7070", first), "README.md", "exec"), {})
+    lines = printed.getvalue().splitlines()
+    assert re.fullmatch(r"\d+ \d+", lines[0]) and "jobs" in lines[-1], lines
 
 
 def test_the_inspect_examples_run_as_written(dev_cluster: tuple[DevUp, str]) -> None:

@@ -21,6 +21,9 @@ Import the clients from here. The package's modules:
 - :mod:`broker.client.producer`: :class:`Producer`: batching, ordering, retries, idempotence.
 - :mod:`broker.client.consumer`: :class:`Consumer` and :class:`Message`: at-least-once
   delivery with leases, rebalances.
+- :mod:`broker.client.aio`: :class:`AsyncProducer`, :class:`AsyncConsumer` (``async for``),
+  :class:`AsyncAdmin` for asyncio, on ``grpc.aio``, sharing the pure parts above.
+- :mod:`broker.client.admin_calls`: what each admin call sends and returns (pure).
 - :class:`SendFuture` and :class:`RecordMetadata` are :mod:`broker.send_future`'s.
 
 Tuning constants (``DOWN_S``, ``RETRY_BACKOFF_MS``, ``POLL_WAIT_MS_MAX``...) are re-exported

@@ -1,35 +1,23 @@
 """The raftq :class:`Admin` client: topics, groups, the cluster, records, transactions.
 
 Each call goes to any bootstrap broker (:meth:`_Channels.call_any`) and answers the API's
-protobufs (``proto/api.proto``); failures raise the typed :mod:`proto.errors`. An Admin holds
-no threads: it pickles as its bootstrap (and security), and channels are re-created where it
-lands, so a Spark driver can ship one to its executors.
+protobufs (``proto/api.proto``); failures raise the typed :mod:`proto.errors`. What each call
+sends and how its answer is read is :mod:`broker.client.admin_calls`, shared with the asyncio
+:class:`broker.client.aio.AsyncAdmin`. An Admin holds no threads: it pickles as its bootstrap
+(and security), and channels are re-created where it lands, so a Spark driver can ship one to
+its executors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
+from broker.client import admin_calls as calls
 from broker.client.channels import _DEFAULTS, DEFAULT_BOOTSTRAP, _Channels, channel_security
-from proto import api_pb2, common_pb2, errors
+from proto import api_pb2
 
-
-def _config_update(config: Mapping[str, Any]) -> api_pb2.TopicConfigUpdate:
-    """Keyword settings (``ordering="priority"``, ``lease_ms=5000``...) → TopicConfigUpdate."""
-    update = api_pb2.TopicConfigUpdate()
-    for name, value in config.items():
-        if value is None:
-            continue
-        if name not in api_pb2.TopicConfigUpdate.DESCRIPTOR.fields_by_name:
-            known = ", ".join(api_pb2.TopicConfigUpdate.DESCRIPTOR.fields_by_name)
-            raise errors.InvalidArgument(f"no topic setting {name!r}; known: {known}")
-        if name == "ordering" and isinstance(value, str):
-            if value.upper() not in ("FIFO", "PRIORITY"):
-                raise errors.InvalidArgument(f"ordering {value!r}: use fifo or priority")
-            value = common_pb2.Ordering.Value(value.upper())
-        setattr(update, name, value)
-    return update
+R = TypeVar("R")
 
 
 class Admin:
@@ -49,8 +37,12 @@ class Admin:
         security = channel_security(tls_ca_file, tls_cert_file, tls_key_file, token)
         self._channels = _Channels(bootstrap, request_timeout_ms, security)
 
-    def _admin(self, method: str, request: Any) -> Any:
-        return self._channels.call_any(lambda s, t: getattr(s.admin, method)(request, timeout=t))
+    def _run(self, call: calls.Call[R]) -> R:
+        def send(stubs: Any, timeout_s: float) -> Any:
+            method = getattr(getattr(stubs, call.service), call.method)
+            return method(call.request, timeout=max(timeout_s, call.timeout_min_s))
+
+        return call.result(self._channels.call_any(send))
 
     def create_topic(
         self,
@@ -61,54 +53,34 @@ class Admin:
     ) -> api_pb2.TopicDescription:
         """Create a topic; absent settings take the broker's topic_defaults. TopicExists and
         InvalidArgument are normal failures."""
-        request = api_pb2.CreateTopicRequest(name=name, config=_config_update(config))
-        if partitions is not None:
-            request.partitions = partitions
-        if replication_factor is not None:
-            request.replication_factor = replication_factor
-        result: api_pb2.TopicDescription = self._admin("CreateTopic", request)
-        return result
+        return self._run(calls.create_topic(name, partitions, replication_factor, config))
 
     def delete_topic(self, name: str) -> None:
-        self._admin("DeleteTopic", api_pb2.DeleteTopicRequest(name=name))
+        self._run(calls.delete_topic(name))
 
     def list_topics(self) -> list[api_pb2.TopicSummary]:
-        return list(self._admin("ListTopics", api_pb2.ListTopicsRequest()).topics)
+        return self._run(calls.list_topics())
 
     def describe_topic(self, name: str) -> api_pb2.TopicDescription:
-        result: api_pb2.TopicDescription = self._admin(
-            "DescribeTopic", api_pb2.DescribeTopicRequest(name=name)
-        )
-        return result
+        return self._run(calls.describe_topic(name))
 
     def alter_topic_config(self, name: str, **config: Any) -> api_pb2.TopicDescription:
-        request = api_pb2.AlterTopicConfigRequest(name=name, config=_config_update(config))
-        result: api_pb2.TopicDescription = self._admin("AlterTopicConfig", request)
-        return result
+        return self._run(calls.alter_topic_config(name, config))
 
     def list_groups(self) -> list[api_pb2.GroupSummary]:
-        return list(self._admin("ListGroups", api_pb2.ListGroupsRequest()).groups)
+        return self._run(calls.list_groups())
 
     def describe_group(self, group: str) -> api_pb2.GroupDescription:
-        result: api_pb2.GroupDescription = self._admin(
-            "DescribeGroup", api_pb2.DescribeGroupRequest(group=group)
-        )
-        return result
+        return self._run(calls.describe_group(group))
 
     def delete_group(self, group: str) -> api_pb2.DeleteGroupResponse:
         """Delete an empty group and its delivery state on every partition.
 
         Raises (normal): UnknownGroup, GroupNotEmpty (members live), Unavailable (retry)."""
-        result: api_pb2.DeleteGroupResponse = self._admin(
-            "DeleteGroup", api_pb2.DeleteGroupRequest(group=group)
-        )
-        return result
+        return self._run(calls.delete_group(group))
 
     def describe_cluster(self) -> api_pb2.ClusterDescription:
-        result: api_pb2.ClusterDescription = self._admin(
-            "DescribeCluster", api_pb2.DescribeClusterRequest()
-        )
-        return result
+        return self._run(calls.describe_cluster())
 
     def update_record(
         self,
@@ -119,50 +91,26 @@ class Admin:
         priority: int | None = None,
         deliver_at_ms: int | None = None,
     ) -> None:
-        request = api_pb2.UpdateRecordRequest(topic=topic, partition=partition, offset=offset)
-        if priority is not None:
-            request.priority = priority
-        if deliver_at_ms is not None:
-            request.deliver_at_ms = deliver_at_ms
-        self._admin("UpdateRecord", request)
+        self._run(calls.update_record(topic, partition, offset, priority, deliver_at_ms))
 
     def cancel_record(self, topic: str, partition: int, offset: int) -> None:
-        self._admin(
-            "CancelRecord",
-            api_pb2.CancelRecordRequest(topic=topic, partition=partition, offset=offset),
-        )
+        self._run(calls.cancel_record(topic, partition, offset))
 
     def remove_broker(self, broker_id: int, timeout_s: float = 300.0) -> int:
         """Move every replica off ``broker_id``, deregister it and take it out of the metadata
         group (Admin.RemoveBroker); returns the number of replicas moved. Blocks until done or
         ``timeout_s``; after a Timeout or Unavailable call it again (it resumes). InvalidArgument
         (not registered, no live broker can take a replica) is normal."""
-        request = api_pb2.RemoveBrokerRequest(broker_id=broker_id)
-        response: api_pb2.RemoveBrokerResponse = self._channels.call_any(
-            lambda s, t: s.admin.RemoveBroker(request, timeout=max(t, timeout_s))
-        )
-        return response.moved_partitions
+        return self._run(calls.remove_broker(broker_id, timeout_s))
 
     def list_offsets(self, topic: str) -> list[api_pb2.PartitionOffsets]:
-        request = api_pb2.ListOffsetsRequest(topic=topic)
-        response = self._channels.call_any(lambda s, t: s.log.ListOffsets(request, timeout=t))
-        return list(response.partitions)
+        return self._run(calls.list_offsets(topic))
 
     def fetch(
         self, topic: str, partition: int, offset: int, max_records: int = 500, max_bytes: int = 0
     ) -> api_pb2.FetchResponse:
         """Read the log without touching group state (replay, backfill)."""
-        request = api_pb2.FetchRequest(
-            topic=topic,
-            partition=partition,
-            offset=offset,
-            max_records=max_records,
-            max_bytes=max_bytes,
-        )
-        result: api_pb2.FetchResponse = self._channels.call_any(
-            lambda s, t: s.log.Fetch(request, timeout=t)
-        )
-        return result
+        return self._run(calls.fetch(topic, partition, offset, max_records, max_bytes))
 
     def producer_state(
         self, topic: str, producer_id: str, partitions: Sequence[int] = ()
@@ -170,24 +118,17 @@ class Admin:
         """An idempotent producer's last applied batch per partition (all partitions when
         none are named): ``known``, ``last_sequence``, ``last_offsets``. Forgotten after the
         topic's ``dedup_window_ms``. UnknownTopic / UnknownPartition are normal."""
-        request = api_pb2.ProducerStateRequest(
-            topic=topic, producer_id=producer_id, partitions=list(partitions)
-        )
-        response = self._channels.call_any(lambda s, t: s.log.ProducerState(request, timeout=t))
-        return {p.partition: p for p in response.partitions}
+        return self._run(calls.producer_state(topic, producer_id, partitions))
 
     def commit_txn(self, app_id: str, version: int, scope: str = "") -> int:
         """Raise ``app_id``'s committed-batch watermark for ``scope`` (the Spark writer's: its
         target topic) to ``version``; returns the watermark after the call (a stale version
         changes nothing). InvalidArgument is normal."""
-        request = api_pb2.CommitTxnRequest(app_id=app_id, version=version, scope=scope)
-        state = self._admin("CommitTxn", request)
-        return int(state.version)
+        return self._run(calls.commit_txn(app_id, version, scope))
 
     def get_txn(self, app_id: str, scope: str = "") -> int | None:
         """``app_id``'s committed-batch watermark for ``scope``; None when it never committed."""
-        state = self._admin("GetTxn", api_pb2.GetTxnRequest(app_id=app_id, scope=scope))
-        return int(state.version) if state.known else None
+        return self._run(calls.get_txn(app_id, scope))
 
     def close(self) -> None:
         self._channels.close()
@@ -197,3 +138,6 @@ class Admin:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+__all__ = ["Admin"]

@@ -26,9 +26,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from broker.client.channels import (
     _DEFAULTS,
@@ -47,8 +47,8 @@ POLL_WAIT_MS_MAX = 300_000  # the broker's longest long poll; poll() loops for l
 
 
 @dataclass
-class Message:
-    """One delivery of a record to this consumer; see the module docstring for leases."""
+class Delivery:
+    """One delivery of a record to a group member (the fields a Message carries)."""
 
     topic: str
     partition: int
@@ -61,7 +61,6 @@ class Message:
     lease_deadline_ms: int
     timestamp_ms: int = 0
     deliver_at_ms: int = 0
-    _consumer: Consumer | None = field(default=None, repr=False, compare=False)
 
     @property
     def ref(self) -> api_pb2.RecordRef:
@@ -71,6 +70,13 @@ class Message:
             offset=self.offset,
             delivery_count=self.delivery_count,
         )
+
+
+@dataclass
+class Message(Delivery):
+    """One delivery of a record to this consumer; see the module docstring for leases."""
+
+    _consumer: Consumer | None = field(default=None, repr=False, compare=False, kw_only=True)
 
     def _owner(self) -> Consumer:
         if self._consumer is None:
@@ -119,6 +125,188 @@ def _after_retry(method: str, outcome: Any) -> None:
         outcome.message = f"{errors.OutcomeUnknown.kind.hint}; the retry found: {outcome.message}"
 
 
+# --- the pure parts of a group member, shared with the asyncio client (aio.py) ----------
+
+FENCING = (errors.Fenced, errors.UnknownMember, errors.UnknownGroup)  # rejoin and try again
+D = TypeVar("D", bound=Delivery)
+
+
+def join_request(
+    group: str,
+    topics: Sequence[str],
+    session_timeout_ms: int,
+    start_from: int,
+    member_id: str | None,
+) -> api_pb2.JoinGroupRequest:
+    request = api_pb2.JoinGroupRequest(
+        group=group,
+        topics=topics,
+        session_timeout_ms=session_timeout_ms,
+        start_from=start_from,  # type: ignore[arg-type]
+    )
+    if member_id:
+        request.member_id = member_id
+    return request
+
+
+def start_from_value(start_from: str) -> int:
+    if start_from.upper() not in ("EARLIEST", "LATEST"):
+        raise errors.InvalidArgument(f"start_from {start_from!r}: use earliest or latest")
+    return int(partition_pb2.StartFrom.Value(start_from.upper()))
+
+
+def assignment_of(assignment: Iterable[api_pb2.TopicPartitions]) -> list[tuple[str, int]]:
+    return sorted((a.topic, p) for a in assignment for p in a.partitions)
+
+
+def poll_request(
+    group: str,
+    member_id: str,
+    generation: int,
+    max_records: int,
+    wait_ms: int,
+    lease_ms: int | None,
+) -> api_pb2.PollRequest:
+    request = api_pb2.PollRequest(
+        group=group,
+        member_id=member_id,
+        generation=generation,
+        max_records=max_records,
+        max_wait_ms=min(max(0, wait_ms), POLL_WAIT_MS_MAX),
+        compact=True,
+        columns=True,
+    )
+    if lease_ms is not None:
+        request.lease_ms = lease_ms
+    return request
+
+
+def deliveries(response: api_pb2.PollResponse, make: Callable[..., D]) -> list[D]:
+    """The deliveries of a PollResponse, each built by ``make`` (Message, AsyncMessage...)
+    with Delivery's fields in order."""
+    out = [
+        make(
+            r.topic,
+            r.partition,
+            r.offset,
+            r.record.key if r.record.HasField("key") else None,
+            r.record.value,
+            dict(r.record.headers),
+            r.record.priority,
+            r.delivery_count,
+            r.lease_deadline_ms,
+            r.timestamp_ms,
+            r.record.deliver_at_ms,
+        )
+        for r in response.records  # a broker without compact answers
+    ]
+    for batch in response.batches:
+        topic, partition = batch.topic, batch.partition
+        if batch.HasField("columns"):  # bare records: a value each, nothing else
+            c = batch.columns
+            deadline = c.lease_deadline_ms
+            out += [
+                make(topic, partition, offset, None, value, {}, 0, count, deadline, ts, 0)
+                for offset, count, ts, value in zip(
+                    c.offsets, c.delivery_counts, c.timestamps_ms, c.values, strict=True
+                )
+            ]
+            continue
+        for d in batch.deliveries:
+            stored = d.record
+            record = stored.record
+            out.append(
+                make(
+                    topic,
+                    partition,
+                    stored.offset,
+                    record.key if record.HasField("key") else None,
+                    record.value,
+                    dict(record.headers) if record.headers else {},
+                    record.priority,
+                    d.delivery_count,
+                    d.lease_deadline_ms,
+                    stored.timestamp_ms,
+                    record.deliver_at_ms,
+                )
+            )
+    return out
+
+
+_SETTLE_REQUESTS: dict[str, Any] = {
+    "Ack": api_pb2.AckRequest,
+    "Nack": api_pb2.NackRequest,
+    "ExtendLease": api_pb2.ExtendLeaseRequest,
+}
+
+
+def settle_request(
+    method: str,
+    group: str,
+    member_id: str,
+    generation: int,
+    messages: Sequence[Delivery],
+    extra: dict[str, int],
+) -> Any:
+    """An Ack (packed offsets per partition: only failures come back), Nack or ExtendLease
+    (a ref per message) of ``messages``."""
+    request = _SETTLE_REQUESTS[method](
+        group=group, member_id=member_id, generation=generation, **extra
+    )
+    if method == "Ack":
+        by_partition: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
+        for m in messages:
+            offsets, counts = by_partition.setdefault((m.topic, m.partition), ([], []))
+            offsets.append(m.offset)
+            counts.append(m.delivery_count)
+        for (topic, partition), (offsets, counts) in by_partition.items():
+            request.batches.add(
+                topic=topic, partition=partition, offsets=offsets, delivery_counts=counts
+            )
+    else:
+        request.refs.extend(m.ref for m in messages)
+    return request
+
+
+def settle_outcomes(
+    method: str, messages: Sequence[Delivery], response: Any, retried: bool
+) -> list[Any]:
+    """Each message's answer (None: settled) from a settle's response; after a retry
+    (``retried``) the answers its own earlier attempt may have caused are rewritten
+    (:func:`_after_retry`)."""
+    if method == "Ack":
+        failed = {(f.ref.topic, f.ref.partition, f.ref.offset): f for f in response.failed}
+        if not failed:
+            return [None] * len(messages)
+        outcomes: list[Any] = [failed.get((m.topic, m.partition, m.offset)) for m in messages]
+        if retried:
+            for o in outcomes:
+                if o is not None:
+                    _after_retry(method, o)
+            outcomes = [None if o is None or o.error == _OK else o for o in outcomes]
+        return outcomes
+    results = list(response.results)
+    if retried:
+        for r in results:
+            _after_retry(method, r)
+    return results
+
+
+def outcome_error(r: api_pb2.RefOutcome | errors.RaftqError | None) -> errors.RaftqError | None:
+    if isinstance(r, errors.RaftqError):
+        return r
+    if r is None or r.error == ErrorCode.OK:
+        return None
+    return errors.error_for(r.error, r.message, leader_hint=r.leader_hint)
+
+
+def extended(messages: Sequence[Delivery], results: Sequence[Any], lease_ms: int) -> None:
+    """Update each extended message's ``lease_deadline_ms`` from ExtendLease's answers."""
+    for message, r in zip(messages, results, strict=True):
+        if isinstance(r, api_pb2.RefOutcome) and r.error == ErrorCode.OK:
+            message.lease_deadline_ms = r.lease_deadline_ms or int(time.time() * 1000 + lease_ms)
+
+
 class Consumer:
     """A member of a consumer group; see the module docstring for delivery semantics."""
 
@@ -144,9 +332,7 @@ class Consumer:
         interval the broker suggests."""
         self.group = group
         self.topics = tuple(topics)
-        if start_from.upper() not in ("EARLIEST", "LATEST"):
-            raise errors.InvalidArgument(f"start_from {start_from!r}: use earliest or latest")
-        self._start_from = partition_pb2.StartFrom.Value(start_from.upper())
+        self._start_from = start_from_value(start_from)
         self.session_timeout_ms = session_timeout_ms
         self.max_poll_records = max_poll_records
         self.lease_ms = lease_ms
@@ -172,14 +358,9 @@ class Consumer:
     # -- membership ------------------------------------------------------------------------
 
     def _join(self, member_id: str | None) -> None:
-        request = api_pb2.JoinGroupRequest(
-            group=self.group,
-            topics=self.topics,
-            session_timeout_ms=self.session_timeout_ms,
-            start_from=self._start_from,
+        request = join_request(
+            self.group, self.topics, self.session_timeout_ms, self._start_from, member_id
         )
-        if member_id:
-            request.member_id = member_id
         response = self._channels.call_any(lambda s, t: s.consumer.JoinGroup(request, timeout=t))
         with self._lock:
             self.member_id = response.member_id
@@ -188,7 +369,7 @@ class Consumer:
 
     def _adopt(self, generation: int, assignment: Iterable[api_pb2.TopicPartitions]) -> None:
         self.generation = generation
-        self.assignment = sorted((a.topic, p) for a in assignment for p in a.partitions)
+        self.assignment = assignment_of(assignment)
 
     def _rejoin(self, error: errors.RaftqError, seen_generation: int) -> None:
         """After FENCED keep the member id; after UNKNOWN_MEMBER/GROUP join afresh. Only once
@@ -219,7 +400,7 @@ class Consumer:
                 with self._lock:
                     if response.generation != self.generation:
                         self._adopt(response.generation, response.assignment)
-            except (errors.Fenced, errors.UnknownMember, errors.UnknownGroup) as exc:
+            except FENCING as exc:
                 if self._closed.is_set():
                     return
                 try:
@@ -240,84 +421,31 @@ class Consumer:
         while True:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             with self._lock:
-                request = api_pb2.PollRequest(
-                    group=self.group,
-                    member_id=self.member_id,
-                    generation=self.generation,
-                    max_records=max_records or self.max_poll_records,
-                    max_wait_ms=min(max(0, remaining_ms), POLL_WAIT_MS_MAX),
-                    compact=True,
-                    columns=True,
+                request = poll_request(
+                    self.group,
+                    self.member_id,
+                    self.generation,
+                    max_records or self.max_poll_records,
+                    remaining_ms,
+                    self.lease_ms,
                 )
-            if self.lease_ms is not None:
-                request.lease_ms = self.lease_ms
 
             def call(s: _Stubs, t: float, r: api_pb2.PollRequest = request) -> Any:
                 return s.consumer.Poll(r, timeout=t + r.max_wait_ms / 1000)
 
             try:
                 response = self._channels.call_any(call)
-            except (errors.Fenced, errors.UnknownMember, errors.UnknownGroup) as exc:
+            except FENCING as exc:
                 if rejoins >= 3:
                     raise
                 rejoins += 1
                 self._rejoin(exc, request.generation)
                 continue
             if response.batches or response.records or time.monotonic() >= deadline:
-                out = [self._message(r) for r in response.records]  # a broker without compact
-                for batch in response.batches:
-                    out += self._messages(batch)
-                return out
+                return deliveries(response, self._message)
 
-    def _messages(self, batch: api_pb2.PartitionDeliveries) -> list[Message]:
-        topic, partition = batch.topic, batch.partition
-        if batch.HasField("columns"):  # bare records: a value each, nothing else
-            c = batch.columns
-            deadline = c.lease_deadline_ms
-            return [
-                Message(topic, partition, offset, None, value, {}, 0, count, deadline, ts, 0, self)
-                for offset, count, ts, value in zip(
-                    c.offsets, c.delivery_counts, c.timestamps_ms, c.values, strict=True
-                )
-            ]
-        out = []
-        for d in batch.deliveries:
-            stored = d.record
-            record = stored.record
-            out.append(
-                Message(
-                    topic,
-                    partition,
-                    stored.offset,
-                    record.key if record.HasField("key") else None,
-                    record.value,
-                    dict(record.headers) if record.headers else {},
-                    record.priority,
-                    d.delivery_count,
-                    d.lease_deadline_ms,
-                    stored.timestamp_ms,
-                    record.deliver_at_ms,
-                    self,
-                )
-            )
-        return out
-
-    def _message(self, r: api_pb2.LeasedRecord) -> Message:
-        record = r.record
-        return Message(
-            topic=r.topic,
-            partition=r.partition,
-            offset=r.offset,
-            key=record.key if record.HasField("key") else None,
-            value=record.value,
-            headers=dict(record.headers),
-            priority=record.priority,
-            delivery_count=r.delivery_count,
-            lease_deadline_ms=r.lease_deadline_ms,
-            timestamp_ms=r.timestamp_ms,
-            deliver_at_ms=record.deliver_at_ms,
-            _consumer=self,
-        )
+    def _message(self, *fields: Any) -> Message:
+        return Message(*fields, _consumer=self)
 
     def _settle(
         self,
@@ -342,25 +470,7 @@ class Consumer:
             return []
         with self._lock:
             group, member_id, generation = self.group, self.member_id, self.generation
-        request_type: Any = {
-            "Ack": api_pb2.AckRequest,
-            "Nack": api_pb2.NackRequest,
-            "ExtendLease": api_pb2.ExtendLeaseRequest,
-        }[method]
-        request = request_type(group=group, member_id=member_id, generation=generation, **extra)
-        compact = method == "Ack"
-        if compact:  # packed offsets per partition; only failures come back
-            by_partition: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
-            for m in messages:
-                offsets, counts = by_partition.setdefault((m.topic, m.partition), ([], []))
-                offsets.append(m.offset)
-                counts.append(m.delivery_count)
-            for (topic, partition), (offsets, counts) in by_partition.items():
-                request.batches.add(
-                    topic=topic, partition=partition, offsets=offsets, delivery_counts=counts
-                )
-        else:
-            request.refs.extend(m.ref for m in messages)
+        request = settle_request(method, group, member_id, generation, messages, extra)
         brokers_tried = 0
 
         def call(s: _Stubs, t: float) -> Any:
@@ -380,28 +490,12 @@ class Consumer:
                 again = retried or brokers_tried > 1
                 return self._settle(method, messages, rejoins=rejoins + 1, retried=again, **extra)
             return [exc for _ in messages]
-        retried = retried or brokers_tried > 1
-        if compact:
-            failed = {(f.ref.topic, f.ref.partition, f.ref.offset): f for f in response.failed}
-            if not failed:
-                return [None] * len(messages)
-            outcomes: list[Any] = [failed.get((m.topic, m.partition, m.offset)) for m in messages]
-            if retried:
-                for o in outcomes:
-                    if o is not None:
-                        _after_retry(method, o)
-                outcomes = [None if o is None or o.error == _OK else o for o in outcomes]
-            return outcomes
-        results = list(response.results)
-        if retried:
-            for r in results:
-                _after_retry(method, r)
-        return results
+        return settle_outcomes(method, messages, response, retried or brokers_tried > 1)
 
     def ack(self, messages: Sequence[Message]) -> list[errors.RaftqError | None]:
         """Acknowledge a batch; one entry per message: None when acked, else the typed error
         (LeaseExpired, NotLeased, RecordNotFound, Fenced...)."""
-        return [self._outcome(r) for r in self._settle("Ack", messages)]
+        return [outcome_error(r) for r in self._settle("Ack", messages)]
 
     def nack(
         self, messages: Sequence[Message], delay_ms: int | None = None
@@ -410,25 +504,13 @@ class Consumer:
             results = self._settle("Nack", messages)
         else:
             results = self._settle("Nack", messages, delay_ms=delay_ms)
-        return [self._outcome(r) for r in results]
+        return [outcome_error(r) for r in results]
 
     def extend(self, messages: Sequence[Message], lease_ms: int) -> list[errors.RaftqError | None]:
         """Extend the leases; updates each extended message's ``lease_deadline_ms``."""
         results = self._settle("ExtendLease", messages, lease_ms=lease_ms)
-        for message, r in zip(messages, results, strict=True):
-            if isinstance(r, api_pb2.RefOutcome) and r.error == ErrorCode.OK:
-                message.lease_deadline_ms = r.lease_deadline_ms or int(
-                    time.time() * 1000 + lease_ms
-                )
-        return [self._outcome(r) for r in results]
-
-    @staticmethod
-    def _outcome(r: api_pb2.RefOutcome | errors.RaftqError | None) -> errors.RaftqError | None:
-        if isinstance(r, errors.RaftqError):
-            return r
-        if r is None or r.error == ErrorCode.OK:
-            return None
-        return errors.error_for(r.error, r.message, leader_hint=r.leader_hint)
+        extended(messages, results, lease_ms)
+        return [outcome_error(r) for r in results]
 
     def close(self) -> None:
         """Stop heartbeating and leave the group (its leases are released). Idempotent."""

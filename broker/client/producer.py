@@ -464,6 +464,10 @@ class Producer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def buffer_room(self) -> int:
+        """Bytes a send could take now without waiting for room (a racy read: a hint)."""
+        return self.buffer_memory_bytes - self._buffered
+
     def statistics(self) -> dict[str, int]:
         with self._cond:
             return {

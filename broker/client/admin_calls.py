@@ -1,0 +1,155 @@
+"""What each :class:`Admin` call sends and how its answer is read, shared by the thread
+(:class:`broker.client.admin.Admin`) and asyncio (:class:`broker.client.aio.AsyncAdmin`) clients:
+a :class:`Call` names the stub, the method, the request and the function that turns the
+response into the call's result. Pure: no channel, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from proto import api_pb2, common_pb2, errors
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Call(Generic[R]):
+    service: str  # the stub: "admin", "log", "consumer", "producer"
+    method: str
+    request: Any
+    result: Callable[[Any], R]
+    timeout_min_s: float = 0.0  # a call that may take longer than the request timeout
+
+
+def _same(response: Any) -> Any:
+    return response
+
+
+def _nothing(_: Any) -> None:
+    return None
+
+
+def config_update(config: Mapping[str, Any]) -> api_pb2.TopicConfigUpdate:
+    """Keyword settings (``ordering="priority"``, ``lease_ms=5000``...) → TopicConfigUpdate."""
+    update = api_pb2.TopicConfigUpdate()
+    for name, value in config.items():
+        if value is None:
+            continue
+        if name not in api_pb2.TopicConfigUpdate.DESCRIPTOR.fields_by_name:
+            known = ", ".join(api_pb2.TopicConfigUpdate.DESCRIPTOR.fields_by_name)
+            raise errors.InvalidArgument(f"no topic setting {name!r}; known: {known}")
+        if name == "ordering" and isinstance(value, str):
+            if value.upper() not in ("FIFO", "PRIORITY"):
+                raise errors.InvalidArgument(f"ordering {value!r}: use fifo or priority")
+            value = common_pb2.Ordering.Value(value.upper())
+        setattr(update, name, value)
+    return update
+
+
+def create_topic(
+    name: str, partitions: int | None, replication_factor: int | None, config: Mapping[str, Any]
+) -> Call[api_pb2.TopicDescription]:
+    request = api_pb2.CreateTopicRequest(name=name, config=config_update(config))
+    if partitions is not None:
+        request.partitions = partitions
+    if replication_factor is not None:
+        request.replication_factor = replication_factor
+    return Call("admin", "CreateTopic", request, _same)
+
+
+def delete_topic(name: str) -> Call[None]:
+    return Call("admin", "DeleteTopic", api_pb2.DeleteTopicRequest(name=name), _nothing)
+
+
+def list_topics() -> Call[list[api_pb2.TopicSummary]]:
+    return Call("admin", "ListTopics", api_pb2.ListTopicsRequest(), lambda r: list(r.topics))
+
+
+def describe_topic(name: str) -> Call[api_pb2.TopicDescription]:
+    return Call("admin", "DescribeTopic", api_pb2.DescribeTopicRequest(name=name), _same)
+
+
+def alter_topic_config(name: str, config: Mapping[str, Any]) -> Call[api_pb2.TopicDescription]:
+    request = api_pb2.AlterTopicConfigRequest(name=name, config=config_update(config))
+    return Call("admin", "AlterTopicConfig", request, _same)
+
+
+def list_groups() -> Call[list[api_pb2.GroupSummary]]:
+    return Call("admin", "ListGroups", api_pb2.ListGroupsRequest(), lambda r: list(r.groups))
+
+
+def describe_group(group: str) -> Call[api_pb2.GroupDescription]:
+    return Call("admin", "DescribeGroup", api_pb2.DescribeGroupRequest(group=group), _same)
+
+
+def delete_group(group: str) -> Call[api_pb2.DeleteGroupResponse]:
+    return Call("admin", "DeleteGroup", api_pb2.DeleteGroupRequest(group=group), _same)
+
+
+def describe_cluster() -> Call[api_pb2.ClusterDescription]:
+    return Call("admin", "DescribeCluster", api_pb2.DescribeClusterRequest(), _same)
+
+
+def update_record(
+    topic: str, partition: int, offset: int, priority: int | None, deliver_at_ms: int | None
+) -> Call[None]:
+    request = api_pb2.UpdateRecordRequest(topic=topic, partition=partition, offset=offset)
+    if priority is not None:
+        request.priority = priority
+    if deliver_at_ms is not None:
+        request.deliver_at_ms = deliver_at_ms
+    return Call("admin", "UpdateRecord", request, _nothing)
+
+
+def cancel_record(topic: str, partition: int, offset: int) -> Call[None]:
+    request = api_pb2.CancelRecordRequest(topic=topic, partition=partition, offset=offset)
+    return Call("admin", "CancelRecord", request, _nothing)
+
+
+def remove_broker(broker_id: int, timeout_s: float) -> Call[int]:
+    request = api_pb2.RemoveBrokerRequest(broker_id=broker_id)
+    return Call("admin", "RemoveBroker", request, lambda r: int(r.moved_partitions), timeout_s)
+
+
+def list_offsets(topic: str) -> Call[list[api_pb2.PartitionOffsets]]:
+    request = api_pb2.ListOffsetsRequest(topic=topic)
+    return Call("log", "ListOffsets", request, lambda r: list(r.partitions))
+
+
+def fetch(
+    topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+) -> Call[api_pb2.FetchResponse]:
+    request = api_pb2.FetchRequest(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        max_records=max_records,
+        max_bytes=max_bytes,
+    )
+    return Call("log", "Fetch", request, _same)
+
+
+def producer_state(
+    topic: str, producer_id: str, partitions: Sequence[int]
+) -> Call[dict[int, api_pb2.PartitionProducerState]]:
+    request = api_pb2.ProducerStateRequest(
+        topic=topic, producer_id=producer_id, partitions=list(partitions)
+    )
+    return Call("log", "ProducerState", request, lambda r: {p.partition: p for p in r.partitions})
+
+
+def commit_txn(app_id: str, version: int, scope: str) -> Call[int]:
+    request = api_pb2.CommitTxnRequest(app_id=app_id, version=version, scope=scope)
+    return Call("admin", "CommitTxn", request, lambda state: int(state.version))
+
+
+def get_txn(app_id: str, scope: str) -> Call[int | None]:
+    return Call(
+        "admin",
+        "GetTxn",
+        api_pb2.GetTxnRequest(app_id=app_id, scope=scope),
+        lambda state: int(state.version) if state.known else None,
+    )

@@ -1,0 +1,586 @@
+"""The raftq client for asyncio: :class:`AsyncAdmin`, :class:`AsyncConsumer`,
+:class:`AsyncProducer` on ``grpc.aio``.
+
+Same semantics and typed errors as the thread client (:mod:`broker.client`), built from the
+same pure parts: which broker to try and when to give up (:class:`~broker.client.channels.
+AnyBroker`), what each admin call sends and returns (:mod:`broker.client.admin_calls`), the
+group member's requests and how answers (and answers after a retry) are read
+(:mod:`broker.client.consumer`'s pure functions), the producer's record encoding, partitioner
+and error mapping. Only the waiting differs: coroutines instead of threads.
+
+    async with AsyncConsumer(bootstrap, "workers", ["jobs"]) as consumer:
+        async for message in consumer:
+            await message.ack()
+
+Create clients inside the running event loop that uses them (a grpc.aio channel belongs to
+its loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+
+from broker.client import admin_calls as calls
+from broker.client.channels import (
+    _DEFAULTS,
+    DEFAULT_BOOTSTRAP,
+    AnyBroker,
+    _Stubs,
+    channel_security,
+    parse_bootstrap,
+)
+from broker.client.consumer import (
+    FENCING,
+    ITER_POLL_MS,
+    Delivery,
+    _raise_first,
+    assignment_of,
+    deliveries,
+    extended,
+    join_request,
+    outcome_error,
+    poll_request,
+    settle_outcomes,
+    settle_request,
+    start_from_value,
+)
+from broker.client.producer import Producer
+from broker.send_future import RecordMetadata, SendFuture
+from proto import api_pb2, errors
+from transport.grpc_errors import from_rpc_error
+from transport.tls import ChannelSecurity, open_aio_channel
+
+log = logging.getLogger("raftq.client")
+R = TypeVar("R")
+
+
+class _AsyncChannels:
+    """One grpc.aio channel per broker address, created on first use; call_any with the
+    thread client's policy (:class:`AnyBroker`)."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        request_timeout_ms: int,
+        security: ChannelSecurity | None,
+    ) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.security = security
+        self._channels: dict[str, tuple[grpc.aio.Channel, _Stubs]] = {}
+        self._preferred = 0
+
+    def stubs(self, address: str) -> _Stubs:
+        entry = self._channels.get(address)
+        if entry is None:
+            channel = open_aio_channel(address, self.security)
+            entry = (channel, _Stubs(channel))  # the generated stubs take aio channels too
+            self._channels[address] = entry
+        return entry[1]
+
+    async def call(self, address: str, fn: Callable[[_Stubs, float], Any], timeout_s: float) -> Any:
+        try:
+            return await fn(self.stubs(address), timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+
+    async def call_any(self, fn: Callable[[_Stubs, float], Any]) -> Any:
+        rounds = AnyBroker(len(self.bootstrap), self._preferred, self.request_timeout_s)
+        while True:
+            last: errors.Unavailable | None = None
+            for index, timeout_s in rounds.attempts():
+                try:
+                    result = await self.call(self.bootstrap[index], fn, timeout_s)
+                except errors.Unavailable as exc:
+                    last = exc
+                    continue
+                self._preferred = index
+                return result
+            assert last is not None
+            pause_s = rounds.pause_s()
+            if pause_s is None:
+                raise last
+            await asyncio.sleep(pause_s)
+
+    async def close(self) -> None:
+        channels, self._channels = self._channels, {}
+        for channel, _ in channels.values():
+            await channel.close()
+
+
+def _channels(
+    bootstrap: str | Sequence[str],
+    request_timeout_ms: int,
+    tls_ca_file: str | None,
+    tls_cert_file: str | None,
+    tls_key_file: str | None,
+    token: str | None,
+) -> _AsyncChannels:
+    security = channel_security(tls_ca_file, tls_cert_file, tls_key_file, token)
+    return _AsyncChannels(bootstrap, request_timeout_ms, security)
+
+
+# --- Admin ----------------------------------------------------------------------------------
+
+
+class AsyncAdmin:
+    """:class:`broker.client.Admin` for asyncio: the same calls, answers and errors."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] = DEFAULT_BOOTSTRAP,
+        *,
+        request_timeout_ms: int = _DEFAULTS.request_timeout_ms,
+        tls_ca_file: str | None = None,
+        tls_cert_file: str | None = None,
+        tls_key_file: str | None = None,
+        token: str | None = None,
+    ) -> None:
+        self._channels = _channels(
+            bootstrap, request_timeout_ms, tls_ca_file, tls_cert_file, tls_key_file, token
+        )
+
+    async def _run(self, call: calls.Call[R]) -> R:
+        def send(stubs: Any, timeout_s: float) -> Any:
+            method = getattr(getattr(stubs, call.service), call.method)
+            return method(call.request, timeout=max(timeout_s, call.timeout_min_s))
+
+        return call.result(await self._channels.call_any(send))
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int | None = None,
+        replication_factor: int | None = None,
+        **config: Any,
+    ) -> api_pb2.TopicDescription:
+        return await self._run(calls.create_topic(name, partitions, replication_factor, config))
+
+    async def delete_topic(self, name: str) -> None:
+        await self._run(calls.delete_topic(name))
+
+    async def list_topics(self) -> list[api_pb2.TopicSummary]:
+        return await self._run(calls.list_topics())
+
+    async def describe_topic(self, name: str) -> api_pb2.TopicDescription:
+        return await self._run(calls.describe_topic(name))
+
+    async def alter_topic_config(self, name: str, **config: Any) -> api_pb2.TopicDescription:
+        return await self._run(calls.alter_topic_config(name, config))
+
+    async def list_groups(self) -> list[api_pb2.GroupSummary]:
+        return await self._run(calls.list_groups())
+
+    async def describe_group(self, group: str) -> api_pb2.GroupDescription:
+        return await self._run(calls.describe_group(group))
+
+    async def delete_group(self, group: str) -> api_pb2.DeleteGroupResponse:
+        return await self._run(calls.delete_group(group))
+
+    async def describe_cluster(self) -> api_pb2.ClusterDescription:
+        return await self._run(calls.describe_cluster())
+
+    async def list_offsets(self, topic: str) -> list[api_pb2.PartitionOffsets]:
+        return await self._run(calls.list_offsets(topic))
+
+    async def fetch(
+        self, topic: str, partition: int, offset: int, max_records: int = 500, max_bytes: int = 0
+    ) -> api_pb2.FetchResponse:
+        return await self._run(calls.fetch(topic, partition, offset, max_records, max_bytes))
+
+    async def update_record(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        priority: int | None = None,
+        deliver_at_ms: int | None = None,
+    ) -> None:
+        await self._run(calls.update_record(topic, partition, offset, priority, deliver_at_ms))
+
+    async def cancel_record(self, topic: str, partition: int, offset: int) -> None:
+        await self._run(calls.cancel_record(topic, partition, offset))
+
+    async def close(self) -> None:
+        await self._channels.close()
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+# --- Consumer -------------------------------------------------------------------------------
+
+
+@dataclass
+class AsyncMessage(Delivery):
+    """One delivery to an :class:`AsyncConsumer`: ``await message.ack()``."""
+
+    _consumer: AsyncConsumer | None = field(default=None, repr=False, compare=False, kw_only=True)
+
+    def _owner(self) -> AsyncConsumer:
+        if self._consumer is None:
+            raise errors.InvalidArgument("this message was not received by an AsyncConsumer")
+        return self._consumer
+
+    async def ack(self) -> None:
+        _raise_first(await self._owner().ack([self]))
+
+    async def nack(self, delay_ms: int | None = None) -> None:
+        _raise_first(await self._owner().nack([self], delay_ms=delay_ms))
+
+    async def extend(self, lease_ms: int) -> None:
+        _raise_first(await self._owner().extend([self], lease_ms))
+
+
+class AsyncConsumer:
+    """:class:`broker.client.Consumer` for asyncio: a group member with a heartbeat task.
+
+    ``await AsyncConsumer.create(...)`` or ``async with AsyncConsumer(...)`` joins the group;
+    ``poll``, ``ack``, ``nack``, ``extend`` as the thread client; ``async for`` iterates."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] = DEFAULT_BOOTSTRAP,
+        group: str = "",
+        topics: Iterable[str] = (),
+        *,
+        session_timeout_ms: int = 0,
+        heartbeat_interval_ms: int = 0,
+        max_poll_records: int = 500,
+        lease_ms: int | None = None,
+        request_timeout_ms: int = _DEFAULTS.request_timeout_ms,
+        start_from: str = "earliest",
+        tls_ca_file: str | None = None,
+        tls_cert_file: str | None = None,
+        tls_key_file: str | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.group = group
+        self.topics = tuple(topics)
+        self._start_from = start_from_value(start_from)
+        self.session_timeout_ms = session_timeout_ms
+        self.max_poll_records = max_poll_records
+        self.lease_ms = lease_ms
+        self._heartbeat_interval_ms = heartbeat_interval_ms
+        self._channels = _channels(
+            bootstrap, request_timeout_ms, tls_ca_file, tls_cert_file, tls_key_file, token
+        )
+        self.member_id = ""
+        self.generation = -1
+        self.assignment: list[tuple[str, int]] = []
+        self.rejoins = 0
+        self.heartbeat_interval_s = 1.0
+        self._heartbeats: asyncio.Task[None] | None = None
+        self._closed = asyncio.Event()
+        self._joining = asyncio.Lock()
+
+    @classmethod
+    async def create(cls, *args: Any, **kwargs: Any) -> AsyncConsumer:
+        consumer = cls(*args, **kwargs)
+        await consumer.start()
+        return consumer
+
+    async def start(self) -> None:
+        """Join the group and start heartbeating (raises UnknownTopic, Unavailable...)."""
+        suggested = await self._join(None)
+        self.heartbeat_interval_s = (self._heartbeat_interval_ms or suggested) / 1000
+        self._heartbeats = asyncio.create_task(self._heartbeat_loop())
+
+    async def _join(self, member_id: str | None) -> int:
+        request = join_request(
+            self.group, self.topics, self.session_timeout_ms, self._start_from, member_id
+        )
+        response = await self._channels.call_any(
+            lambda s, t: s.consumer.JoinGroup(request, timeout=t)
+        )
+        self.member_id = response.member_id
+        self.generation = response.generation
+        self.assignment = assignment_of(response.assignment)
+        return int(response.heartbeat_interval_ms or 1000)
+
+    async def _rejoin(self, error: errors.RaftqError, seen_generation: int) -> None:
+        async with self._joining:
+            if self.generation != seen_generation:
+                return
+            member_id = self.member_id if isinstance(error, errors.Fenced) else None
+            log.info("[group=%s] rejoining after %s", self.group, error.kind.name)
+            self.rejoins += 1
+            try:
+                await self._join(member_id)
+            except errors.UnknownMember:
+                await self._join(None)
+
+    async def _heartbeat_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                await asyncio.wait_for(self._closed.wait(), self.heartbeat_interval_s)
+                return
+            except TimeoutError:
+                pass
+            request = api_pb2.HeartbeatRequest(
+                group=self.group, member_id=self.member_id, generation=self.generation
+            )
+
+            def beat(s: _Stubs, t: float, r: api_pb2.HeartbeatRequest = request) -> Any:
+                return s.consumer.Heartbeat(r, timeout=t)
+
+            try:
+                response = await self._channels.call_any(beat)
+                if response.generation != self.generation:
+                    self.generation = response.generation
+                    self.assignment = assignment_of(response.assignment)
+            except FENCING as exc:
+                if self._closed.is_set():
+                    return
+                try:
+                    await self._rejoin(exc, request.generation)
+                except errors.RaftqError as again:
+                    log.warning("[group=%s] rejoin failed: %s", self.group, again)
+            except errors.RaftqError as exc:
+                log.warning("[group=%s] heartbeat failed: %s", self.group, exc)
+
+    async def poll(self, max_records: int | None = None, timeout_ms: int = 0) -> list[AsyncMessage]:
+        """As :meth:`broker.client.Consumer.poll`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        rejoins = 0
+        while True:
+            request = poll_request(
+                self.group,
+                self.member_id,
+                self.generation,
+                max_records or self.max_poll_records,
+                int((deadline - loop.time()) * 1000),
+                self.lease_ms,
+            )
+
+            def call(s: _Stubs, t: float, r: api_pb2.PollRequest = request) -> Any:
+                return s.consumer.Poll(r, timeout=t + r.max_wait_ms / 1000)
+
+            try:
+                response = await self._channels.call_any(call)
+            except FENCING as exc:
+                if rejoins >= 3:
+                    raise
+                rejoins += 1
+                await self._rejoin(exc, request.generation)
+                continue
+            if response.batches or response.records or loop.time() >= deadline:
+                return deliveries(response, self._message)
+
+    def _message(self, *fields: Any) -> AsyncMessage:
+        return AsyncMessage(*fields, _consumer=self)
+
+    async def _settle(
+        self,
+        method: str,
+        messages: Sequence[Delivery],
+        rejoins: int = 0,
+        retried: bool = False,
+        **extra: int,
+    ) -> list[Any]:
+        """As the thread client's ``Consumer._settle``: rejoin and resend after FENCED (up to
+        3 times); answers after a retried attempt read by :func:`settle_outcomes`."""
+        if not messages:
+            return []
+        generation = self.generation
+        request = settle_request(method, self.group, self.member_id, generation, messages, extra)
+        brokers_tried = 0
+
+        def call(s: _Stubs, t: float) -> Any:
+            nonlocal brokers_tried
+            brokers_tried += 1
+            return getattr(s.consumer, method)(request, timeout=t)
+
+        try:
+            response = await self._channels.call_any(call)
+        except (errors.Fenced, errors.UnknownMember) as exc:
+            try:
+                await self._rejoin(exc, generation)
+            except errors.RaftqError:
+                return [exc for _ in messages]
+            if isinstance(exc, errors.Fenced) and rejoins < 3:
+                again = retried or brokers_tried > 1
+                return await self._settle(method, messages, rejoins + 1, again, **extra)
+            return [exc for _ in messages]
+        return settle_outcomes(method, messages, response, retried or brokers_tried > 1)
+
+    async def ack(self, messages: Sequence[Delivery]) -> list[errors.RaftqError | None]:
+        return [outcome_error(r) for r in await self._settle("Ack", messages)]
+
+    async def nack(
+        self, messages: Sequence[Delivery], delay_ms: int | None = None
+    ) -> list[errors.RaftqError | None]:
+        if delay_ms is None:
+            results = await self._settle("Nack", messages)
+        else:
+            results = await self._settle("Nack", messages, delay_ms=delay_ms)
+        return [outcome_error(r) for r in results]
+
+    async def extend(
+        self, messages: Sequence[Delivery], lease_ms: int
+    ) -> list[errors.RaftqError | None]:
+        results = await self._settle("ExtendLease", messages, lease_ms=lease_ms)
+        extended(messages, results, lease_ms)
+        return [outcome_error(r) for r in results]
+
+    async def close(self) -> None:
+        """Stop heartbeating and leave the group (its leases are released). Idempotent."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        if self._heartbeats is not None:
+            await self._heartbeats
+        request = api_pb2.LeaveGroupRequest(group=self.group, member_id=self.member_id)
+        try:
+            await self._channels.call_any(lambda s, t: s.consumer.LeaveGroup(request, timeout=t))
+        except errors.RaftqError as exc:
+            log.info("[group=%s] leave failed: %s", self.group, exc)
+        finally:
+            await self._channels.close()
+
+    async def __aiter__(self) -> AsyncIterator[AsyncMessage]:
+        """``async for message in consumer``: as the thread client's iteration."""
+        while not self._closed.is_set():
+            try:
+                messages = await self.poll(timeout_ms=ITER_POLL_MS)
+            except errors.RaftqError:
+                if self._closed.is_set():
+                    return
+                raise
+            for message in messages:
+                yield message
+
+    async def __aenter__(self) -> AsyncConsumer:
+        if self._heartbeats is None:
+            await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+# --- Producer -------------------------------------------------------------------------------
+
+
+class AsyncProducer:
+    """:class:`broker.client.Producer` for asyncio: ``await producer.send(...)`` returns the
+    record's RecordMetadata once a majority of its partition's replicas have it, or raises the
+    typed error.
+
+    The batching, ordering, idempotence, retries and send streams are the thread Producer's
+    own, not a copy: an AsyncProducer owns a Producer and awaits its futures (their outcome
+    reaches the event loop through ``call_soon_threadsafe``). A send that could block (a
+    topic's first metadata fetch, a full buffer) runs in a worker thread, so the event loop
+    never waits on it. Takes the Producer's keyword arguments."""
+
+    def __init__(self, bootstrap: str | Sequence[str] = DEFAULT_BOOTSTRAP, **options: Any):
+        self._producer = Producer(bootstrap, **options)
+        self._known_topics: set[str] = set()
+        self._warming: dict[str, asyncio.Lock] = {}
+        self._mailbox: _Outcomes | None = None
+
+    def _outcomes(self) -> _Outcomes:
+        if self._mailbox is None:
+            self._mailbox = _Outcomes(asyncio.get_running_loop())
+        return self._mailbox
+
+    @property
+    def producer_id(self) -> str | None:
+        return self._producer.producer_id
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        priority: int = 0,
+        deliver_at_ms: int = 0,
+        idempotency_key: str = "",
+    ) -> RecordMetadata:
+        """One record (the thread Producer's ``send`` arguments); raises its typed errors."""
+        args = (topic, value, key, headers, partition, priority, deliver_at_ms, idempotency_key)
+        if topic not in self._known_topics:  # the first send fetches metadata: may block
+            async with self._warming.setdefault(topic, asyncio.Lock()):
+                if topic not in self._known_topics:
+                    future = await asyncio.to_thread(self._producer.send, *args)
+                    self._known_topics.add(topic)
+                    return await self._outcomes().awaitable(future)
+        room_needed = 2 * (len(value) + len(key or b"")) + 1024  # headers and framing: a margin
+        if self._producer.buffer_room() > room_needed:
+            future = self._producer.send(*args)
+        else:  # waiting for buffer room blocks: not on the event loop
+            future = await asyncio.to_thread(self._producer.send, *args)
+        return await self._outcomes().awaitable(future)
+
+    async def send_many(
+        self, topic: str, values: Sequence[bytes], partition: int | None = None
+    ) -> list[RecordMetadata]:
+        """Bare values (the thread Producer's ``send_many``); each record's metadata."""
+        futures = await asyncio.to_thread(self._producer.send_many, topic, values, partition)
+        self._known_topics.add(topic)
+        outcomes = self._outcomes()
+        return list(await asyncio.gather(*(outcomes.awaitable(f) for f in futures)))
+
+    async def flush(self, timeout_s: float | None = None) -> None:
+        await asyncio.to_thread(self._producer.flush, timeout_s)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._producer.close)
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class _Outcomes:
+    """Send outcomes from the Producer's thread to the event loop, one wake-up per burst: the
+    thread appends, and only the append that finds the box empty schedules a drain (a
+    ``call_soon_threadsafe`` per record would write to the loop's wake-up pipe per record)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._box: list[tuple[asyncio.Future[RecordMetadata], SendFuture]] = []
+
+    def awaitable(self, future: SendFuture) -> asyncio.Future[RecordMetadata]:
+        settled: asyncio.Future[RecordMetadata] = self.loop.create_future()
+        future.add_done_callback(lambda done: self._post(settled, done))
+        return settled
+
+    def _post(self, settled: asyncio.Future[RecordMetadata], done: SendFuture) -> None:
+        with self._lock:
+            self._box.append((settled, done))
+            if len(self._box) > 1:
+                return  # a drain is already scheduled
+        self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            box, self._box = self._box, []
+        for settled, done in box:
+            if settled.done():
+                continue
+            error = done.exception(0)
+            if error is not None:
+                settled.set_exception(error)
+            else:
+                settled.set_result(done.result(0))
+
+
+__all__ = ["AsyncAdmin", "AsyncConsumer", "AsyncMessage", "AsyncProducer"]
