@@ -863,12 +863,8 @@ class BrokerService:
             )
             return partition_pb2.PartitionCommand(extend_lease=extend)
 
-        response = self._settle(request, command, timeout_s)
-        deadline = self.now_ms() + request.lease_ms
-        for outcome in response.results:
-            if outcome.error == ErrorCode.OK:
-                outcome.lease_deadline_ms = deadline
-        return response
+        # Each extended lease is answered with its partition's deadline (set by _settle).
+        return self._settle(request, command, timeout_s)
 
     def _ack_batches(self, request: api_pb2.AckRequest, timeout: float) -> api_pb2.SettleResponse:
         """The compact Ack: one Settle per partition with the packed offsets copied as they
@@ -961,6 +957,8 @@ class BrokerService:
                     results[i].error = ref_result.error
                     results[i].message = ref_result.message
                     results[i].dead_lettered = ref_result.dead_lettered
+                    if ref_result.error == ErrorCode.OK:  # ExtendLease: partition time, 0 else
+                        results[i].lease_deadline_ms = outcome.lease_deadline_ms
                     if unknown and ref_result.error in ambiguous:
                         results[i].error = ErrorCode.OUTCOME_UNKNOWN
                         results[i].message = f"{OUTCOME_UNKNOWN_HINT}; retry: {ref_result.message}"

@@ -888,10 +888,12 @@ class PartitionMachine:
             raise Rejected(ErrorCode.INVALID_ARGUMENT, f"lease_ms must be 1..{MAX_LEASE_MS}")
         result = partition_pb2.CommandResult()
         group, held = self._check_refs(cmd.group, cmd.member, _pairs(cmd.refs), now_ms, result)
+        deadline = min(now_ms + cmd.lease_ms, INT64_MAX)
         for p in held.values():
-            p.visible_at_ms = min(now_ms + cmd.lease_ms, INT64_MAX)
+            p.visible_at_ms = deadline
         self.store.pending_put(group.gid, list(held.values()))
         result.count = len(held)
+        result.lease_deadline_ms = deadline  # by partition time, not a broker's clock
         return result
 
     def _on_release(self, cmd: partition_pb2.Release, now_ms: int) -> partition_pb2.CommandResult:

@@ -210,7 +210,7 @@ class RefResult(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., dead_lettered: _Optional[bool] = ...) -> None: ...
 
 class CommandResult(_message.Message):
-    __slots__ = ("error", "message", "records", "deliveries", "refs", "count", "skipped", "batch_results", "range", "columns")
+    __slots__ = ("error", "message", "records", "deliveries", "refs", "count", "skipped", "batch_results", "range", "columns", "lease_deadline_ms")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +221,7 @@ class CommandResult(_message.Message):
     BATCH_RESULTS_FIELD_NUMBER: _ClassVar[int]
     RANGE_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     error: _common_pb2.ErrorCode
     message: str
     records: _containers.RepeatedCompositeFieldContainer[RecordResult]
@@ -231,7 +232,8 @@ class CommandResult(_message.Message):
     batch_results: _containers.RepeatedCompositeFieldContainer[CommandResult]
     range: RecordRange
     columns: _common_pb2.DeliveryColumns
-    def __init__(self, error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., records: _Optional[_Iterable[_Union[RecordResult, _Mapping]]] = ..., deliveries: _Optional[_Iterable[_Union[_common_pb2.Delivery, _Mapping]]] = ..., refs: _Optional[_Iterable[_Union[RefResult, _Mapping]]] = ..., count: _Optional[int] = ..., skipped: _Optional[bool] = ..., batch_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., range: _Optional[_Union[RecordRange, _Mapping]] = ..., columns: _Optional[_Union[_common_pb2.DeliveryColumns, _Mapping]] = ...) -> None: ...
+    lease_deadline_ms: int
+    def __init__(self, error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., records: _Optional[_Iterable[_Union[RecordResult, _Mapping]]] = ..., deliveries: _Optional[_Iterable[_Union[_common_pb2.Delivery, _Mapping]]] = ..., refs: _Optional[_Iterable[_Union[RefResult, _Mapping]]] = ..., count: _Optional[int] = ..., skipped: _Optional[bool] = ..., batch_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., range: _Optional[_Union[RecordRange, _Mapping]] = ..., columns: _Optional[_Union[_common_pb2.DeliveryColumns, _Mapping]] = ..., lease_deadline_ms: _Optional[int] = ...) -> None: ...
 
 class RecordRange(_message.Message):
     __slots__ = ("first_offset", "count", "duplicate")

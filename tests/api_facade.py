@@ -391,7 +391,7 @@ class ApiFacade:
                     results[i].dead_lettered = one.dead_lettered
                     if name == "extend_lease" and one.error == ErrorCode.OK:
                         assert isinstance(request, api_pb2.ExtendLeaseRequest)
-                        results[i].lease_deadline_ms = self.now_ms() + request.lease_ms
+                        results[i].lease_deadline_ms = result.lease_deadline_ms
             self.changed.notify_all()
             return api_pb2.SettleResponse(results=results)
 

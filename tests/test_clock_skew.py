@@ -177,7 +177,10 @@ def test_extended_and_fresh_leases_get_the_same_grace(replica: Replica) -> None:
         refs=[partition_pb2.DeliveryRef(offset=1, delivery_count=1)],
         lease_ms=LEASE_MS,
     )
-    assert replica.apply(T0_MS + 10 * SECOND_MS, extend_lease=extend).count == 1
+    extended = replica.apply(T0_MS + 10 * SECOND_MS, extend_lease=extend)
+    assert extended.count == 1
+    # The answer names the deadline by partition time (the broker answers it as it is).
+    assert extended.lease_deadline_ms == T0_MS + 10 * SECOND_MS + LEASE_MS
     at = T0_MS + LEASE_MS + SKEW_MS
     assert [d.record.offset for d in replica.lease(at, "B")] == [0]  # offset 1 still held
     assert replica.lease(T0_MS + 10 * SECOND_MS + LEASE_MS + SKEW_MS - 1, "B") == []
