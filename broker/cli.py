@@ -12,6 +12,7 @@ Client commands, each taking ``--bootstrap HOST:PORT[,HOST:PORT...]`` (default: 
     raftq consume TOPIC --group G [--count N] [--idle-exit-ms MS] [--no-ack]
     raftq group list | describe GROUP | delete GROUP
     raftq cluster status
+    raftq dlq redrive DLQ_TOPIC [--rate N] [--max N]       dead letters back to their origin
 
 Offline: ``raftq inspect DATA_DIR [summary|records|groups|producers|dlq] [--topic T]
 [--partition N] [--offset O] [--limit N] [--json]`` reads a broker's partition files
@@ -49,6 +50,7 @@ from google.protobuf.message import Message as ProtoMessage
 
 from broker import cli_server, inspector
 from broker.client import Admin, Consumer, Message, Producer, SendFuture
+from broker.client.redrive import REDRIVE_GROUP, RedriveProgress, redrive
 from broker.config import ClientSettings
 from proto import api_pb2, errors
 
@@ -642,6 +644,64 @@ def register(subparsers: Subparsers) -> None:
     )
 
 
+# --- dead letters ---------------------------------------------------------------------------
+
+
+def dlq_redrive(args: argparse.Namespace) -> int:
+    """``raftq dlq redrive DLQ_TOPIC``: move dead letters back to their origin partitions
+    (broker/client/redrive.py: resumable, nothing lost or doubled), with progress."""
+    show = not args.json
+
+    def on_progress(progress: RedriveProgress) -> None:
+        if show:
+            rate = progress.moved / max(progress.seconds, 1e-9)
+            sys.stderr.write(f"\r{progress.moved} dead letters moved back ({rate:,.0f}/s) ")
+            sys.stderr.flush()
+
+    progress = redrive(
+        args.bootstrap,
+        args.dlq_topic,
+        rate=args.rate,
+        limit=args.max,
+        group=args.group,
+        idle_exit_ms=args.idle_exit_ms,
+        on_progress=on_progress,
+        client={"request_timeout_ms": args.request_timeout_ms, **security(args)},
+    )
+    if args.json:
+        emit_json(asdict(progress), sys.stdout)
+        return 0
+    if progress.moved:
+        sys.stderr.write("\n")
+    print(f"moved {progress.moved} dead letters from {args.dlq_topic} in {progress.seconds:.1f} s")
+    for where, count in sorted(progress.by_origin.items()):
+        print(f"  {count} to {where}")
+    if progress.skipped:
+        print(f"  {progress.skipped} skipped: no raftq.dlq.topic/partition headers")
+    return 0
+
+
+def register_dlq(subparsers: Subparsers) -> None:
+    dlq = subparsers.add_parser("dlq", help="dead-letter topics")
+    actions = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
+    redrive_parser = _add(
+        actions,
+        "redrive",
+        dlq_redrive,
+        "move dead letters back to their origin topic/partition (resumable, rate-limited)",
+        [client_options()],
+    )
+    redrive_parser.add_argument("dlq_topic", metavar="DLQ_TOPIC", help="e.g. jobs.dlq")
+    redrive_parser.add_argument("--rate", type=float, default=0.0, help="records/s (0: no cap)")
+    redrive_parser.add_argument("--max", type=int, help="move at most N, then stop")
+    redrive_parser.add_argument(
+        "--group", default=REDRIVE_GROUP, help=f"progress group (default {REDRIVE_GROUP})"
+    )
+    redrive_parser.add_argument(
+        "--idle-exit-ms", type=int, default=2_000, help="stop after this long with nothing new"
+    )
+
+
 # --- offline inspection ---------------------------------------------------------------------
 
 
@@ -740,6 +800,7 @@ def register_inspect(subparsers: Subparsers) -> None:
 REGISTRARS: list[Callable[[Subparsers], None]] = [
     register,
     cli_server.register,
+    register_dlq,
     register_inspect,
 ]
 
