@@ -1272,9 +1272,9 @@ class BrokerService:
             forget_group=partition_pb2.ForgetGroup(group=group.name)
         )
         table = self.meta.table
-        for topic in group.topics:
-            info = table.topic(topic)
-            for partition in range(info.partition_count if info is not None else 0):
+        for topic in table.state_topics(group):
+            info = table.topics[topic]
+            for partition in range(info.partition_count):
                 left = max(0.001, deadline - time.monotonic())
                 try:
                     response = self.router.propose(topic, partition, command, left)

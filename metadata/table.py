@@ -303,6 +303,13 @@ class Table:
         names = self.topics.keys() if topics is None else topics & self.topics.keys()
         return {name: len(self.topics[name].partitions) for name in sorted(names)}
 
+    def state_topics(self, group: GroupInfo) -> list[str]:
+        """The existing topics where ``group`` may hold delivery state, sorted: the topics its
+        members subscribed to, or every topic for a group without any (an empty group restored
+        from a snapshot that predates ``GroupInfo.topics``: where it leased is unknown)."""
+        names = group.topics or tuple(self.topics)
+        return sorted(name for name in names if name in self.topics)
+
     def groups_subscribing(self, topic: str) -> list[str]:
         """Groups with a member subscribed to ``topic``, sorted."""
         return [

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(240)
 
 TOPIC = "orders"
 RECORDS = 10
-SESSION_MS = 6000
+SESSION_MS = 30_000  # long: a loaded machine must not expire a member the test keeps
 
 
 def produce(bootstrap: str) -> None:

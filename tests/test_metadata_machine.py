@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from metadata.frontend import MetadataFrontend
 from metadata.machine import MetadataMachine
-from metadata.table import Table
+from metadata.table import GroupInfo, Table
 from partitions.machine import DEFAULT_CONFIG
 from proto import common_pb2, errors, metadata_pb2
 from proto.common_pb2 import ErrorCode
@@ -786,6 +786,17 @@ def test_a_snapshot_from_before_empty_since_dates_empty_groups_by_its_clock() ->
     again = MetadataMachine()
     again.restore_bytes(machine.snapshot_bytes())
     assert again.dump() == machine.dump()
+
+
+def test_state_topics_are_the_groups_topics_or_every_topic_when_unknown(cluster: Cluster) -> None:
+    cluster.ok(cluster.topic("t", [[1]]))
+    cluster.ok(cluster.topic("u", [[2]]))
+    cluster.ok(cluster.join("g", "m", ["u", "gone"]))
+    table = cluster.table
+    group = table.group("g")
+    assert group is not None and table.state_topics(group) == ["u"]  # existing ones only
+    legacy = GroupInfo("old", 3)  # empty, from a snapshot without topics: leased who knows where
+    assert table.state_topics(legacy) == ["t", "u"]
 
 
 def test_a_snapshot_from_before_committed_ms_dates_watermarks_by_its_clock() -> None:
