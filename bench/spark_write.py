@@ -1,20 +1,26 @@
-"""Spark → raftq rows per second (the ``raftq`` writer, exactly-once) beside the raw Python
-producer, in the same run against the same cluster.
+"""Spark ↔ raftq rows per second beside the raw Python client, in one run against one cluster:
+writes (``df.write.format("raftq")``, exactly-once, vs ``broker.client.Producer``) and reads
+(the streaming source, ``spark.readStream.format("raftq")`` under Trigger.AvailableNow into
+Spark's ``noop`` sink, vs a ``Log.Fetch`` loop over every partition through
+``broker.client.Admin``), with 100-byte and 10-KB rows.
 
 Three real broker processes (tests/cluster.py ``ProcessCluster``, broker default raft timings,
-fsync on), one topic of 3 partitions at RF 3 per measurement. Rows: a string key (1,000
-distinct) and a 100-byte value.
+fsync on), a fresh topic of 3 partitions at RF 3 per measurement. Rows: a string key (1,000
+distinct) and a value of the row size. Spark: ``local[2]``, a cached DataFrame of 2 Spark
+partitions for writes.
 
-- ``raw producer``: one ``broker.client.Producer`` (batching, idempotent) sends ``--rows``
-  records and flushes; rows / elapsed.
-- ``spark writer``: a cached DataFrame of the same rows in ``local[2]`` (2 Spark partitions)
-  written with ``df.write.format("raftq")`` (exactly_once: producer ids per task, resume
-  lookups, 500-record batches); rows / elapsed of ``save()``.
+- ``raw producer``: one Producer (batching, idempotent) sends every row and flushes.
+- ``spark writer``: ``save()`` of the cached DataFrame (producer ids per task, one resume
+  lookup per leader broker, 500-record / 1 MiB batches).
+- ``raw fetch``: Fetch with ``max_bytes`` 4 MiB from offset 0 to the end of each partition,
+  one partition after the other, on one thread.
+- ``spark source``: a streaming query over the topic written by the raw producer, read to its
+  end (Trigger.AvailableNow), rows / elapsed of ``start()`` to termination.
 
-Goal: the Spark writer reaches at least 50% of the raw producer's rate. The two alternate
-(``--repeat`` times each) and the medians are compared.
+Each figure is rows / elapsed; measurements alternate ``--repeat`` times and medians are
+compared. Goal: the Spark writer at least as fast as the raw producer (1.0x) at both sizes.
 
-    python -m bench spark_write [--rows 100000]
+    python -m bench spark_write [--rows 100000] [--large-rows 10000]
     python -m bench spark_write --quick
 """
 
@@ -33,17 +39,19 @@ from broker.client import Admin, Producer
 from tests.cluster import ProcessCluster
 
 NAME = "spark_write"
-GOAL_RATIO = 0.5
-VALUE_BYTES = 100
+GOAL_RATIO = 1.0
+SMALL_BYTES, LARGE_BYTES = 100, 10_000
+FETCH_BYTES = 4 << 20
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def add_arguments(parser: argparse._ArgumentGroup) -> None:
-    parser.add_argument("--rows", type=int, default=100_000, help="rows per measurement")
+    parser.add_argument("--rows", type=int, default=100_000, help="rows of 100 B per figure")
+    parser.add_argument("--large-rows", type=int, default=10_000, help="rows of 10 KB per figure")
 
 
-def _rows(n: int) -> list[tuple[bytes, bytes]]:
-    return [(b"%d" % (i % 1000), (b"%012d" % i) + b"x" * (VALUE_BYTES - 12)) for i in range(n)]
+def _rows(n: int, size: int) -> list[tuple[bytes, bytes]]:
+    return [(b"%d" % (i % 1000), (b"%012d" % i) + b"x" * (size - 12)) for i in range(n)]
 
 
 def _session() -> Any:
@@ -63,11 +71,23 @@ def _session() -> Any:
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.memory", "2g")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     return session
+
+
+def _frame(spark: Any, n: int, size: int) -> Any:
+    df = spark.range(0, n, numPartitions=2).selectExpr(
+        "cast(cast(id % 1000 as string) as binary) as key",
+        f"cast(concat(lpad(cast(id as string), 12, '0'), repeat('x', {size - 12})) "
+        "as binary) as value",
+    )
+    df = df.cache()
+    assert df.count() == n
+    return df
 
 
 def _topic(cluster: ProcessCluster, admin: Admin, name: str) -> str:
@@ -76,7 +96,7 @@ def _topic(cluster: ProcessCluster, admin: Admin, name: str) -> str:
     return name
 
 
-def _raw(cluster: ProcessCluster, topic: str, rows: list[tuple[bytes, bytes]]) -> float:
+def _raw_write(cluster: ProcessCluster, topic: str, rows: list[tuple[bytes, bytes]]) -> float:
     with Producer(cluster.bootstrap) as producer:
         started = time.perf_counter()
         futures = [producer.send(topic, value, key=key) for key, value in rows]
@@ -87,7 +107,7 @@ def _raw(cluster: ProcessCluster, topic: str, rows: list[tuple[bytes, bytes]]) -
     return len(rows) / elapsed
 
 
-def _spark(cluster: ProcessCluster, df: Any, topic: str, rows: int) -> float:
+def _spark_write(cluster: ProcessCluster, df: Any, topic: str, rows: int) -> float:
     started = time.perf_counter()
     (
         df.write.format("raftq")
@@ -96,7 +116,40 @@ def _spark(cluster: ProcessCluster, df: Any, topic: str, rows: int) -> float:
         .mode("append")
         .save()
     )
+    return rows / (time.perf_counter() - started)
+
+
+def _raw_read(admin: Admin, topic: str, rows: int) -> float:
+    started = time.perf_counter()
+    seen = 0
+    for bounds in admin.list_offsets(topic):
+        offset = bounds.log_start
+        while offset < bounds.end:
+            fetched = admin.fetch(topic, bounds.partition, offset, 10_000, FETCH_BYTES)
+            seen += len(fetched.records)
+            offset = fetched.records[-1].offset + 1
     elapsed = time.perf_counter() - started
+    assert seen == rows, f"raw fetch read {seen} of {rows}"
+    return rows / elapsed
+
+
+def _spark_read(spark: Any, cluster: ProcessCluster, topic: str, rows: int, tmp: str) -> float:
+    started = time.perf_counter()
+    query = (
+        spark.readStream.format("raftq")
+        .option("bootstrap", cluster.bootstrap)
+        .option("topic", topic)
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", tempfile.mkdtemp(dir=tmp))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    progress = query.recentProgress
+    read = sum(int(p["numInputRows"]) for p in progress)
+    assert read == rows, f"the spark source read {read} of {rows}"
     return rows / elapsed
 
 
@@ -104,39 +157,59 @@ def _written(admin: Admin, topic: str) -> int:
     return sum(p.end - p.log_start for p in admin.list_offsets(topic))
 
 
-def run(options: argparse.Namespace) -> list[Result]:
-    n = 5_000 if options.quick else options.rows
-    rows = _rows(n)
-    spark = _session()
-    try:
-        df = spark.range(0, n, numPartitions=2).selectExpr(
-            "cast(cast(id % 1000 as string) as binary) as key",
-            f"cast(concat(lpad(cast(id as string), 12, '0'), repeat('x', {VALUE_BYTES - 12})) "
-            "as binary) as value",
+def _measure(
+    spark: Any,
+    cluster: ProcessCluster,
+    admin: Admin,
+    size: int,
+    n: int,
+    repeat: int,
+    tmp: str,
+) -> list[Result]:
+    rows = _rows(n, size)
+    df = _frame(spark, n, size)
+    _spark_write(cluster, df.limit(100), _topic(cluster, admin, f"warm-up-{size}"), 100)
+    rates: dict[str, list[float]] = {"raw": [], "spark": [], "fetch": [], "source": []}
+    for i in range(repeat):
+        raw_topic = _topic(cluster, admin, f"raw-{size}-{i}")
+        rates["raw"].append(_raw_write(cluster, raw_topic, rows))
+        spark_topic = _topic(cluster, admin, f"spark-{size}-{i}")
+        rates["spark"].append(_spark_write(cluster, df, spark_topic, n))
+        assert _written(admin, raw_topic) == n and _written(admin, spark_topic) == n
+        rates["fetch"].append(_raw_read(admin, raw_topic, n))
+        rates["source"].append(_spark_read(spark, cluster, raw_topic, n, tmp))
+        print(
+            f"  {size} B: write raw {rates['raw'][-1]:,.0f} spark {rates['spark'][-1]:,.0f}; "
+            f"read raw {rates['fetch'][-1]:,.0f} spark {rates['source'][-1]:,.0f} rows/s"
         )
-        df = df.cache()
-        assert df.count() == n
+    df.unpersist()
+    m = {k: median(v) for k, v in rates.items()}
+    note = f"{n:,} rows of {size:,} B, local[2], 3 brokers RF 3 fsync"
+    label = f"{size:,} B"
+    return [
+        Result(f"{label} write: raw Python producer", m["raw"], "rows/s", note=note),
+        Result(f"{label} write: spark writer (exactly_once)", m["spark"], "rows/s", note=note),
+        at_least(f"{label} write: spark / raw", m["spark"] / m["raw"], "ratio", GOAL_RATIO),
+        Result(f"{label} read: raw Fetch loop", m["fetch"], "rows/s", note=note),
+        Result(f"{label} read: spark streaming source", m["source"], "rows/s", note=note),
+        Result(f"{label} read: spark / raw", m["source"] / m["fetch"], "ratio"),
+    ]
+
+
+def run(options: argparse.Namespace) -> list[Result]:
+    small = 2_000 if options.quick else options.rows
+    large = 200 if options.quick else options.large_rows
+    spark = _session()
+    results: list[Result] = []
+    try:
         with (
             tempfile.TemporaryDirectory(prefix="raftq-bench-spark-") as tmp,
             ProcessCluster(Path(tmp), brokers=3, fast=False) as cluster,
         ):
             cluster.wait_ready()
             admin = cluster.admin()
-            _spark(cluster, df.limit(1000), _topic(cluster, admin, "warm-up"), 1000)
-            raw_rates, spark_rates = [], []
-            for i in range(options.repeat):
-                raw_topic = _topic(cluster, admin, f"raw-{i}")
-                raw_rates.append(_raw(cluster, raw_topic, rows))
-                spark_topic = _topic(cluster, admin, f"spark-{i}")
-                spark_rates.append(_spark(cluster, df, spark_topic, n))
-                assert _written(admin, raw_topic) == n and _written(admin, spark_topic) == n
-                print(f"  raw {raw_rates[-1]:,.0f} rows/s, spark {spark_rates[-1]:,.0f} rows/s")
+            results += _measure(spark, cluster, admin, SMALL_BYTES, small, options.repeat, tmp)
+            results += _measure(spark, cluster, admin, LARGE_BYTES, large, options.repeat, tmp)
     finally:
         spark.stop()
-    raw, written = median(raw_rates), median(spark_rates)
-    note = f"{n:,} rows of {VALUE_BYTES} B, local[2], 3 brokers RF 3 fsync"
-    return [
-        Result("raw Python producer", raw, "rows/s", note=note),
-        Result("spark writer (exactly_once)", written, "rows/s", note=note),
-        at_least("spark writer / raw producer", written / raw, "ratio", GOAL_RATIO),
-    ]
+    return results

@@ -52,6 +52,7 @@ from broker import cli_server, inspector
 from broker.client import Admin, Consumer, Message, Producer, SendFuture
 from broker.client.redrive import REDRIVE_GROUP, RedriveProgress, redrive
 from broker.config import ClientSettings
+from broker.spark import sink as spark_sink
 from proto import api_pb2, errors
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:7070,127.0.0.1:7071,127.0.0.1:7072"  # raftq dev up's brokers
@@ -530,6 +531,26 @@ def group_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def spark_recover(args: argparse.Namespace) -> int:
+    """``raftq spark recover``: a Spark query stuck on NondeterministicInput (its retries make
+    other rows than the attempt that failed) writes that batch at-least-once on its next
+    attempt, instead of failing again (broker/spark/__init__.py)."""
+    scope = args.topic or ""
+    with _admin(args) as admin:
+        committed = admin.get_txn(args.app, scope)
+        if committed is not None and args.batch <= committed:
+            print(
+                f"batch {args.batch} of {args.app} is committed (up to {committed}): nothing to do"
+            )
+            return 0
+        admin.commit_txn(args.app, args.batch, spark_sink.recovery_scope(scope))
+    print(
+        f"batch {args.batch} of {args.app}{f' (topic {scope})' if scope else ''} will be written "
+        "at-least-once by its next attempt: restart the query"
+    )
+    return 0
+
+
 def cluster_status(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         cluster = admin.describe_cluster()
@@ -583,7 +604,7 @@ def _add(
 
 
 def register(subparsers: Subparsers) -> None:
-    """The client commands: topic, produce, consume, group, cluster."""
+    """The client commands: topic, produce, consume, group, spark, cluster."""
     common = [client_options()]
 
     topic = subparsers.add_parser("topic", help="create, list, describe, alter, delete topics")
@@ -627,6 +648,19 @@ def register(subparsers: Subparsers) -> None:
     _add(
         groups, "delete", group_delete, "delete an empty group and its offsets", common
     ).add_argument("group")
+
+    spark = subparsers.add_parser("spark", help="Spark writer operations")
+    sparks = spark.add_subparsers(dest="spark_command", required=True, metavar="ACTION")
+    recover = _add(
+        sparks,
+        "recover",
+        spark_recover,
+        "let a query stuck on NondeterministicInput write its batch at-least-once",
+        common,
+    )
+    recover.add_argument("--app", required=True, help="txnAppId, or query-<id> for writeStream")
+    recover.add_argument("--topic", help="the writer's topic option (none: column-routed)")
+    recover.add_argument("--batch", type=int, required=True, help="the stuck batch id")
 
     cluster = subparsers.add_parser("cluster", help="cluster health")
     clusters = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")

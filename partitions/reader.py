@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from partitions.rows import Meta
-from partitions.store import TRACKED_PRODUCER_PREFIX, PartitionStore
+from partitions.store import PartitionStore, is_tracked_producer
 from proto import common_pb2
 
 
@@ -35,11 +35,12 @@ class ProducerState:
 
 def producer_state(store: PartitionStore, producer_id: str) -> ProducerState | None:
     """The producer's last applied batch, or None when the partition knows none of its
-    batches. A tracked producer (``spark:`` ids) is read from its records in the log, so it is
-    known as long as they are (retention), dedup window or not; any other from the dedup
-    state (forgotten after ``dedup_window_ms``). A writer restarting the producer id resumes
-    at ``last_sequence + 1`` (the Spark writer's retried tasks, after ``records`` rows)."""
-    if producer_id.startswith(TRACKED_PRODUCER_PREFIX):
+    batches. A tracked producer (ids containing ``spark:``) is read from its records in the
+    log, so it is known as long as they are (retention), dedup window or not; any other from
+    the dedup state (forgotten after ``dedup_window_ms``). A writer restarting the producer id
+    resumes at ``last_sequence + 1`` (the Spark writer's retried tasks, after ``records``
+    rows)."""
+    if is_tracked_producer(producer_id):
         written = store.producer_written(producer_id)
         if written is None:
             return None

@@ -32,7 +32,7 @@ from typing import Any
 import apsw
 
 from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, ReadyRecord, RecordRow
-from partitions.store import INT64_MAX, TRACKED_PRODUCER_PREFIX, canonical_dump
+from partitions.store import INT64_MAX, TRACKED_PRODUCER_MARK, canonical_dump, is_tracked_producer
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(
@@ -45,8 +45,9 @@ CREATE TABLE IF NOT EXISTS records(
     ofs INTEGER PRIMARY KEY, timestamp_ms INTEGER NOT NULL, key BLOB, value BLOB NOT NULL,
     headers BLOB, priority INTEGER NOT NULL, deliver_at_ms INTEGER NOT NULL,
     idempotency_key TEXT, producer_id TEXT, sequence INTEGER, size INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS records_tracked_producer ON records(producer_id, sequence)
-    WHERE substr(producer_id, 1, 6) = 'spark:';
+DROP INDEX IF EXISTS records_tracked_producer;
+CREATE INDEX IF NOT EXISTS records_spark_producer ON records(producer_id, sequence)
+    WHERE instr(producer_id, 'spark:') > 0;
 CREATE TABLE IF NOT EXISTS idempotency(
     key TEXT PRIMARY KEY, ofs INTEGER NOT NULL, timestamp_ms INTEGER NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency(timestamp_ms);
@@ -69,8 +70,8 @@ CREATE TABLE IF NOT EXISTS fences(grp TEXT PRIMARY KEY, generation INTEGER NOT N
 """
 
 # A tracked producer's rows: the partial index's condition verbatim, so SQLite plans on it.
-TRACKED_PRODUCER_WHERE = "producer_id = ?1 AND substr(producer_id, 1, 6) = 'spark:'"
-assert TRACKED_PRODUCER_PREFIX == "spark:", "the index and TRACKED_PRODUCER_WHERE name it"
+TRACKED_PRODUCER_WHERE = "producer_id = ?1 AND instr(producer_id, 'spark:') > 0"
+assert TRACKED_PRODUCER_MARK == "spark:", "the index and TRACKED_PRODUCER_WHERE name it"
 
 _RECORD_COLUMNS = (
     "ofs, timestamp_ms, key, value, headers, priority, deliver_at_ms, idempotency_key, "
@@ -333,7 +334,7 @@ class SqliteStore:
         return rows[0][0]
 
     def producer_written(self, producer_id: str) -> tuple[int, int, list[int]] | None:
-        assert producer_id.startswith(TRACKED_PRODUCER_PREFIX), producer_id
+        assert is_tracked_producer(producer_id), producer_id
         tracked = TRACKED_PRODUCER_WHERE
         ((count, last),) = self._rows(
             f"SELECT count(*), max(sequence) FROM records WHERE {tracked}", (producer_id,)

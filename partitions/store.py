@@ -31,9 +31,14 @@ from typing import Any, Protocol
 
 from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, ReadyRecord, RecordRow
 
-# Producer ids with this prefix (the Spark writer's) have their records indexed, so a retried
-# writer can count what an earlier attempt wrote, long after the dedup window forgot it.
-TRACKED_PRODUCER_PREFIX = "spark:"
+# Producer ids that contain this mark (the Spark writer's: ``spark:...``, or ``<principal>/spark:``
+# once an authenticated broker prefixed it) have their records indexed, so a retried writer
+# can count what an earlier attempt wrote, long after the dedup window forgot it.
+TRACKED_PRODUCER_MARK = "spark:"
+
+
+def is_tracked_producer(producer_id: str) -> bool:
+    return TRACKED_PRODUCER_MARK in producer_id
 
 
 class PartitionStore(Protocol):
@@ -74,7 +79,7 @@ class PartitionStore(Protocol):
         self, producer_id: str, sequence: int, offsets: Sequence[int], now_ms: int, keep: int
     ) -> None: ...
     def producer_forget_before(self, timestamp_ms: int) -> int: ...
-    # a tracked producer's (id starts with TRACKED_PRODUCER_PREFIX) records still in the log:
+    # a tracked producer's (is_tracked_producer) records still in the log:
     # (how many, the highest sequence, that batch's offsets), or None when it has none
     def producer_written(self, producer_id: str) -> tuple[int, int, list[int]] | None: ...
 
@@ -344,7 +349,7 @@ class MemoryStore:
         return max(batches) if batches else None
 
     def producer_written(self, producer_id: str) -> tuple[int, int, list[int]] | None:
-        assert producer_id.startswith(TRACKED_PRODUCER_PREFIX), producer_id
+        assert is_tracked_producer(producer_id), producer_id
         mine = [r for r in self._records.values() if r.producer_id == producer_id]
         if not mine:
             return None

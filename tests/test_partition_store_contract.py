@@ -353,6 +353,10 @@ def test_a_tracked_producer_is_known_from_its_records_after_its_batches_are_forg
     with store.transaction():
         store.delete_records_below(6)
     assert producer_state(store, pid) == ProducerState(4, [12, 15], 6)
+    owned = "alice/spark:app:4:0"  # an authenticated broker prefixes the principal's name
+    with store.transaction():
+        store.insert_records([rec(o, producer=owned, sequence=0) for o in (20, 21)])
+    assert producer_state(store, owned) == ProducerState(0, [20, 21], 2)
 
 
 # -- groups -----------------------------------------------------------------------------------
@@ -1151,6 +1155,6 @@ def test_sqlite_tracked_producer_lookup_uses_its_partial_index(tmp_path: Path) -
             + TRACKED_PRODUCER_WHERE,
             ("spark:a:1:0",),
         )
-        assert any("records_tracked_producer" in str(row) for row in plan), plan
+        assert any("records_spark_producer" in str(row) for row in plan), plan
     finally:
         store.close()

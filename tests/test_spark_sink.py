@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import collections
 import os
+import pathlib
 import random
+import re
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from broker import cli
 from broker.client import Admin
 from broker.spark import sink, source
 from proto import errors
@@ -63,9 +66,14 @@ def write(
     data: list[tuple[bytes, bytes]],
     *,
     finish: bool = True,
+    recovery: sink.Recovery | None = None,
 ) -> sink.TaskSummary:
     task = sink.TaskSink(
-        sink.connection(cluster.bootstrap), opts, producer_id=producer_id, spark_partition=0
+        sink.connection(cluster.bootstrap),
+        opts,
+        producer_id=producer_id,
+        spark_partition=0,
+        recovery=recovery,
     )
     for key, value in data:
         task.add(value, key=key)
@@ -191,6 +199,46 @@ def test_a_retry_with_its_rows_in_another_order_fails_loudly(
         write(cluster, opts, "spark:app:1:0", data[:60])
 
 
+def test_a_batch_stuck_on_nondeterministic_input_is_recovered_by_the_documented_command(
+    cluster: ProcessCluster, admin: Admin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Input that really differs on every retry fails each time, naming the command; after
+    `raftq spark recover` the batch's next attempt writes all its rows at-least-once (the
+    failed attempt's rows stay: nothing lost), and the following batch is exactly-once again."""
+    seed = int(os.environ.get("RAFTQ_SEED", random.randrange(2**32)))
+    print(f"RAFTQ_SEED={seed}")
+    name = topic(cluster, admin, "sink-stuck")
+    opts = options(cluster, name, batchRecords="5")
+    data = rows(120)
+    shuffled = list(data)
+    random.Random(seed).shuffle(shuffled)
+    app, version = "stuck-app", 7
+    pid = sink.producer_id_for(app, version, 0, name)
+    recovery = sink.Recovery.for_batch(admin, app, name, version)
+    write(cluster, opts, pid, data[:60], recovery=recovery)  # attempt 0, input ended early
+    command = f"raftq spark recover --app {app} --topic {name} --batch {version}"
+    for _ in range(2):  # stuck: every retry fails, naming the way out
+        with pytest.raises(sink.NondeterministicInput, match=re.escape(command)):
+            write(cluster, opts, pid, shuffled, recovery=recovery)
+    argv = ["spark", "recover", "--bootstrap", cluster.bootstrap, "--app", app]
+    assert cli.main([*argv, "--topic", name, "--batch", str(version)]) == 0
+    assert "at-least-once" in capsys.readouterr().out
+    summary = write(cluster, opts, pid, shuffled, recovery=recovery)
+    assert summary.recovered and summary.records_written == 120
+    seen = values(admin, name)
+    assert set(seen) == {v for _, v in data} and sum(seen.values()) == 180
+    # the next batch is exactly-once again; a batch already committed needs no recovery
+    following = [(k, b"next-" + v) for k, v in data]
+    after = sink.Recovery.for_batch(admin, app, name, version + 1)
+    next_pid = sink.producer_id_for(app, version + 1, 0, name)
+    write(cluster, opts, next_pid, following[:30], recovery=after)
+    assert not write(cluster, opts, next_pid, following, recovery=after).recovered
+    assert sum(values(admin, name).values()) == 180 + 120
+    admin.commit_txn(app, version + 1, name)
+    assert cli.main([*argv, "--topic", name, "--batch", str(version)]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+
+
 def test_at_least_once_and_bad_rows(cluster: ProcessCluster, admin: Admin) -> None:
     name = topic(cluster, admin, "sink-alo")
     opts = options(cluster, name, deliveryGuarantee="at_least_once")
@@ -291,3 +339,38 @@ def test_source_options_are_checked() -> None:
     ):
         with pytest.raises(errors.InvalidArgument):
             source.SourceOptions.parse({"bootstrap": "h:1", **bad})
+
+
+def test_a_retry_resumes_by_records_when_the_broker_prefixes_the_principal(
+    tmp_path: pathlib.Path,
+) -> None:
+    """With auth on, the broker stores the producer id as ``<principal>/spark:...``: the rows
+    of such an id are counted too, so a retry still skips exactly what was written."""
+    from tests.api_facade import api_server
+    from tests.test_authz import POLICY
+
+    with (
+        api_server(tmp_path, auth_policy=POLICY) as (address, _facade),
+        Admin(address, token="token-root") as root,
+    ):
+        root.create_topic("victim-spark", partitions=3)
+        opts = sink.SinkOptions.parse(
+            {
+                "bootstrap": address,
+                "topic": "victim-spark",
+                "token": "token-victim",
+                "batchRecords": "4",
+            }
+        )
+        conn = sink.Connection(address, 30_000, opts.security)
+        data = rows(100)
+        try:
+            for count in (50, 100):
+                task = sink.TaskSink(conn, opts, producer_id="spark:app:1:0")
+                for key, value in data[:count]:
+                    task.add(value, key=key)
+                summary = task.finish()
+        finally:
+            conn.close()
+        assert (summary.records_skipped, summary.records_written) == (50, 50)
+        assert values(root, "victim-spark") == collections.Counter(v for _, v in data)

@@ -87,6 +87,12 @@ Cases it cannot cover, and what the writer does:
   (eventually the job) fails loudly instead of writing wrong data. Rows before that last batch
   are not compared. Fix: ``sortWithinPartitions`` on a unique key before writing, or
   checkpoint/cache the shuffled data, or use ``at_least_once`` and dedupe downstream.
+  A query whose every retry differs would fail on every restart; the error names the way out:
+  ``raftq spark recover --app <app> [--topic <topic>] --batch <id>`` marks that batch (a
+  watermark under the scope ``<topic>..at-least-once``), and its next attempt, on seeing rows
+  of the failed attempts, writes all its rows without producer ids: at-least-once for that one
+  batch (nothing lost; the failed attempts' rows stay), exactly-once again from the next. A
+  ``df.write`` without txn ids needs nothing: a new job has new producer ids.
 - Retention that deleted some of a failed attempt's records before the retry makes the retry
   write those rows again.
 - A metadata leader elected moments before ``GetTxn`` may not have applied the latest

@@ -255,7 +255,16 @@ def _write_task(
     if options.guarantee == "exactly_once":
         assert app_id is not None and version is not None
         producer_id = sink.producer_id_for(app_id, version, spark_partition, scope)
-    task = sink.TaskSink(conn, options, producer_id=producer_id, spark_partition=spark_partition)
+    recovery = None
+    if watermark and app_id is not None and version is not None:
+        recovery = sink.Recovery.for_batch(conn.admin, app_id, scope, version)
+    task = sink.TaskSink(
+        conn,
+        options,
+        producer_id=producer_id,
+        spark_partition=spark_partition,
+        recovery=recovery,
+    )
     for batch in batches:
         _feed(task, batch)
     return RaftqCommitMessage(committed_app, version, task.finish())

@@ -366,6 +366,7 @@ class TaskSummary:
     batches_sent: int = 0
     duplicates: int = 0  # records the broker answered from dedup state
     skipped_task: bool = False  # the batch was at or below the app's watermark
+    recovered: bool = False  # written at-least-once after `raftq spark recover`
 
 
 class TaskSink:
@@ -378,10 +379,12 @@ class TaskSink:
         *,
         producer_id: str | None,
         spark_partition: int = 0,
+        recovery: Recovery | None = None,
     ) -> None:
         self.conn = conn
         self.options = options
         self.producer_id = producer_id
+        self.recovery = recovery
         self.spark_partition = spark_partition
         self.summary = TaskSummary()
         self._meta: dict[str, TopicMeta] = {}
@@ -463,16 +466,21 @@ class TaskSink:
         if untouched:
             raise NondeterministicInput(
                 f"an earlier attempt of producer {self.producer_id!r} wrote to {untouched}, "
-                "this one did not: the task's input is not deterministic"
+                "this one did not: the task's input is not deterministic" + self._hint()
             )
         for lane in self._lanes.values():
             if lane.resume is not None and lane.position < lane.resume.records:
                 raise NondeterministicInput(
                     f"{lane.topic}/{lane.partition}: an earlier attempt of producer "
                     f"{self.producer_id!r} wrote {lane.resume.records} rows here, this one has "
-                    f"only {lane.position}: the task's input is not deterministic"
+                    f"only {lane.position}: the task's input is not deterministic" + self._hint()
                 )
         return self.summary
+
+    def _hint(self) -> str:
+        if self.recovery is None:
+            return ". A new write job writes every row again under a new producer id"
+        return ". " + self.recovery.hint
 
     # -- metadata and resume -----------------------------------------------------------------
 
@@ -522,6 +530,11 @@ class TaskSink:
                     self._resume[(name, state.partition)] = Resume(
                         state.records, state.last_sequence, list(state.last_offsets)
                     )
+        if self._resume and self.recovery is not None and self.recovery.ordered():
+            log.warning("%s: recovered batch, written at-least-once", self.producer_id)
+            self.producer_id = None  # no resume, no dedup: every row goes (again)
+            self._resume.clear()
+            self.summary.recovered = True
 
     # -- batches -----------------------------------------------------------------------------
 
@@ -572,7 +585,7 @@ class TaskSink:
                 f"{lane.topic}/{lane.partition}: rows {lane.resume.records - len(offsets)}.."
                 f"{lane.resume.records - 1} of producer {self.producer_id!r} differ from what an "
                 "earlier attempt wrote: the task's rows are not in a deterministic order (sort "
-                "them, or use at_least_once); see ARCHITECTURE.md § Spark to recover the query"
+                "them, or use at_least_once)" + self._hint()
             )
 
     def _pump(self) -> None:
@@ -679,6 +692,39 @@ class TaskSink:
         while lane.queued and lane.queued[0].sequence <= state.last_sequence:
             lane.queued.popleft()
         return True
+
+
+RECOVERY_SCOPE_SUFFIX = "..at-least-once"
+
+
+def recovery_scope(scope: str) -> str:
+    """The watermark scope that marks batches of (app, ``scope``) to write at-least-once."""
+    return scope + RECOVERY_SCOPE_SUFFIX
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """How a task of (app, scope, version) learns that an operator ran ``raftq spark recover``
+    for its batch (``ordered()``, asked only when an earlier attempt wrote something), and the
+    command a NondeterministicInput error tells them to run."""
+
+    ordered: Any  # () -> bool
+    hint: str
+
+    @classmethod
+    def for_batch(cls, admin: Admin, app_id: str, scope: str, version: int) -> Recovery:
+        topic = f" --topic {scope}" if scope else ""
+        hint = (
+            f"To go on, run `raftq spark recover --app {app_id}{topic} --batch {version}` "
+            "(this batch is then written at-least-once: rows of the failed attempts stay) and "
+            "restart the query"
+        )
+
+        def ordered() -> bool:
+            marked = admin.get_txn(app_id, recovery_scope(scope))
+            return marked is not None and marked >= version
+
+        return cls(ordered, hint)
 
 
 def summaries_total(parts: Sequence[TaskSummary]) -> TaskSummary:
