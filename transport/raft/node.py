@@ -410,11 +410,10 @@ class _HardenedSyncObj(SyncObj):
             if is_self:
                 self._self_learner = True
                 return False
+            # The log is authoritative: a replica that started from a stale member list (it
+            # took this one for a voter) learns here that it is a learner. A leader never
+            # appends such an entry for a voter (_SyncObj__changeCluster).
             present = node in self._SyncObj__otherNodes
-            if present and node not in self._learners and self._isLeader():
-                return False  # the leader never demotes a voter (nor appends such an entry)
-            # Elsewhere the log is authoritative: a replica that started from a stale member
-            # list (it took this one for a voter) learns here that it is a learner.
             if not present:
                 SyncObj._SyncObj__doChangeCluster(self, ["add", addr])
             self._learners.add(node)
@@ -433,6 +432,14 @@ class _HardenedSyncObj(SyncObj):
                 return True
             return False
         return False
+
+    def _SyncObj__changeCluster(self, request: list[Any]) -> bool:
+        """Leader, before appending a change (syncobj.py:1356): a voter is never demoted."""
+        if request[0] == "learner":
+            node = self._SyncObj__nodeClass(str(request[1]))
+            if node in self._SyncObj__otherNodes and node not in self._learners:
+                return False
+        return bool(SyncObj._SyncObj__changeCluster(self, request))
 
     def transferLeadership(self, node: Any = None, callback: Any = None) -> None:
         """syncobj.py:408, never to a learner (it would not campaign)."""
