@@ -25,6 +25,7 @@ BENCHMARKS = [
     "bench.spark_write",
     "bench.group_join",
     "bench.aio_client",
+    "bench.overload",
 ]
 
 

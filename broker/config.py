@@ -42,6 +42,7 @@ from typing import Any, ClassVar, Literal, NamedTuple
 from dynaconf import Dynaconf
 from dynaconf.utils.parse_conf import boolean_fix, parse_conf_data
 
+from transport.admission import Capacity
 from transport.auth import RESOURCE_KEYS as AUTH_RESOURCE_KEYS
 from transport.auth import RESOURCE_OPERATIONS as AUTH_RESOURCE_OPERATIONS
 from transport.auth import AclRule, AuthPolicy, Principal
@@ -421,6 +422,25 @@ class GroupSettings(_Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CapacitySettings(_Section):
+    """Calls of each kind a broker runs at once; one more is refused RESOURCE_EXHAUSTED with a
+    retry hint, never queued (transport/admission.py). The gRPC pool is their sum plus spare
+    threads, so no kind can starve another."""
+
+    SECTION: ClassVar[str] = "capacity"
+
+    control_calls_max: int = _setting(8, min=1, max=1024)
+    internal_calls_max: int = _setting(32, min=1, max=1024)
+    admin_calls_max: int = _setting(8, min=1, max=1024)
+    long_polls_max: int = _setting(32, min=1, max=1024)
+    client_calls_max: int = _setting(48, min=1, max=1024)
+    send_streams_max: int = _setting(16, min=1, max=1024)
+
+    def to_capacity(self) -> Capacity:
+        return Capacity(**dataclasses.asdict(self))
+
+
+@dataclass(frozen=True, kw_only=True)
 class ClientSettings(_Section):
     """Defaults of the Python client and of broker-to-broker forwarding."""
 
@@ -575,6 +595,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "security": SecuritySettings,
     "log": LogSettings,
     "txns": TxnSettings,
+    "capacity": CapacitySettings,
 }
 
 
@@ -591,6 +612,7 @@ class BrokerConfig:
     security: SecuritySettings = field(default_factory=SecuritySettings)
     log: LogSettings = field(default_factory=LogSettings)
     txns: TxnSettings = field(default_factory=TxnSettings)
+    capacity: CapacitySettings = field(default_factory=CapacitySettings)
 
     def __post_init__(self) -> None:
         problems = self._relations()

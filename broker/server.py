@@ -31,6 +31,7 @@ from broker.replica import PartitionReplica
 from broker.security import BrokerSecurity
 from broker.service import BrokerService
 from metadata.frontend import GroupLimits, MetadataFrontend, TopicDefaults
+from transport.admission import AdmissionInterceptor
 from transport.grpc_server import Health, serve
 from transport.internal import InternalClient, InternalServicer, add_internal_service
 from transport.raft import RaftTimings
@@ -128,12 +129,19 @@ class Broker:
             self.metrics_addr = self.metrics.start(config.broker.metrics_addr)
         self.driver.start()
         interceptors = [self.metrics.interceptor] if self.metrics is not None else []
-        if self.security.interceptor is not None:  # after metrics: refusals are timed too
+        # Each kind of call (internal, control, admin, long poll, client) runs under a cap of
+        # its own in a pool sized to their sum: no kind starves another (transport/admission.py).
+        capacity = config.capacity.to_capacity()
+        self.admission = AdmissionInterceptor(capacity)
+        interceptors.append(self.admission)  # after metrics: refusals are timed too
+        if self.security.interceptor is not None:
             interceptors.append(self.security.interceptor)
         self.health = Health(self.not_ready)
         self.grpc = serve(
             self.service,
             config.broker.client_addr,
+            max_workers=capacity.workers,
+            max_streams=capacity.send_streams_max,
             interceptors=interceptors,
             extra_services=[lambda server: add_internal_service(server, internal)],
             credentials=self.security.credentials,

@@ -720,18 +720,39 @@ class BrokerService:
     def _member(
         self, group_name: str, member_id: str, generation: int
     ) -> tuple[GroupInfo, MemberInfo]:
-        """The member, fenced by generation; a follower of the metadata group waits briefly
-        when its table may be behind (the metadata leader's table is the truth: no wait)."""
-        deadline = time.monotonic() + (0.0 if self.meta.is_leader() else TABLE_CATCH_UP_S)
-        while True:
-            group = self.meta.table.group(group_name)
+        """The member, fenced by generation. Normal errors: UnknownMember, Fenced, Unavailable.
+
+        The metadata leader's table is the truth. Another broker whose copy lacks the member
+        (or its generation) may only be behind: it asks the leader (a forwarded Heartbeat,
+        which also counts as one) instead of sleeping on a guess, so a bad member id is
+        answered at once; for a member the leader knows it waits, on the table's condition,
+        until its own copy has applied it (replication lag, at most TABLE_CATCH_UP_S)."""
+
+        def current(table: Table) -> tuple[GroupInfo, MemberInfo] | None:
+            group = table.group(group_name)
             member = group.members.get(member_id) if group is not None else None
-            if group is not None and member is not None and generation == group.generation:
-                return group, member
-            behind = group is None or member is None or generation > group.generation
-            if not behind or time.monotonic() >= deadline:
-                break
-            time.sleep(0.02)
+            if group is None or member is None or generation != group.generation:
+                return None
+            return group, member
+
+        found = current(self.meta.table)
+        if found is not None:
+            return found
+        group = self.meta.table.group(group_name)
+        member = group.members.get(member_id) if group is not None else None
+        behind = group is None or member is None or generation > group.generation
+        if behind and not self.meta.is_leader():
+            heartbeat = api_pb2.HeartbeatRequest(
+                group=group_name, member_id=member_id, generation=generation
+            )
+            self._leader_only("heartbeat", heartbeat, TABLE_CATCH_UP_S)  # raises the verdict
+            if self.meta.wait_until(lambda table: current(table) is not None, TABLE_CATCH_UP_S):
+                found = current(self.meta.table)
+                if found is not None:
+                    return found
+            raise errors.Unavailable(
+                f"this broker's copy of group {group_name!r} is behind the metadata leader's: retry"
+            )
         if group is None or member is None:
             raise errors.UnknownMember(
                 f"{member_id!r} is not in group {group_name!r}: join the group again"
@@ -744,8 +765,16 @@ class BrokerService:
     # ============================================================================ consuming
 
     def poll(
-        self, request: api_pb2.PollRequest, *, timeout_s: float | None
+        self,
+        request: api_pb2.PollRequest,
+        *,
+        timeout_s: float | None,
+        active: Callable[[], bool] = lambda: True,
     ) -> api_pb2.PollResponse:
+        """Lease ready records of the member's partitions, long-polling up to max_wait_ms.
+        A wait ends early, leasing nothing more, once ``active()`` is False (the caller
+        cancelled: its thread and long-poll slot go back). Normal errors: UnknownMember,
+        Fenced, Unavailable."""
         _, member = self._member(request.group, request.member_id, request.generation)
         partitions = list(member.assignment)
         now = time.monotonic()
@@ -760,6 +789,8 @@ class BrokerService:
                 return _poll_response(out, compact=request.compact)
             with self.data_arrived:
                 self.data_arrived.wait(min(POLL_SLICE_S, max(0.0, deadline - time.monotonic())))
+            if not active():
+                return _poll_response([], compact=request.compact)
             _, member = self._member(request.group, request.member_id, request.generation)
             partitions = list(member.assignment)
 

@@ -31,6 +31,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INTERNAL: _ClassVar[ErrorCode]
     GROUP_NOT_EMPTY: _ClassVar[ErrorCode]
     OUTCOME_UNKNOWN: _ClassVar[ErrorCode]
+    RESOURCE_EXHAUSTED: _ClassVar[ErrorCode]
 
 class Ordering(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -58,6 +59,7 @@ TIMEOUT: ErrorCode
 INTERNAL: ErrorCode
 GROUP_NOT_EMPTY: ErrorCode
 OUTCOME_UNKNOWN: ErrorCode
+RESOURCE_EXHAUSTED: ErrorCode
 FIFO: Ordering
 PRIORITY: Ordering
 

@@ -25,7 +25,11 @@ gRPC: the status is named here and looked up by the transport.
     ├── OutcomeUnknown              OUTCOME_UNKNOWN no         ABORTED
     ├── Unauthenticated             UNAUTHENTICATED no         UNAUTHENTICATED
     ├── PermissionDenied            PERMISSION_DENIED no       PERMISSION_DENIED
+    ├── ResourceExhausted           RESOURCE_EXHAUSTED yes     RESOURCE_EXHAUSTED (+ retry_after_ms)
     └── Internal                    INTERNAL        no         INTERNAL
+
+A refusal for load (ResourceExhausted) carries ``retry_after_ms``, the broker's hint of when to
+try again (``raftq-retry-after-ms`` trailer); the client backs off that long, with jitter.
 
 Assertions are for bugs; these exceptions are for failures a caller must expect.
 """
@@ -63,9 +67,12 @@ class RaftqError(Exception):
 
     kind: ErrorKind
 
-    def __init__(self, message: str = "", *, leader_hint: str = "") -> None:
+    def __init__(
+        self, message: str = "", *, leader_hint: str = "", retry_after_ms: int = 0
+    ) -> None:
         self.message = message or self.kind.hint
         self.leader_hint = leader_hint
+        self.retry_after_ms = retry_after_ms  # > 0: try again no sooner (ResourceExhausted)
         super().__init__(f"{self.kind.name}: {self.message}")
 
     @property
@@ -194,6 +201,15 @@ class PermissionDenied(RaftqError):
     kind = _kind("PERMISSION_DENIED", False, "PERMISSION_DENIED", "the token lacks this ACL")
 
 
+class ResourceExhausted(RaftqError):
+    kind = _kind(
+        "RESOURCE_EXHAUSTED",
+        True,
+        "RESOURCE_EXHAUSTED",
+        "the broker is at capacity for this kind of call: retry after retry_after_ms",
+    )
+
+
 class Internal(RaftqError):
     kind = _kind("INTERNAL", False, "INTERNAL", "a broker bug: report it with the broker log")
 
@@ -221,15 +237,18 @@ _BY_CODE: dict[int, type[RaftqError]] = {
         OutcomeUnknown,
         Unauthenticated,
         PermissionDenied,
+        ResourceExhausted,
         Internal,
     )
 }
 
 
-def error_for(code: int, message: str = "", *, leader_hint: str = "") -> RaftqError:
+def error_for(
+    code: int, message: str = "", *, leader_hint: str = "", retry_after_ms: int = 0
+) -> RaftqError:
     """The exception for a wire error code (unknown codes become Internal)."""
     cls = _BY_CODE.get(code, Internal)
-    return cls(message, leader_hint=leader_hint)
+    return cls(message, leader_hint=leader_hint, retry_after_ms=retry_after_ms)
 
 
 def error_class(code: int) -> type[RaftqError]:

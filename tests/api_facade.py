@@ -324,7 +324,11 @@ class ApiFacade:
         return out
 
     def poll(
-        self, request: api_pb2.PollRequest, *, timeout_s: float | None
+        self,
+        request: api_pb2.PollRequest,
+        *,
+        timeout_s: float | None,
+        active: Callable[[], bool] = lambda: True,
     ) -> api_pb2.PollResponse:
         wait_s = request.max_wait_ms / 1000
         if timeout_s is not None:

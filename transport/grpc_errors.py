@@ -7,6 +7,7 @@ details, and trailing metadata::
     raftq-code       the ErrorCode number, e.g. "1" for NOT_LEADER
     raftq-retriable  "true" or "false"
     raftq-leader     the leader's client address (NOT_LEADER), else absent
+    raftq-retry-after-ms  when to try again (RESOURCE_EXHAUSTED), else absent
 
 Client side, :func:`from_rpc_error` turns a ``grpc.RpcError`` back into the same typed error.
 A status without ``raftq-code`` (a proxy, a dead broker, the client's own deadline) becomes
@@ -27,6 +28,7 @@ from proto import errors
 CODE_KEY = "raftq-code"
 RETRIABLE_KEY = "raftq-retriable"
 LEADER_KEY = "raftq-leader"
+RETRY_AFTER_KEY = "raftq-retry-after-ms"
 
 _UNTYPED: dict[grpc.StatusCode, type[errors.RaftqError]] = {
     grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
@@ -49,6 +51,8 @@ def trailing_metadata(error: errors.RaftqError) -> tuple[tuple[str, str], ...]:
     ]
     if error.leader_hint:
         metadata.append((LEADER_KEY, error.leader_hint))
+    if error.retry_after_ms > 0:
+        metadata.append((RETRY_AFTER_KEY, str(error.retry_after_ms)))
     return tuple(metadata)
 
 
@@ -77,8 +81,14 @@ def from_rpc_error(exc: grpc.RpcError) -> errors.RaftqError:
     metadata = _metadata_dict(trailers)
     leader = metadata.get(LEADER_KEY, "")
     raw = metadata.get(CODE_KEY, "")
+    retry_after = metadata.get(RETRY_AFTER_KEY, "")
     if raw.lstrip("-").isdigit():
-        return errors.error_for(int(raw), details, leader_hint=leader)
+        return errors.error_for(
+            int(raw),
+            details,
+            leader_hint=leader,
+            retry_after_ms=int(retry_after) if retry_after.isdigit() else 0,
+        )
     cls = _UNTYPED.get(code, errors.Internal)
     name = code.name if isinstance(code, grpc.StatusCode) else str(code)
     return cls(f"gRPC {name}: {details}" if details else f"gRPC {name}", leader_hint=leader)
@@ -93,6 +103,7 @@ __all__ = [
     "CODE_KEY",
     "LEADER_KEY",
     "RETRIABLE_KEY",
+    "RETRY_AFTER_KEY",
     "abort",
     "abort_with",
     "from_rpc_error",

@@ -14,7 +14,7 @@ one method per unary RPC and nothing else:
   the request (no thread waits on it), else through ``facade.send`` on a pool thread, so a
   stream has many requests in flight; each response carries its request's ``request_id`` and
   leaves as soon as it is ready (in any order); a whole-request error is put in-band and the
-  stream goes on. Open streams are capped at half the worker threads (each holds one); one
+  stream goes on. Open streams are capped at ``max_streams`` (each holds a worker); one
   more is refused RESOURCE_EXHAUSTED at once (the Python client then sends unary).
 - ``PollStream``: a reader thread adds the client's credits; the writer calls ``facade.poll``
   for at most the outstanding credit, long-polling in slices of ``POLL_STREAM_WAIT_MS``, and
@@ -97,8 +97,14 @@ class BrokerFacade(Protocol):
     ) -> api_pb2.LeaveGroupResponse: ...
 
     def poll(
-        self, request: api_pb2.PollRequest, *, timeout_s: float | None
-    ) -> api_pb2.PollResponse: ...
+        self,
+        request: api_pb2.PollRequest,
+        *,
+        timeout_s: float | None,
+        active: Callable[[], bool] = ...,
+    ) -> api_pb2.PollResponse:
+        """``active()`` turns False when the caller cancelled: a waiting poll ends early."""
+        ...
 
     def ack(
         self, request: api_pb2.AckRequest, *, timeout_s: float | None
@@ -607,10 +613,23 @@ class ConsumerServicer(_Servicer, api_pb2_grpc.ConsumerServicer):
 
     Heartbeat = _unary("heartbeat", check_heartbeat)
     LeaveGroup = _unary("leave_group", check_leave_group)
-    Poll = _unary("poll", check_poll)
     Ack = _unary("ack", check_ack)
     Nack = _unary("nack", check_nack)
     ExtendLease = _unary("extend_lease", check_extend_lease)
+
+    def Poll(self, request: api_pb2.PollRequest, context: grpc.ServicerContext) -> Any:
+        """A unary long poll; it stops waiting when the caller cancels (transport/admission.py
+        caps how many wait at once)."""
+        try:
+            check_poll(request)
+            return self.facade.poll(
+                request, timeout_s=_time_left(context), active=context.is_active
+            )
+        except errors.RaftqError as error:
+            abort(context, error)
+        except Exception as exc:
+            log.exception("poll failed")
+            abort(context, errors.Internal(f"poll: {exc!r}"))
 
     def PollStream(
         self, request_iterator: Iterator[api_pb2.PollStreamRequest], context: grpc.ServicerContext
@@ -829,6 +848,7 @@ def serve(
     address: str,
     *,
     max_workers: int = 64,
+    max_streams: int | None = None,
     interceptors: Iterable[grpc.ServerInterceptor] = (),
     options: Sequence[tuple[str, Any]] = (),
     extra_services: Iterable[Callable[[grpc.Server], None]] = (),
@@ -840,7 +860,9 @@ def serve(
     ``credentials`` (transport/tls.py ``server_credentials``) serve TLS, else plaintext.
     Adds health checking (``health_servicer``, default: every service SERVING) and
     reflection. Each streaming call holds a worker thread (PollStream two) while open: size
-    ``max_workers`` for the streams expected.
+    ``max_workers`` for the streams expected; at most ``max_streams`` SendStreams are open at
+    once (default: half the workers). A broker sizes both from its ``capacity`` settings and
+    admits calls per kind (transport/admission.py).
     Raises Unavailable when the address cannot be bound. Stop it with ``server.stop(grace)``.
     """
     server = grpc.server(
@@ -851,7 +873,8 @@ def serve(
         # Clients ping every second to find a hung broker fast (transport/tls.py): accept it.
         options=(("grpc.so_reuseport", 0), *KEEPALIVE_SERVER_OPTIONS, *options),
     )
-    producer = ProducerServicer(facade, max_streams=max(1, max_workers // 2))
+    streams = max_streams if max_streams is not None else max(1, max_workers // 2)
+    producer = ProducerServicer(facade, max_streams=streams)
     api_pb2_grpc.add_ProducerServicer_to_server(producer, server)
     api_pb2_grpc.add_ConsumerServicer_to_server(ConsumerServicer(facade), server)
     api_pb2_grpc.add_LogServicer_to_server(LogServicer(facade), server)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -91,22 +92,34 @@ class _AsyncChannels:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
 
-    async def call_any(self, fn: Callable[[_Stubs, float], Any]) -> Any:
+    async def call_any(
+        self, fn: Callable[[_Stubs, float], Any], *, deadline_s: float | None = None
+    ) -> Any:
+        """As the thread client's ``call_any`` (``deadline_s`` on ``time.monotonic``)."""
         rounds = AnyBroker(len(self.bootstrap), self._preferred, self.request_timeout_s)
         while True:
             last: errors.Unavailable | None = None
+            exhausted: errors.ResourceExhausted | None = None
             for index, timeout_s in rounds.attempts():
                 try:
                     result = await self.call(self.bootstrap[index], fn, timeout_s)
+                except errors.ResourceExhausted as exc:
+                    exhausted = exc
+                    continue
                 except errors.Unavailable as exc:
                     last = exc
                     continue
                 self._preferred = index
                 return result
-            assert last is not None
-            pause_s = rounds.pause_s()
-            if pause_s is None:
-                raise last
+            if exhausted is not None:
+                pause_s = rounds.refused_pause_s(exhausted, deadline_s)
+                if pause_s is None:
+                    raise exhausted
+            else:
+                assert last is not None
+                pause_s = rounds.pause_s()
+                if pause_s is None:
+                    raise last
             await asyncio.sleep(pause_s)
 
     async def close(self) -> None:
@@ -354,6 +367,7 @@ class AsyncConsumer:
         """As :meth:`broker.client.Consumer.poll`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
+        refused_until = time.monotonic() + timeout_ms / 1000  # AnyBroker's clock
         rejoins = 0
         while True:
             request = poll_request(
@@ -369,13 +383,15 @@ class AsyncConsumer:
                 return s.consumer.Poll(r, timeout=t + r.max_wait_ms / 1000)
 
             try:
-                response = await self._channels.call_any(call)
+                response = await self._channels.call_any(call, deadline_s=refused_until)
             except FENCING as exc:
                 if rejoins >= 3:
                     raise
                 rejoins += 1
                 await self._rejoin(exc, request.generation)
                 continue
+            except errors.ResourceExhausted:
+                return []  # every broker's long polls are taken: like a poll that found nothing
             if response.batches or response.records or loop.time() >= deadline:
                 return deliveries(response, self._message)
 

@@ -3,10 +3,11 @@
 :func:`parse_bootstrap` reads ``"host:port[,host:port...]"``. :class:`_Channels` holds one
 channel (and set of stubs) per address, created on first use and never at import; it turns
 gRPC errors into the typed :mod:`proto.errors` (:func:`transport.grpc_errors.from_rpc_error`),
-tries the bootstrap brokers in turn for calls any broker can answer (``call_any``: only
-UNAVAILABLE moves on, starting with the last broker that answered), and remembers brokers
-that did not answer so sends avoid them for ``DOWN_S``. It pickles as its bootstrap and
-security only: channels never travel.
+tries the bootstrap brokers in turn for calls any broker can answer (``call_any``: UNAVAILABLE
+and RESOURCE_EXHAUSTED move on, starting with the last broker that answered; when brokers
+refused for capacity it backs off their retry hint, with jitter, and tries again), and
+remembers brokers that did not answer so sends avoid them for ``DOWN_S``. It pickles as its
+bootstrap and security only: channels never travel.
 
 Security: every client takes ``tls_ca_file`` (TLS, verifying the brokers' certificates against
 that CA; their certificates must name the bootstrap hosts), ``tls_cert_file`` and
@@ -19,6 +20,7 @@ is retried.
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,6 +40,7 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:7070,127.0.0.1:7071,127.0.0.1:7072"  # raftq dev 
 # Seconds a broker that did not answer (UNAVAILABLE) is avoided as a partition leader: sends
 # go to another broker, which forwards them to the partition's (new) leader.
 DOWN_S = 2.0
+RETRY_AFTER_DEFAULT_MS = 100  # a refusal for capacity without a hint
 _OK = int(ErrorCode.OK)  # enum attribute lookups are slow per record
 
 
@@ -100,6 +103,16 @@ class AnyBroker:
             return None
         self._pause_s = min(pause * 2, self.PAUSE_MAX_S)
         return pause
+
+    def refused_pause_s(
+        self, error: errors.RaftqError, until_s: float | None = None
+    ) -> float | None:
+        """How long to wait before the next round after brokers refused for capacity: the
+        refusal's retry hint with jitter (:func:`retry_pause_s`); None when that would pass
+        ``until_s`` (monotonic) or the request timeout."""
+        pause = retry_pause_s(error)
+        limit = self.deadline if until_s is None else min(until_s, self.deadline)
+        return None if self.clock() + pause >= limit else pause
 
 
 class _Channels:
@@ -173,27 +186,39 @@ class _Channels:
             up = [a for a in self.bootstrap if a != address and self._down.get(a, 0.0) <= now]
         return up[next(self._rotation) % len(up)] if up else address
 
-    def call_any(self, fn: Callable[[_Stubs, float], T]) -> T:
-        """``fn`` against each bootstrap broker in turn until one is reachable: only
-        UNAVAILABLE moves on (every other answer is the cluster's); :class:`AnyBroker` says
-        in which order, and how long to pause before another round when every broker was
-        unavailable (all restarting, or each connection in gRPC's reconnect backoff after a
-        refused connect) until the request timeout. Then it raises the last Unavailable."""
+    def call_any(self, fn: Callable[[_Stubs, float], T], *, deadline_s: float | None = None) -> T:
+        """``fn`` against each bootstrap broker in turn until one is reachable: UNAVAILABLE and
+        RESOURCE_EXHAUSTED (a broker at capacity for that kind of call) move on; every other
+        answer is the cluster's. :class:`AnyBroker` says in which order, and how long to pause
+        before another round: after a round in which every broker was unavailable (all
+        restarting, or each connection in gRPC's reconnect backoff after a refused connect),
+        until the request timeout, then it raises the last Unavailable; after a round in which
+        brokers refused for capacity, their retry hint with jitter, until ``deadline_s``
+        (monotonic; default: the request timeout), then it raises the ResourceExhausted."""
         rounds = AnyBroker(len(self.bootstrap), self._preferred, self.request_timeout_s)
         while True:
             last: errors.Unavailable | None = None
+            exhausted: errors.ResourceExhausted | None = None
             for index, timeout_s in rounds.attempts():
                 try:
                     result = self.call(self.bootstrap[index], fn, timeout_s)
+                except errors.ResourceExhausted as exc:
+                    exhausted = exc
+                    continue
                 except errors.Unavailable as exc:
                     last = exc
                     continue
                 self._preferred = index
                 return result
-            assert last is not None
-            pause_s = rounds.pause_s()
-            if pause_s is None:
-                raise last
+            if exhausted is not None:
+                pause_s = rounds.refused_pause_s(exhausted, deadline_s)
+                if pause_s is None:
+                    raise exhausted
+            else:
+                assert last is not None
+                pause_s = rounds.pause_s()
+                if pause_s is None:
+                    raise last
             time.sleep(pause_s)
 
     def close(self) -> None:
@@ -201,6 +226,13 @@ class _Channels:
             channels, self._channels = self._channels, {}
         for channel, _ in channels.values():
             channel.close()
+
+
+def retry_pause_s(error: errors.RaftqError) -> float:
+    """How long to wait before trying again after ``error``'s refusal: its retry hint (100 ms
+    without one) times a random factor in [0.5, 1.5)."""
+    hint_ms = error.retry_after_ms or RETRY_AFTER_DEFAULT_MS
+    return hint_ms / 1000 * (0.5 + random.random())
 
 
 def channel_security(

@@ -415,7 +415,9 @@ class Consumer:
     def poll(self, max_records: int | None = None, timeout_ms: int = 0) -> list[Message]:
         """Lease up to ``max_records`` ready records, waiting up to ``timeout_ms`` for the
         first. Rejoins and tries again on FENCED / UNKNOWN_MEMBER (a rebalance); raises
-        Unavailable when no broker answers, Fenced if rejoining keeps failing."""
+        Unavailable when no broker answers, Fenced if rejoining keeps failing. A broker at its
+        cap of long polls refuses (RESOURCE_EXHAUSTED): the poll backs off its retry hint and
+        tries again (another broker first) until ``timeout_ms``, then returns nothing."""
         deadline = time.monotonic() + timeout_ms / 1000
         rejoins = 0
         while True:
@@ -434,13 +436,15 @@ class Consumer:
                 return s.consumer.Poll(r, timeout=t + r.max_wait_ms / 1000)
 
             try:
-                response = self._channels.call_any(call)
+                response = self._channels.call_any(call, deadline_s=deadline)
             except FENCING as exc:
                 if rejoins >= 3:
                     raise
                 rejoins += 1
                 self._rejoin(exc, request.generation)
                 continue
+            except errors.ResourceExhausted:
+                return []  # every broker's long polls are taken: like a poll that found nothing
             if response.batches or response.records or time.monotonic() >= deadline:
                 return deliveries(response, self._message)
 

@@ -747,6 +747,7 @@ class Producer:
             ):
                 batch.attempts += 1
                 backoff_ms = min(RETRY_BACKOFF_MS * 2 ** (batch.attempts - 1), RETRY_BACKOFF_MAX_MS)
+                backoff_ms = max(backoff_ms, error.retry_after_ms)  # a broker at capacity
                 if rerouted:
                     backoff_ms = 0
                 batch.retry_at_s = time.monotonic() + backoff_ms / 1000
