@@ -51,7 +51,11 @@ FUZZ_REQUESTS ?= 10000
 fuzz: $(STAMP)
 	$(PY) -m tests.rpc_fuzz --requests $(FUZZ_REQUESTS) $(FUZZ_ARGS)
 
+## Benchmarks; bench vs_nats also needs Debian's nats-server and nats-py (the bench extra).
 bench: $(STAMP)
+	@command -v nats-server >/dev/null || [ "$$(id -u)" != 0 ] || \
+	  { apt-get update -q && apt-get install -y -q --no-install-recommends nats-server; }
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench $(BENCH_ARGS)
 
 lint: $(STAMP)

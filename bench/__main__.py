@@ -25,7 +25,11 @@ BENCHMARKS = [
     "bench.spark_write",
     "bench.group_join",
     "bench.aio_client",
+<<<<<<< Updated upstream
     "bench.overload",
+=======
+    "bench.vs_nats",
+>>>>>>> Stashed changes
 ]
 
 
