@@ -25,11 +25,8 @@ BENCHMARKS = [
     "bench.spark_write",
     "bench.group_join",
     "bench.aio_client",
-<<<<<<< Updated upstream
     "bench.overload",
-=======
     "bench.vs_nats",
->>>>>>> Stashed changes
 ]
 
 
