@@ -45,6 +45,7 @@ from assignors.partitioner import partition_for
 from broker.coordinator import BrokerReports, SessionTable
 from broker.router import Router, client_addr_of_raft, propose_on, read_on
 from metadata.frontend import MetadataFrontend, TopicSpec
+from metadata.machine import check_name
 from metadata.table import GroupInfo, MemberInfo, Table, TopicInfo
 from partitions.machine import check_record, check_values
 from proto import api_pb2, common_pb2, errors, internal_pb2, metadata_pb2, partition_pb2
@@ -1266,6 +1267,7 @@ class BrokerService:
         call again; the group stays deleting and the backend finishes it), Timeout.
         """
         deadline = time.monotonic() + timeout_s
+        check_name(name, "group")  # InvalidArgument before UnknownGroup
         group = self.meta.table.group(name)
         if group is None:
             raise errors.UnknownGroup(f"group {name!r} does not exist")

@@ -71,10 +71,8 @@ def set_up(cluster: ProcessCluster) -> Admin:
     return admin
 
 
-def run_cli(
-    cluster: ProcessCluster, capsys: pytest.CaptureFixture[str], *argv: str
-) -> tuple[int, str, str]:
-    code = cli.main([*argv, "--bootstrap", cluster.bootstrap])
+def run_cli(bootstrap: str, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main([*argv, "--bootstrap", bootstrap])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -84,6 +82,12 @@ def test_group_delete_refused_while_members_live_then_forgets_offsets_on_every_r
 ) -> None:
     with ProcessCluster(tmp_path, 3) as cluster:
         admin = set_up(cluster)
+        # Admin calls go through a broker that is not the metadata leader: it forwards them,
+        # typed errors included.
+        leader = admin.describe_cluster().metadata_leader
+        other = next(b for b in (1, 2, 3) if b != leader)
+        forwarder = cluster.client_addr(other)
+        via = cluster.admin(forwarder)
         with Consumer(cluster.bootstrap, "g", [TOPIC], session_timeout_ms=SESSION_MS) as first:
             got = consume(first, RECORDS)
             assert not any(first.ack(got[:6]))  # 4 stay unacknowledged
@@ -100,14 +104,21 @@ def test_group_delete_refused_while_members_live_then_forgets_offsets_on_every_r
         assert sum(p.end for p in described.partitions) == RECORDS
         (summary,) = [g for g in admin.list_groups() if g.group == "g"]
         assert list(summary.topics) == [TOPIC] and summary.members == 0
-        code, out, _ = run_cli(cluster, capsys, "group", "describe", "g")
+        code, out, _ = run_cli(forwarder, capsys, "group", "describe", "g")
         assert code == 0 and "0 members" in out and out.count(f"{TOPIC} ") == 2, out
 
         with Consumer(cluster.bootstrap, "g", [TOPIC], session_timeout_ms=SESSION_MS):
-            code, out, err = run_cli(cluster, capsys, "group", "delete", "g")
+            code, out, err = run_cli(forwarder, capsys, "group", "delete", "g")
             assert code == 1 and "GROUP_NOT_EMPTY" in err, (out, err)
             with pytest.raises(errors.GroupNotEmpty):
-                admin.delete_group("g")
+                via.delete_group("g")
+            with pytest.raises(errors.GroupNotEmpty):
+                cluster.admin(cluster.client_addr(leader)).delete_group("g")
+        for bad in ("", "g" * 256, "bad\nname"):
+            with pytest.raises(errors.InvalidArgument):
+                via.delete_group(bad)
+        with pytest.raises(errors.UnknownGroup):
+            via.delete_group("never-joined")
         assert wait_until(
             lambda: (
                 all(f.is_file() for f in replica_files(cluster))
@@ -117,14 +128,14 @@ def test_group_delete_refused_while_members_live_then_forgets_offsets_on_every_r
             "every replica holds the group's state",
         )
 
-        code, out, err = run_cli(cluster, capsys, "group", "delete", "g")
+        code, out, err = run_cli(forwarder, capsys, "group", "delete", "g")
         assert code == 0, err
         assert out == "deleted group g: 2 partitions forgot it (4 pending records)\n", out
         assert "g" not in {g.group for g in admin.list_groups()}
         with pytest.raises(errors.UnknownGroup):
             admin.describe_group("g")
         with pytest.raises(errors.UnknownGroup):
-            admin.delete_group("g")
+            via.delete_group("g")
         wait_until(
             lambda: not any("g" in groups_in(f) for f in replica_files(cluster)),
             30,
