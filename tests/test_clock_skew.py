@@ -29,9 +29,11 @@ from partitions.store import MemoryStore, PartitionStore
 from proto import common_pb2, metadata_pb2, partition_pb2
 from proto.common_pb2 import ErrorCode
 from tests.sim.cluster import STEP_S, TIMINGS, SimBroker, SimCluster, no_fsync
+from transport.raft import RaftNode, RaftTimings
 from transport.raft.clocks import QuorumClock
 from transport.raft.driver import RaftDriver
 from transport.raft.hub import Hub
+from transport.raft.testing import RecordingTransport, transport_of
 
 SKEW_MS = 2000
 SECOND_MS = 1000
@@ -147,6 +149,42 @@ def test_the_quorum_clock_is_the_time_a_majority_of_voters_have_reached() -> Non
     clock.forget("b")  # b's link closed
     assert clock.quorum_ms(peers) == 1_000_000 - 5 * MINUTE_MS + 11_000  # the lower of own, c
     assert clock.quorum_ms(["b", "c", "d", "e"]) is None  # 2 of 5 heard
+
+
+def test_a_raft_node_stamps_its_clock_and_counts_voters_heard_on_live_links(
+    tmp_path: Path,
+) -> None:
+    """Every message a RaftNode sends carries its wall clock; what peers' messages carry is
+    what its quorum clock reads; a learner does not vote; a peer whose link closed no longer
+    counts."""
+    a, b, c = "10.0.2.1:7000", "10.0.2.2:7000", "10.0.2.3:7000"
+    wall = {"s": 5000.0}
+    node = RaftNode(
+        a,
+        [a, b, c],
+        apply=lambda data, index: index,
+        data_dir=tmp_path,
+        name="g",
+        auto_tick=False,
+        transport_class=RecordingTransport,
+        timings=RaftTimings.fast(),
+        learners=[c],
+        wall_clock=lambda: wall["s"],
+    )
+    try:
+        transport = transport_of(node)
+        transport.connect_all()
+        vote = {"type": "request_vote", "term": 5, "last_log_index": 1, "last_log_term": 0}
+        transport.deliver(b, {**vote, "wall_ms": 5_000_000 + 8 * DAY_MS})
+        (answer,) = transport.take("response_vote", to=b)
+        assert answer["wall_ms"] == 5_000_000  # its own clock, on a stock pysyncobj message
+        assert node.quorum_clock_ms() == 5_000_000  # voters a and b: the lower
+        transport.deliver(c, {"type": "next_node_idx", "wall_ms": 5_000_000 + 8 * DAY_MS})
+        assert node.quorum_clock_ms() == 5_000_000  # c is a learner: no vote
+        transport._onNodeDisconnected(transport.nodes[b])
+        assert node.quorum_clock_ms() is None  # b's link closed: 1 of 2 voters heard
+    finally:
+        node.destroy()
 
 
 # -- the pure machine -----------------------------------------------------------------------

@@ -1563,7 +1563,15 @@ class RaftNode:
         """The highest wall-clock time a majority of the group's voters (learners do not
         count) have reached, from the clocks their messages carry (clocks.py); None while
         fewer than a majority of them have been heard from. Any thread."""
-        return self.clock.quorum_ms(a for a in self.voters() if a != self.self_addr)
+        for _attempt in range(5):  # per proposal: cheaper than voters()
+            try:  # the tick thread may change the set while we copy it
+                peers = [str(node.id) for node in list(self._obj._voters())]
+                break
+            except RuntimeError:
+                continue
+        else:
+            peers = [a for a in self.voters() if a != self.self_addr]
+        return self.clock.quorum_ms(peers)
 
     def caught_up(self, addr: str, slack: int = 0, *, index: int | None = None) -> bool:
         """On the leader: ``addr``'s replica has acknowledged every entry up to ``index``
