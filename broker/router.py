@@ -3,8 +3,10 @@
 Partition commands and reads go to the partition's leader: the local replica when it leads,
 else over the Internal service to the broker the best hint names — the local replica's view of
 its leader, else the partition's preferred leader — following NOT_LEADER hints and waiting out
-elections until the caller's deadline. Leader hints in errors a client sees are *client*
-addresses (host:port of the broker's gRPC API), never raft addresses.
+elections until the caller's deadline. A leader whose raft link is open but silent (hung: its
+sockets stay open, nothing answers) is not called: another replica is asked, whose NOT_LEADER
+names the leader it knows, until the successor answers. Leader hints in errors a client sees
+are *client* addresses (host:port of the broker's gRPC API), never raft addresses.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class Router:
         replicas: Callable[[tuple[str, int]], PartitionReplica | None],
         internal: InternalClient,
         topic: Callable[[str], TopicInfo | None] | None = None,
+        hung: Callable[[str], bool] = lambda _client_addr: False,
     ) -> None:
         self.broker_id = broker_id
         self.client_addr = client_addr
@@ -60,6 +63,7 @@ class Router:
         self._topic = topic or (lambda name: self._table().topic(name))
         self._replica = replicas
         self._internal = internal
+        self._hung = hung  # client address -> its broker's raft link is open but silent
         self._hints: dict[tuple[str, int], str] = {}
         self._lock = threading.Lock()
 
@@ -132,10 +136,15 @@ class Router:
             if left <= 0:
                 raise last
             replica = self.local_leader(topic, partition)
+            target = "" if replica is not None else self.leader_hint(topic, partition)
+            if target and self._hung(target):
+                # A call would wait out the hung broker's keepalive while its followers elect
+                # a new leader: ask one of them instead (NOT_LEADER names the leader it knows).
+                last = errors.Unavailable(f"the leader of {topic}/{partition} is not answering")
+                target = self._other_replica(topic, partition, target, attempt)
             try:
                 if replica is not None:
                     return local(replica, left)
-                target = self.leader_hint(topic, partition)
                 if target and target != self.client_addr:
                     return remote(target, left)
             except errors.NotLeader as exc:
@@ -150,6 +159,18 @@ class Router:
             pause = RETRY_PAUSE_S[min(attempt, len(RETRY_PAUSE_S) - 1)]
             attempt += 1
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+
+    def _other_replica(self, topic: str, partition: int, hung: str, attempt: int) -> str:
+        """The client address of a replica of the partition other than ``hung`` and this
+        broker, not hung itself (rotating with ``attempt``); "" when there is none."""
+        table = self._table()
+        others = []
+        for broker_id in table.replicas(topic, partition) or ():
+            broker = table.broker(broker_id)
+            address = broker.client_addr if broker is not None else ""
+            if address and address not in (hung, self.client_addr) and not self._hung(address):
+                others.append(address)
+        return others[attempt % len(others)] if others else ""
 
     def propose(
         self,

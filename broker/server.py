@@ -115,6 +115,7 @@ class Broker:
             reports=self.reports,
             heartbeat_interval_ms=config.groups.heartbeat_interval_ms,
             heard_brokers=self.heard_brokers,
+            hung=self.hung,
         )
         self.membership = Membership(self, joining=joining)
         self.service.membership = self.membership
@@ -187,6 +188,16 @@ class Broker:
         if self.meta.table.broker(self.id) is None:
             return "not registered in the metadata table"
         return None
+
+    def hung(self, client_addr: str) -> bool:
+        """Whether the broker at ``client_addr`` looks hung: its raft link is open but silent
+        (nothing, not even a 0.1 s ping, for ``silent_after_s``): a SIGSTOPped process or a
+        stuck host, whose sockets stay open. A closed link is not hung (calls fail fast)."""
+        for broker in self.meta.table.brokers.values():
+            if broker.client_addr == client_addr:
+                silence = self.endpoint.link_silence_s(broker.raft_addr)
+                return silence is not None and silence > self.endpoint.silent_after_s
+        return False
 
     def stop(self, grace_s: float = 1.0) -> None:
         """Stop serving, close every replica and the raft endpoint. Idempotent."""

@@ -204,6 +204,7 @@ class BrokerService:
         heartbeat_interval_ms: int,
         clock: Callable[[], float] = time.time,
         heard_brokers: Callable[[], set[int]] = set,
+        hung: Callable[[str], bool] = lambda _client_addr: False,
     ) -> None:
         self.broker_id = broker_id
         # brokers this one hears on their raft links now (liveness that needs no report)
@@ -227,6 +228,7 @@ class BrokerService:
             replicas=replicas,
             internal=internal,
             topic=self._known_topic,
+            hung=hung,
         )
         self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="raftq-release")
         self.membership: Membership | None = None  # set by the broker (broker/membership.py)

@@ -77,3 +77,43 @@ def test_producer_and_consumer_move_off_a_hung_partition_leader(tmp_path: Path) 
             offset = fetched.records[-1].offset + 1
         lost = {v: o for v, o in sender.acked.items() if stored.get(v) != o}
         assert not lost, f"{len(lost)} acknowledged records lost or moved: {list(lost)[:5]}"
+
+
+def test_a_broker_without_a_replica_follows_a_hung_leaders_successor(tmp_path: Path) -> None:
+    """RF 3 on 4 brokers: the fourth broker holds no replica, so it knows the partition's
+    leader only as the preferred one (or a NOT_LEADER hint). When that leader hangs, the
+    outsider asks the other replicas instead of calling the hung one again and again; clients
+    that know only the outsider keep sending and consuming."""
+    topic = "hung2"
+    with ProcessCluster(tmp_path, brokers=4, fast=False) as cluster:
+        cluster.wait_ready()
+        admin = cluster.admin()
+        admin.create_topic(topic, partitions=1, replication_factor=3)
+        victim = wait_preferred_leader(cluster, topic, 0)
+        replicas = list(admin.describe_topic(topic).partitions[0].replicas)
+        outsider = next(i for i in (1, 2, 3, 4) if i not in replicas)
+        bootstrap = cluster.client_addr(outsider)
+        with (
+            Producer(bootstrap, linger_ms=0) as producer,
+            Consumer(bootstrap, "workers", [topic], lease_ms=5_000) as consumer,
+        ):
+            sender = ContinuousSender(producer, topic, 0).start()
+            reader = ContinuousConsumer(consumer)
+            try:
+                wait_until(lambda: len(reader.delivered) >= 20, 60, "records flowing")
+                cluster.kill(victim, signal.SIGSTOP)
+                time.sleep(0.01)
+                after = time.monotonic()
+                wait_until(
+                    lambda: sender.acks_after(after), RESUME_S, "a send acknowledged after the hang"
+                )
+                wait_until(
+                    lambda: reader.first_delivery_of_acked_after(sender, after),
+                    RESUME_S,
+                    "a record acknowledged after the hang consumed",
+                )
+            finally:
+                cluster.kill(victim, signal.SIGCONT)
+                sender.stop()
+                reader.stop()
+        assert not sender.failures, sender.failures[:3]
