@@ -187,6 +187,7 @@ class BrokerCollector:
         self._metadata(out)
         self._disk(out)
         self._raft_runtime(out)
+        self._admission(out)
         for replica in replicas:
             try:
                 self._partition(out, replica)
@@ -233,6 +234,24 @@ class BrokerCollector:
         out.counter(
             "raftq_raft_fsyncs", "Journal fsyncs of the group on this replica.", RAFT
         ).add_metric(labels, int(stats["fsync_count"]))
+
+    def _admission(self, out: _Families) -> None:
+        admission = getattr(self.broker, "admission", None)  # None until the server starts
+        if admission is None:
+            return
+        stats = admission.statistics()
+        for name, text, key, family in (
+            ("raftq_grpc_calls_admitted", "Calls admitted under their kind's cap.", "admitted",
+             out.counter),
+            ("raftq_grpc_calls_refused", "Calls refused RESOURCE_EXHAUSTED: their kind was at "
+             "its cap.", "refused", out.counter),
+            ("raftq_grpc_calls_running", "Calls of the kind running now.", "running", out.gauge),
+            ("raftq_grpc_calls_cap", "Calls of the kind that may run at once (capacity.*).",
+             "cap", out.gauge),
+        ):  # fmt: skip
+            metric = family(name, text, ("kind",))
+            for kind, value in sorted(stats[key].items()):
+                metric.add_metric([kind], value)
 
     def _raft_runtime(self, out: _Families) -> None:
         for prefix, stats, gauges, what in (

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from prometheus_client.samples import Sample
 
 from broker.client import Consumer, Producer
 from proto import api_pb2, api_pb2_grpc, errors, internal_pb2
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
+from tests.test_metrics import scrape
 from transport.admission import (
     ADMIN,
     CLIENT,
@@ -48,6 +50,12 @@ def test_every_call_has_a_kind() -> None:
     assert kind_of("/raftq.v1.Producer/Send", None) == CLIENT
     capacity = Capacity()
     assert capacity.workers > sum(capacity.cap(k) for k in (CONTROL, INTERNAL, ADMIN, LONG_POLL))
+
+
+def _value(samples: list[Sample], name: str, kind: str) -> float:
+    values = [s.value for s in samples if s.name == name and s.labels.get("kind") == kind]
+    assert len(values) == 1, (name, kind, values)
+    return values[0]
 
 
 def _stubs(address: str) -> tuple[grpc.Channel, Any, Any]:
@@ -184,7 +192,7 @@ def test_the_client_backs_off_a_refused_poll_and_polls_again(tmp_path: Path) -> 
     """Consumers past every broker's long-poll cap get nothing instead of an error, and all of
     them receive their records once polls are free again."""
     env = {"RAFTQ_CAPACITY__LONG_POLLS_MAX": "2"}
-    with ProcessCluster(tmp_path, brokers=3, env=env) as cluster:
+    with ProcessCluster(tmp_path, brokers=3, env=env, metrics=True) as cluster:
         cluster.wait_ready()
         admin = cluster.admin()
         for topic in ("q", "idle"):
@@ -214,6 +222,11 @@ def test_the_client_backs_off_a_refused_poll_and_polls_again(tmp_path: Path) -> 
                 # refused by every broker: the poll backs off and returns, never raises
                 got = worker.poll(timeout_ms=1500)
                 assert got in ([],), got  # no poll could wait: the hint, then nothing
+                # /metrics shows the cap held and the refusals
+                samples = scrape(cluster.metrics_url(leader))
+                assert _value(samples, "raftq_grpc_calls_cap", "long_poll") == 2
+                assert _value(samples, "raftq_grpc_calls_running", "long_poll") == 2
+                assert _value(samples, "raftq_grpc_calls_refused_total", "long_poll") >= 1
                 for future in held:
                     future.cancel()
                 got = wait_until(lambda: worker.poll(timeout_ms=1000), 30, "the record polled")

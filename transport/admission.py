@@ -131,10 +131,17 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
         self._lock = threading.Lock()
         self._refused = dict.fromkeys(self._slots, 0)
         self._admitted = dict.fromkeys(self._slots, 0)
+        self._running = dict.fromkeys(self._slots, 0)
 
     def statistics(self) -> dict[str, dict[str, int]]:
+        """Per kind: calls ``admitted`` and ``refused`` (counts), ``running`` now, ``cap``."""
         with self._lock:
-            return {"admitted": dict(self._admitted), "refused": dict(self._refused)}
+            return {
+                "admitted": dict(self._admitted),
+                "refused": dict(self._refused),
+                "running": dict(self._running),
+                "cap": {kind: self.capacity.cap(kind) for kind in self._slots},
+            }
 
     def _admit(self, method: str, request: Any, context: grpc.ServicerContext) -> str:
         """The kind admitted (its slot is taken), or abort with RESOURCE_EXHAUSTED."""
@@ -144,6 +151,7 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
         taken = self._slots[kind].acquire(blocking=False)
         with self._lock:
             (self._admitted if taken else self._refused)[kind] += 1
+            self._running[kind] += int(taken)
         if not taken:
             retry_after = LONG_POLL_RETRY_AFTER_MS if kind == LONG_POLL else CALL_RETRY_AFTER_MS
             abort(
@@ -158,6 +166,8 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
 
     def _release(self, kind: str) -> None:
         if kind != STREAM:
+            with self._lock:
+                self._running[kind] -= 1
             self._slots[kind].release()
 
     def intercept_service(
