@@ -567,9 +567,16 @@ def cluster_status(args: argparse.Namespace) -> int:
     for problem in cluster.problems:
         print(f"  problem: {problem}")
     table(
-        ("BROKER", "CLIENT_ADDR", "RAFT_ADDR", "RACK", "ALIVE"),
+        ("BROKER", "CLIENT_ADDR", "RAFT_ADDR", "RACK", "ALIVE", "METADATA"),
         (
-            (b.id, b.client_addr, b.raft_addr or "-", b.rack or "-", "yes" if b.alive else "NO")
+            (
+                b.id,
+                b.client_addr,
+                b.raft_addr or "-",
+                b.rack or "-",
+                "yes" if b.alive else "NO",
+                "voter" if b.metadata_voter else "learner",
+            )
             for b in cluster.brokers
         ),
         sys.stdout,

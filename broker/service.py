@@ -1396,6 +1396,7 @@ class BrokerService:
     ) -> api_pb2.ClusterDescription:
         table = self.meta.table
         alive = self.live_brokers()
+        voters = set(self.meta.node.voters())
         out = api_pb2.ClusterDescription(metadata_leader=self.broker_id, topics=len(table.topics))
         for broker_id, broker in sorted(table.brokers.items()):
             out.brokers.add(
@@ -1404,6 +1405,7 @@ class BrokerService:
                 raft_addr=broker.raft_addr,
                 rack=broker.rack,
                 alive=broker_id in alive,
+                metadata_voter=broker.raft_addr in voters,
             )
             if broker_id not in alive:
                 out.problems.append(f"broker {broker_id} ({broker.client_addr}) is not reporting")

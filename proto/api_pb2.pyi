@@ -573,18 +573,20 @@ class DescribeClusterRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerDescription(_message.Message):
-    __slots__ = ("id", "client_addr", "raft_addr", "rack", "alive")
+    __slots__ = ("id", "client_addr", "raft_addr", "rack", "alive", "metadata_voter")
     ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ADDR_FIELD_NUMBER: _ClassVar[int]
     RAFT_ADDR_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_VOTER_FIELD_NUMBER: _ClassVar[int]
     id: int
     client_addr: str
     raft_addr: str
     rack: str
     alive: bool
-    def __init__(self, id: _Optional[int] = ..., client_addr: _Optional[str] = ..., raft_addr: _Optional[str] = ..., rack: _Optional[str] = ..., alive: _Optional[bool] = ...) -> None: ...
+    metadata_voter: bool
+    def __init__(self, id: _Optional[int] = ..., client_addr: _Optional[str] = ..., raft_addr: _Optional[str] = ..., rack: _Optional[str] = ..., alive: _Optional[bool] = ..., metadata_voter: _Optional[bool] = ...) -> None: ...
 
 class ClusterDescription(_message.Message):
     __slots__ = ("brokers", "metadata_leader", "health", "problems", "topics", "partitions", "partitions_without_leader", "under_replicated_partitions")

@@ -642,7 +642,11 @@ class ApiFacade:
     ) -> api_pb2.ClusterDescription:
         with self._locked("describe_cluster"):
             return api_pb2.ClusterDescription(
-                brokers=[api_pb2.BrokerDescription(id=1, client_addr=self.client_addr, alive=True)],
+                brokers=[
+                    api_pb2.BrokerDescription(
+                        id=1, client_addr=self.client_addr, alive=True, metadata_voter=True
+                    )
+                ],
                 metadata_leader=1,
                 health=api_pb2.HEALTHY,
                 topics=len(self.topics),

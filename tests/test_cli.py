@@ -135,6 +135,7 @@ def test_group_and_cluster_commands(capsys: pytest.CaptureFixture[str], bootstra
     assert code == 0 and "LAG" in out
     code, out, _ = run(capsys, bootstrap, "cluster", "status")
     assert code == 0 and out.startswith("cluster HEALTHY: metadata leader 1")
+    assert out.splitlines()[1].split()[-1] == "METADATA" and out.splitlines()[2].endswith("voter")
     cluster = run_json(capsys, bootstrap, "cluster", "status")
     assert isinstance(cluster, dict) and cluster["health"] == "HEALTHY"
 

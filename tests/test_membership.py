@@ -82,6 +82,8 @@ def test_a_broker_joins_gets_replicas_of_new_topics_and_rejoins_after_restart(
         wait_until(lambda: meta_members(cluster, 1) == (members, learner), 30, "3 voters + 1")
         wait_until(lambda: meta_members(cluster, joiner) == (members, learner), 30, "its view")
         assert all(meta_voters(cluster, i) == voters for i in (1, 2, 3))
+        roles = {b.id: b.metadata_voter for b in cluster.admin().describe_cluster().brokers}
+        assert roles == {1: True, 2: True, 3: True, joiner: False}
 
         admin = cluster.admin()
         admin.create_topic("after-join", partitions=4, replication_factor=3)
