@@ -1076,3 +1076,27 @@ def test_processes_with_different_hash_seeds_compute_the_same_table() -> None:
     print(f"metadata machine seed: {SEED} (replay: RAFTQ_SEED={SEED})")
     digests = {_replay_digest(SEED, hash_seed) for hash_seed in ("1", "2", "3")}
     assert len(digests) == 1, digests
+
+
+def test_a_member_is_bound_to_the_principal_that_joined_and_survives_a_snapshot() -> None:
+    c = Cluster()
+
+    def join(principal: str) -> bytes:
+        return command(
+            join_group=metadata_pb2.JoinGroup(
+                group="g",
+                member_id="m-1",
+                topics=["t"],
+                session_timeout_ms=10_000,
+                principal=principal,
+            )
+        )
+
+    c.ok(join("alice"))
+    c.rejected(join("bob"), ErrorCode.PERMISSION_DENIED)
+    c.rejected(join(""), ErrorCode.PERMISSION_DENIED)  # nor the anonymous principal
+    c.ok(join("alice"))  # its own rejoin
+    restored = MetadataMachine()
+    restored.restore_bytes(c.machine.snapshot_bytes())
+    group = restored.table.group("g")
+    assert group is not None and group.members["m-1"].principal == "alice"
