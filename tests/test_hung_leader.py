@@ -79,6 +79,7 @@ def test_producer_and_consumer_move_off_a_hung_partition_leader(tmp_path: Path) 
         assert not lost, f"{len(lost)} acknowledged records lost or moved: {list(lost)[:5]}"
 
 
+@pytest.mark.slow  # four broker processes: ~35 s on a loaded machine
 def test_a_broker_without_a_replica_follows_a_hung_leaders_successor(tmp_path: Path) -> None:
     """RF 3 on 4 brokers: the fourth broker holds no replica, so it knows the partition's
     leader only as the preferred one (or a NOT_LEADER hint). When that leader hangs, the
