@@ -184,11 +184,16 @@ def ensure_dev_pki(
     directory: str | os.PathLike[str], *, hosts: tuple[str, ...] = (), force: bool = False
 ) -> DevPki:
     """Create the dev CA, certificates, tokens and auth file under ``directory`` unless they
-    all exist already (``force``: replace them). ``hosts`` are added to the broker SAN."""
+    all exist already (``force``: replace them). An existing auth file is rewritten from the
+    existing tokens when this release's dev ACLs differ (a dev CA made before groups and txn
+    apps had ACLs keeps working). ``hosts`` are added to the broker SAN."""
     pki = DevPki(Path(directory).resolve())
     names = ("ca.pem", "ca.key", "broker.pem", "broker.key", "client.pem", "client.key")
     wanted = (*names, "tokens.json", "auth.yaml")
     if not force and all(pki.path(n).is_file() for n in wanted):
+        acls = _auth_yaml(pki.tokens())  # the dev ACLs of this release, same tokens
+        if pki.auth_file.read_text() != acls:
+            pki.auth_file.write_text(acls)
         return pki
     pki.directory.mkdir(parents=True, exist_ok=True)
     ca_key = _key()

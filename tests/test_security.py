@@ -499,6 +499,19 @@ def test_cli_takes_tls_ca_and_token_from_flags_or_environment(
     assert "cli-made" not in [t.name for t in secured.admin().list_topics()]
 
 
+def test_a_dev_ca_from_before_group_acls_gets_this_releases_dev_acls(tmp_path: Path) -> None:
+    pki = ensure_dev_pki(tmp_path / "tls")
+    tokens, ca = pki.tokens(), pki.ca.read_bytes()
+    current = pki.auth_file.read_text()
+    old = current.split("  producer:")[0]  # as an older release wrote it: topics rules only
+    pki.auth_file.write_text(old.replace("groups", "topics").replace("txn_apps", "topics"))
+    again = ensure_dev_pki(tmp_path / "tls")
+    assert again.auth_file.read_text() == current  # rewritten from the same tokens
+    assert again.tokens() == tokens and again.ca.read_bytes() == ca  # nothing else replaced
+    consumer = next(p for p in load_auth_policy(again.auth_file).principals if p.name == "consumer")
+    assert consumer.may(frozenset({"consume"}), "any-group", auth.GROUP)
+
+
 def test_mutual_tls_refuses_clients_without_a_certificate(tmp_path: Path) -> None:
     pki = ensure_dev_pki(tmp_path / "tls")
     options: dict[str, Any] = {"tls_ca_file": str(pki.ca), "token": pki.tokens()["admin"]}
