@@ -687,3 +687,25 @@ def test_a_rejoin_whose_member_is_gone_joins_afresh_with_an_id_the_broker_issues
         consumer._rejoin(errors.Fenced("a newer generation"), consumer.generation)
         assert consumer.member_id not in ("", old)
         assert [m.member_id for m in admin.describe_group("g").members] == [consumer.member_id]
+
+
+def test_admin_values_out_of_their_fields_range_are_invalid_argument_not_value_error(
+    admin: Admin, server: tuple[str, ApiFacade]
+) -> None:
+    """protobuf refuses 2**40 for an int32 with a bare ValueError; the client answers as the
+    broker would (a wire request carrying it is INVALID_ARGUMENT there: tests/test_grpc_api)."""
+    admin.create_topic("orders", partitions=1)
+    produce(server[0], "orders", b"x")
+    for call in (
+        lambda: admin.fetch("orders", 2**40, 0),
+        lambda: admin.fetch("orders", 0, 2**64),
+        lambda: admin.cancel_record("orders", 2**31, 0),
+        lambda: admin.update_record("orders", 0, 0, priority=2**31),
+        lambda: admin.commit_txn("app", 2**63),
+        lambda: admin.create_topic("big", partitions=2**40),
+    ):
+        with pytest.raises(errors.InvalidArgument, match="out of range"):
+            call()
+    assert [t.name for t in admin.list_topics()] == ["orders"]
+    assert [(p.partition, p.end) for p in admin.list_offsets("orders")] == [(0, 1)]
+    assert [r.record.value for r in admin.fetch("orders", 0, 0).records] == [b"x"]

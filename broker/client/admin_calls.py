@@ -6,13 +6,16 @@ response into the call's result. Pure: no channel, no I/O.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 
 from proto import api_pb2, common_pb2, errors
 
 R = TypeVar("R")
+T = TypeVar("T")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,22 @@ def _nothing(_: Any) -> None:
     return None
 
 
+def _typed(build: Callable[P, T]) -> Callable[P, T]:
+    """``build`` with protobuf's own refusals of a value (out of its field's range, of the wrong
+    type: ``partition=2**40`` raises ValueError) turned into InvalidArgument, as the broker
+    would answer."""
+
+    @functools.wraps(build)
+    def typed(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return build(*args, **kwargs)
+        except (ValueError, TypeError) as exc:
+            raise errors.InvalidArgument(f"{build.__name__}: {exc}") from None
+
+    return typed
+
+
+@_typed
 def config_update(config: Mapping[str, Any]) -> api_pb2.TopicConfigUpdate:
     """Keyword settings (``ordering="priority"``, ``lease_ms=5000``...) → TopicConfigUpdate."""
     update = api_pb2.TopicConfigUpdate()
@@ -49,6 +68,7 @@ def config_update(config: Mapping[str, Any]) -> api_pb2.TopicConfigUpdate:
     return update
 
 
+@_typed
 def create_topic(
     name: str, partitions: int | None, replication_factor: int | None, config: Mapping[str, Any]
 ) -> Call[api_pb2.TopicDescription]:
@@ -60,6 +80,7 @@ def create_topic(
     return Call("admin", "CreateTopic", request, _same)
 
 
+@_typed
 def delete_topic(name: str) -> Call[None]:
     return Call("admin", "DeleteTopic", api_pb2.DeleteTopicRequest(name=name), _nothing)
 
@@ -68,10 +89,12 @@ def list_topics() -> Call[list[api_pb2.TopicSummary]]:
     return Call("admin", "ListTopics", api_pb2.ListTopicsRequest(), lambda r: list(r.topics))
 
 
+@_typed
 def describe_topic(name: str) -> Call[api_pb2.TopicDescription]:
     return Call("admin", "DescribeTopic", api_pb2.DescribeTopicRequest(name=name), _same)
 
 
+@_typed
 def alter_topic_config(name: str, config: Mapping[str, Any]) -> Call[api_pb2.TopicDescription]:
     request = api_pb2.AlterTopicConfigRequest(name=name, config=config_update(config))
     return Call("admin", "AlterTopicConfig", request, _same)
@@ -81,10 +104,12 @@ def list_groups() -> Call[list[api_pb2.GroupSummary]]:
     return Call("admin", "ListGroups", api_pb2.ListGroupsRequest(), lambda r: list(r.groups))
 
 
+@_typed
 def describe_group(group: str) -> Call[api_pb2.GroupDescription]:
     return Call("admin", "DescribeGroup", api_pb2.DescribeGroupRequest(group=group), _same)
 
 
+@_typed
 def delete_group(group: str) -> Call[api_pb2.DeleteGroupResponse]:
     return Call("admin", "DeleteGroup", api_pb2.DeleteGroupRequest(group=group), _same)
 
@@ -93,6 +118,7 @@ def describe_cluster() -> Call[api_pb2.ClusterDescription]:
     return Call("admin", "DescribeCluster", api_pb2.DescribeClusterRequest(), _same)
 
 
+@_typed
 def update_record(
     topic: str, partition: int, offset: int, priority: int | None, deliver_at_ms: int | None
 ) -> Call[None]:
@@ -104,21 +130,25 @@ def update_record(
     return Call("admin", "UpdateRecord", request, _nothing)
 
 
+@_typed
 def cancel_record(topic: str, partition: int, offset: int) -> Call[None]:
     request = api_pb2.CancelRecordRequest(topic=topic, partition=partition, offset=offset)
     return Call("admin", "CancelRecord", request, _nothing)
 
 
+@_typed
 def remove_broker(broker_id: int, timeout_s: float) -> Call[int]:
     request = api_pb2.RemoveBrokerRequest(broker_id=broker_id)
     return Call("admin", "RemoveBroker", request, lambda r: int(r.moved_partitions), timeout_s)
 
 
+@_typed
 def list_offsets(topic: str) -> Call[list[api_pb2.PartitionOffsets]]:
     request = api_pb2.ListOffsetsRequest(topic=topic)
     return Call("log", "ListOffsets", request, lambda r: list(r.partitions))
 
 
+@_typed
 def fetch(
     topic: str, partition: int, offset: int, max_records: int, max_bytes: int
 ) -> Call[api_pb2.FetchResponse]:
@@ -132,6 +162,7 @@ def fetch(
     return Call("log", "Fetch", request, _same)
 
 
+@_typed
 def producer_state(
     topic: str, producer_id: str, partitions: Sequence[int]
 ) -> Call[dict[int, api_pb2.PartitionProducerState]]:
@@ -141,11 +172,13 @@ def producer_state(
     return Call("log", "ProducerState", request, lambda r: {p.partition: p for p in r.partitions})
 
 
+@_typed
 def commit_txn(app_id: str, version: int, scope: str) -> Call[int]:
     request = api_pb2.CommitTxnRequest(app_id=app_id, version=version, scope=scope)
     return Call("admin", "CommitTxn", request, lambda state: int(state.version))
 
 
+@_typed
 def get_txn(app_id: str, scope: str) -> Call[int | None]:
     return Call(
         "admin",
