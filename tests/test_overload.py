@@ -37,7 +37,8 @@ HELD = 100  # well past the long-poll cap, and past the old 64-thread pool
 
 def test_every_call_has_a_kind() -> None:
     assert kind_of("/raftq.v1.Internal/Report", None) == CONTROL
-    assert kind_of("/grpc.health.v1.Health/Check", None) == CONTROL
+    assert kind_of("/grpc.health.v1.Health/Check", None) == ADMIN
+    assert kind_of("/grpc.health.v1.Health/Watch", None) == CLIENT
     assert kind_of("/raftq.v1.Internal/Propose", None) == INTERNAL
     assert kind_of("/raftq.v1.Admin/ListTopics", None) == ADMIN
     assert kind_of("/raftq.v1.Consumer/Poll", api_pb2.PollRequest(max_wait_ms=1)) == LONG_POLL

@@ -7,14 +7,17 @@ cap of its own; the pool is sized to the sum of the caps plus spare threads (for
 call its kind admits always finds a thread at once, whatever the other kinds are doing:
 
     kind       calls                                                          cap (default)
-    control    Internal.Report, MetaMembers, JoinCluster; gRPC health          8
+    control    Internal.Report, MetaMembers, JoinCluster                       8
     internal   Internal.Propose, Read, MetaPropose, Forward of client work    32
     admin      ListTopics, ListGroups, DescribeTopic, DescribeGroup,           8
                DescribeCluster, GetTxn, ListOffsets (and Internal.Forward
-               of those); reflection
+               of those); gRPC health Check; reflection
     long_poll  Poll with max_wait_ms > 0; PollStream                         32
     client     every other call                                               48
     (SendStream keeps its own cap: transport/grpc_server.py ProducerServicer)
+
+Control calls come only from brokers (liveness reports must never wait behind a client); a
+health Watch holds its thread for as long as it watches, so it is a client call.
 
 A call over its kind's cap is refused at once, never queued: ``RESOURCE_EXHAUSTED`` (typed,
 retriable) with ``retry_after_ms`` in the ``raftq-retry-after-ms`` trailer. The Python client
@@ -111,11 +114,9 @@ def kind_of(method: str, request: Any) -> str:
         return LONG_POLL if getattr(request, "max_wait_ms", 0) > 0 else CLIENT
     if method == "/raftq.v1.Internal/Forward":
         return ADMIN if getattr(request, "method", "") in _ADMIN_FORWARDS else INTERNAL
-    if method.startswith("/grpc.health."):
-        return CONTROL
-    if method.startswith("/grpc.reflection."):
+    if method == "/grpc.health.v1.Health/Check" or method.startswith("/grpc.reflection."):
         return ADMIN
-    return CLIENT
+    return CLIENT  # health Watch too: it holds its thread while it watches
 
 
 class AdmissionInterceptor(grpc.ServerInterceptor):
