@@ -684,7 +684,8 @@ def test_a_rejoin_whose_member_is_gone_joins_afresh_with_an_id_the_broker_issues
         with grpc.insecure_channel(address) as channel:
             leave = api_pb2.LeaveGroupRequest(group="g", member_id=old)
             api_pb2_grpc.ConsumerStub(channel).LeaveGroup(leave, timeout=10)
-        consumer._rejoin(errors.Fenced("a newer generation"), consumer.generation)
+        rejoin = consumer._member.rejoin(errors.Fenced("a newer generation"), consumer.generation)
+        consumer._run(rejoin)
         assert consumer.member_id not in ("", old)
         assert [m.member_id for m in admin.describe_group("g").members] == [consumer.member_id]
 

@@ -24,6 +24,8 @@ Import the clients from here. The package's modules:
 - :mod:`broker.client.aio`: :class:`AsyncProducer`, :class:`AsyncConsumer` (``async for``),
   :class:`AsyncAdmin` for asyncio, on ``grpc.aio``, sharing the pure parts above.
 - :mod:`broker.client.admin_calls`: what each admin call sends and returns (pure).
+- :mod:`broker.client.member`, :mod:`broker.client.steps`: a group member's state and plans
+  (join, rejoin, poll, settle) and the broker-retry plan, run by both clients (sans-I/O).
 - :class:`SendFuture` and :class:`RecordMetadata` are :mod:`broker.send_future`'s.
 
 Tuning constants (``DOWN_S``, ``RETRY_BACKOFF_MS``, ``POLL_WAIT_MS_MAX``...) are re-exported
@@ -37,8 +39,8 @@ from broker.client.channels import DEFAULT_BOOTSTRAP as DEFAULT_BOOTSTRAP
 from broker.client.channels import DOWN_S as DOWN_S
 from broker.client.channels import channel_security as channel_security
 from broker.client.channels import parse_bootstrap
-from broker.client.consumer import POLL_WAIT_MS_MAX as POLL_WAIT_MS_MAX
 from broker.client.consumer import Consumer, Message
+from broker.client.member import POLL_WAIT_MS_MAX as POLL_WAIT_MS_MAX
 from broker.client.producer import RETRY_BACKOFF_MAX_MS as RETRY_BACKOFF_MAX_MS
 from broker.client.producer import RETRY_BACKOFF_MS as RETRY_BACKOFF_MS
 from broker.client.producer import Producer

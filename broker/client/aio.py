@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -29,6 +28,7 @@ from typing import Any, TypeVar
 import grpc
 
 from broker.client import admin_calls as calls
+from broker.client import steps
 from broker.client.channels import (
     _DEFAULTS,
     DEFAULT_BOOTSTRAP,
@@ -37,19 +37,13 @@ from broker.client.channels import (
     channel_security,
     parse_bootstrap,
 )
-from broker.client.consumer import (
-    FENCING,
-    ITER_POLL_MS,
+from broker.client.consumer import ITER_POLL_MS, _raise_first
+from broker.client.member import (
     Delivery,
-    _raise_first,
-    assignment_of,
+    Member,
     deliveries,
     extended,
-    join_request,
     outcome_error,
-    poll_request,
-    settle_outcomes,
-    settle_request,
     start_from_value,
 )
 from broker.client.producer import Producer
@@ -95,32 +89,19 @@ class _AsyncChannels:
     async def call_any(
         self, fn: Callable[[_Stubs, float], Any], *, deadline_s: float | None = None
     ) -> Any:
-        """As the thread client's ``call_any`` (``deadline_s`` on ``time.monotonic``)."""
+        """The thread client's ``call_any`` plan (:func:`steps.any_broker`), awaited."""
         rounds = AnyBroker(len(self.bootstrap), self._preferred, self.request_timeout_s)
-        while True:
-            last: errors.Unavailable | None = None
-            exhausted: errors.ResourceExhausted | None = None
-            for index, timeout_s in rounds.attempts():
-                try:
-                    result = await self.call(self.bootstrap[index], fn, timeout_s)
-                except errors.ResourceExhausted as exc:
-                    exhausted = exc
-                    continue
-                except errors.Unavailable as exc:
-                    last = exc
-                    continue
-                self._preferred = index
-                return result
-            if exhausted is not None:
-                pause_s = rounds.refused_pause_s(exhausted, deadline_s)
-                if pause_s is None:
-                    raise exhausted
-            else:
-                assert last is not None
-                pause_s = rounds.pause_s()
-                if pause_s is None:
-                    raise last
-            await asyncio.sleep(pause_s)
+        plan = steps.any_broker(rounds, self.bootstrap, fn, deadline_s)
+        index, answer = await steps.run_async(plan, self._perform)
+        self._preferred = index
+        return answer
+
+    async def _perform(self, step: steps.Step) -> Any:
+        if isinstance(step, steps.Attempt):
+            return await self.call(step.address, step.fn, step.timeout_s)
+        assert isinstance(step, steps.Pause), step
+        await asyncio.sleep(step.seconds)
+        return None
 
     async def close(self) -> None:
         channels, self._channels = self._channels, {}
@@ -257,7 +238,8 @@ class AsyncMessage(Delivery):
 
 
 class AsyncConsumer:
-    """:class:`broker.client.Consumer` for asyncio: a group member with a heartbeat task.
+    """:class:`broker.client.Consumer` for asyncio: a group member with a heartbeat task,
+    running the same :class:`~broker.client.member.Member` plans.
 
     ``await AsyncConsumer.create(...)`` or ``async with AsyncConsumer(...)`` joins the group;
     ``poll``, ``ack``, ``nack``, ``extend`` as the thread client; ``async for`` iterates."""
@@ -281,22 +263,33 @@ class AsyncConsumer:
     ) -> None:
         self.group = group
         self.topics = tuple(topics)
-        self._start_from = start_from_value(start_from)
-        self.session_timeout_ms = session_timeout_ms
-        self.max_poll_records = max_poll_records
-        self.lease_ms = lease_ms
+        self._member = Member(
+            group,
+            self.topics,
+            session_timeout_ms=session_timeout_ms,
+            start_from=start_from_value(start_from),
+            max_poll_records=max_poll_records,
+            lease_ms=lease_ms,
+        )
         self._heartbeat_interval_ms = heartbeat_interval_ms
         self._channels = _channels(
             bootstrap, request_timeout_ms, tls_ca_file, tls_cert_file, tls_key_file, token
         )
-        self.member_id = ""
-        self.generation = -1
-        self.assignment: list[tuple[str, int]] = []
-        self.rejoins = 0
         self.heartbeat_interval_s = 1.0
         self._heartbeats: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
-        self._joining = asyncio.Lock()
+
+    @property
+    def member_id(self) -> str:
+        return self._member.member_id
+
+    @property
+    def generation(self) -> int:
+        return self._member.generation
+
+    @property
+    def assignment(self) -> list[tuple[str, int]]:
+        return self._member.assignment
 
     @classmethod
     async def create(cls, *args: Any, **kwargs: Any) -> AsyncConsumer:
@@ -306,33 +299,17 @@ class AsyncConsumer:
 
     async def start(self) -> None:
         """Join the group and start heartbeating (raises UnknownTopic, Unavailable...)."""
-        suggested = await self._join(None)
-        self.heartbeat_interval_s = (self._heartbeat_interval_ms or suggested) / 1000
+        await self._run(self._member.join(None))
+        interval_ms = self._heartbeat_interval_ms or self._member.suggested_heartbeat_ms
+        self.heartbeat_interval_s = interval_ms / 1000
         self._heartbeats = asyncio.create_task(self._heartbeat_loop())
 
-    async def _join(self, member_id: str | None) -> int:
-        request = join_request(
-            self.group, self.topics, self.session_timeout_ms, self._start_from, member_id
-        )
-        response = await self._channels.call_any(
-            lambda s, t: s.consumer.JoinGroup(request, timeout=t)
-        )
-        self.member_id = response.member_id
-        self.generation = response.generation
-        self.assignment = assignment_of(response.assignment)
-        return int(response.heartbeat_interval_ms or 1000)
+    async def _run(self, plan: steps.Plan[R]) -> R:
+        return await steps.run_async(plan, self._perform)
 
-    async def _rejoin(self, error: errors.RaftqError, seen_generation: int) -> None:
-        async with self._joining:
-            if self.generation != seen_generation:
-                return
-            member_id = self.member_id if isinstance(error, errors.Fenced) else None
-            log.info("[group=%s] rejoining after %s", self.group, error.kind.name)
-            self.rejoins += 1
-            try:
-                await self._join(member_id)
-            except errors.UnknownMember:
-                await self._join(None)
+    async def _perform(self, step: steps.Step) -> Any:
+        assert isinstance(step, steps.CallAny), step  # a member's plans only call any broker
+        return await self._channels.call_any(step.fn, deadline_s=step.deadline_s)
 
     async def _heartbeat_loop(self) -> None:
         while not self._closed.is_set():
@@ -341,96 +318,21 @@ class AsyncConsumer:
                 return
             except TimeoutError:
                 pass
-            request = api_pb2.HeartbeatRequest(
-                group=self.group, member_id=self.member_id, generation=self.generation
-            )
-
-            def beat(s: _Stubs, t: float, r: api_pb2.HeartbeatRequest = request) -> Any:
-                return s.consumer.Heartbeat(r, timeout=t)
-
             try:
-                response = await self._channels.call_any(beat)
-                if response.generation != self.generation:
-                    self.generation = response.generation
-                    self.assignment = assignment_of(response.assignment)
-            except FENCING as exc:
-                if self._closed.is_set():
-                    return
-                try:
-                    await self._rejoin(exc, request.generation)
-                except errors.RaftqError as again:
-                    log.warning("[group=%s] rejoin failed: %s", self.group, again)
+                await self._run(self._member.heartbeat(self._closed.is_set))
             except errors.RaftqError as exc:
                 log.warning("[group=%s] heartbeat failed: %s", self.group, exc)
 
     async def poll(self, max_records: int | None = None, timeout_ms: int = 0) -> list[AsyncMessage]:
         """As :meth:`broker.client.Consumer.poll`."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
-        refused_until = time.monotonic() + timeout_ms / 1000  # AnyBroker's clock
-        rejoins = 0
-        while True:
-            request = poll_request(
-                self.group,
-                self.member_id,
-                self.generation,
-                max_records or self.max_poll_records,
-                int((deadline - loop.time()) * 1000),
-                self.lease_ms,
-            )
-
-            def call(s: _Stubs, t: float, r: api_pb2.PollRequest = request) -> Any:
-                return s.consumer.Poll(r, timeout=t + r.max_wait_ms / 1000)
-
-            try:
-                response = await self._channels.call_any(call, deadline_s=refused_until)
-            except FENCING as exc:
-                if rejoins >= 3:
-                    raise
-                rejoins += 1
-                await self._rejoin(exc, request.generation)
-                continue
-            except errors.ResourceExhausted:
-                return []  # every broker's long polls are taken: like a poll that found nothing
-            if response.batches or response.records or loop.time() >= deadline:
-                return deliveries(response, self._message)
+        response = await self._run(self._member.poll(max_records, timeout_ms))
+        return deliveries(response, self._message)
 
     def _message(self, *fields: Any) -> AsyncMessage:
         return AsyncMessage(*fields, _consumer=self)
 
-    async def _settle(
-        self,
-        method: str,
-        messages: Sequence[Delivery],
-        rejoins: int = 0,
-        retried: bool = False,
-        **extra: int,
-    ) -> list[Any]:
-        """As the thread client's ``Consumer._settle``: rejoin and resend after FENCED (up to
-        3 times); answers after a retried attempt read by :func:`settle_outcomes`."""
-        if not messages:
-            return []
-        generation = self.generation
-        request = settle_request(method, self.group, self.member_id, generation, messages, extra)
-        brokers_tried = 0
-
-        def call(s: _Stubs, t: float) -> Any:
-            nonlocal brokers_tried
-            brokers_tried += 1
-            return getattr(s.consumer, method)(request, timeout=t)
-
-        try:
-            response = await self._channels.call_any(call)
-        except (errors.Fenced, errors.UnknownMember) as exc:
-            try:
-                await self._rejoin(exc, generation)
-            except errors.RaftqError:
-                return [exc for _ in messages]
-            if isinstance(exc, errors.Fenced) and rejoins < 3:
-                again = retried or brokers_tried > 1
-                return await self._settle(method, messages, rejoins + 1, again, **extra)
-            return [exc for _ in messages]
-        return settle_outcomes(method, messages, response, retried or brokers_tried > 1)
+    async def _settle(self, method: str, messages: Sequence[Delivery], **extra: int) -> list[Any]:
+        return await self._run(self._member.settle(method, messages, extra))
 
     async def ack(self, messages: Sequence[Delivery]) -> list[errors.RaftqError | None]:
         return [outcome_error(r) for r in await self._settle("Ack", messages)]
@@ -458,9 +360,8 @@ class AsyncConsumer:
         self._closed.set()
         if self._heartbeats is not None:
             await self._heartbeats
-        request = api_pb2.LeaveGroupRequest(group=self.group, member_id=self.member_id)
         try:
-            await self._channels.call_any(lambda s, t: s.consumer.LeaveGroup(request, timeout=t))
+            await self._run(self._member.leave())
         except errors.RaftqError as exc:
             log.info("[group=%s] leave failed: %s", self.group, exc)
         finally:

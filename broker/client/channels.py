@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from broker.client import steps
 from broker.config import ClientSettings
 from proto import api_pb2_grpc, errors
 from proto.common_pb2 import ErrorCode
@@ -187,39 +188,23 @@ class _Channels:
         return up[next(self._rotation) % len(up)] if up else address
 
     def call_any(self, fn: Callable[[_Stubs, float], T], *, deadline_s: float | None = None) -> T:
-        """``fn`` against each bootstrap broker in turn until one is reachable: UNAVAILABLE and
-        RESOURCE_EXHAUSTED (a broker at capacity for that kind of call) move on; every other
-        answer is the cluster's. :class:`AnyBroker` says in which order, and how long to pause
-        before another round: after a round in which every broker was unavailable (all
-        restarting, or each connection in gRPC's reconnect backoff after a refused connect),
-        until the request timeout, then it raises the last Unavailable; after a round in which
-        brokers refused for capacity, their retry hint with jitter, until ``deadline_s``
-        (monotonic; default: the request timeout), then it raises the ResourceExhausted."""
+        """``fn`` against each bootstrap broker in turn until one answers: the
+        :func:`broker.client.steps.any_broker` plan (which broker next, when to pause and
+        when to give up, shared with the asyncio client), performed with blocking calls.
+        ``deadline_s`` (monotonic) bounds the retries after capacity refusals."""
         rounds = AnyBroker(len(self.bootstrap), self._preferred, self.request_timeout_s)
-        while True:
-            last: errors.Unavailable | None = None
-            exhausted: errors.ResourceExhausted | None = None
-            for index, timeout_s in rounds.attempts():
-                try:
-                    result = self.call(self.bootstrap[index], fn, timeout_s)
-                except errors.ResourceExhausted as exc:
-                    exhausted = exc
-                    continue
-                except errors.Unavailable as exc:
-                    last = exc
-                    continue
-                self._preferred = index
-                return result
-            if exhausted is not None:
-                pause_s = rounds.refused_pause_s(exhausted, deadline_s)
-                if pause_s is None:
-                    raise exhausted
-            else:
-                assert last is not None
-                pause_s = rounds.pause_s()
-                if pause_s is None:
-                    raise last
-            time.sleep(pause_s)
+        plan = steps.any_broker(rounds, self.bootstrap, fn, deadline_s)
+        index, answer = steps.run(plan, self._perform)
+        self._preferred = index
+        result: T = answer
+        return result
+
+    def _perform(self, step: steps.Step) -> Any:
+        if isinstance(step, steps.Attempt):
+            return self.call(step.address, step.fn, step.timeout_s)
+        assert isinstance(step, steps.Pause), step
+        time.sleep(step.seconds)
+        return None
 
     def close(self) -> None:
         with self._lock:

@@ -25,51 +25,24 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from broker.client.channels import (
-    _DEFAULTS,
-    _OK,
-    DEFAULT_BOOTSTRAP,
-    _Channels,
-    _Stubs,
-    channel_security,
+from broker.client import steps
+from broker.client.channels import _DEFAULTS, DEFAULT_BOOTSTRAP, _Channels, channel_security
+from broker.client.member import (
+    Delivery,
+    Member,
+    deliveries,
+    extended,
+    outcome_error,
+    start_from_value,
 )
-from proto import api_pb2, errors, partition_pb2
-from proto.common_pb2 import ErrorCode
+from proto import errors
 
 log = logging.getLogger("raftq.client")
-
-POLL_WAIT_MS_MAX = 300_000  # the broker's longest long poll; poll() loops for longer waits
-
-
-@dataclass
-class Delivery:
-    """One delivery of a record to a group member (the fields a Message carries)."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes
-    headers: dict[str, bytes]
-    priority: int
-    delivery_count: int
-    lease_deadline_ms: int
-    timestamp_ms: int = 0
-    deliver_at_ms: int = 0
-
-    @property
-    def ref(self) -> api_pb2.RecordRef:
-        return api_pb2.RecordRef(
-            topic=self.topic,
-            partition=self.partition,
-            offset=self.offset,
-            delivery_count=self.delivery_count,
-        )
+T = TypeVar("T")
 
 
 @dataclass
@@ -106,207 +79,6 @@ def _raise_first(results: Sequence[errors.RaftqError | None]) -> None:
 ITER_POLL_MS = 1_000  # how long `for message in consumer` waits per poll when nothing is ready
 
 
-# Answers a retried settle gives for a state its own earlier attempt may have made.
-_NACK_AMBIGUOUS = frozenset(
-    {ErrorCode.FENCED, ErrorCode.LEASE_EXPIRED, ErrorCode.NOT_LEASED, ErrorCode.RECORD_NOT_FOUND}
-)
-
-
-def _after_retry(method: str, outcome: Any) -> None:
-    """Rewrite one ref's answer (RefOutcome or FailedRef) to a settle sent again after an
-    attempt whose outcome is unknown (see Consumer._settle)."""
-    code = outcome.error
-    if method == "Ack" and code == ErrorCode.RECORD_NOT_FOUND:
-        outcome.error, outcome.message = _OK, ""  # it acked the record: no longer pending
-    elif (method == "Ack" and code == ErrorCode.FENCED) or (
-        method == "Nack" and code in _NACK_AMBIGUOUS
-    ):
-        outcome.error = ErrorCode.OUTCOME_UNKNOWN
-        outcome.message = f"{errors.OutcomeUnknown.kind.hint}; the retry found: {outcome.message}"
-
-
-# --- the pure parts of a group member, shared with the asyncio client (aio.py) ----------
-
-FENCING = (errors.Fenced, errors.UnknownMember, errors.UnknownGroup)  # rejoin and try again
-D = TypeVar("D", bound=Delivery)
-
-
-def join_request(
-    group: str,
-    topics: Sequence[str],
-    session_timeout_ms: int,
-    start_from: int,
-    member_id: str | None,
-) -> api_pb2.JoinGroupRequest:
-    request = api_pb2.JoinGroupRequest(
-        group=group,
-        topics=topics,
-        session_timeout_ms=session_timeout_ms,
-        start_from=start_from,  # type: ignore[arg-type]
-    )
-    if member_id:
-        request.member_id = member_id
-    return request
-
-
-def start_from_value(start_from: str) -> int:
-    if start_from.upper() not in ("EARLIEST", "LATEST"):
-        raise errors.InvalidArgument(f"start_from {start_from!r}: use earliest or latest")
-    return int(partition_pb2.StartFrom.Value(start_from.upper()))
-
-
-def assignment_of(assignment: Iterable[api_pb2.TopicPartitions]) -> list[tuple[str, int]]:
-    return sorted((a.topic, p) for a in assignment for p in a.partitions)
-
-
-def poll_request(
-    group: str,
-    member_id: str,
-    generation: int,
-    max_records: int,
-    wait_ms: int,
-    lease_ms: int | None,
-) -> api_pb2.PollRequest:
-    request = api_pb2.PollRequest(
-        group=group,
-        member_id=member_id,
-        generation=generation,
-        max_records=max_records,
-        max_wait_ms=min(max(0, wait_ms), POLL_WAIT_MS_MAX),
-        compact=True,
-        columns=True,
-    )
-    if lease_ms is not None:
-        request.lease_ms = lease_ms
-    return request
-
-
-def deliveries(response: api_pb2.PollResponse, make: Callable[..., D]) -> list[D]:
-    """The deliveries of a PollResponse, each built by ``make`` (Message, AsyncMessage...)
-    with Delivery's fields in order."""
-    out = [
-        make(
-            r.topic,
-            r.partition,
-            r.offset,
-            r.record.key if r.record.HasField("key") else None,
-            r.record.value,
-            dict(r.record.headers),
-            r.record.priority,
-            r.delivery_count,
-            r.lease_deadline_ms,
-            r.timestamp_ms,
-            r.record.deliver_at_ms,
-        )
-        for r in response.records  # a broker without compact answers
-    ]
-    for batch in response.batches:
-        topic, partition = batch.topic, batch.partition
-        if batch.HasField("columns"):  # bare records: a value each, nothing else
-            c = batch.columns
-            deadline = c.lease_deadline_ms
-            out += [
-                make(topic, partition, offset, None, value, {}, 0, count, deadline, ts, 0)
-                for offset, count, ts, value in zip(
-                    c.offsets, c.delivery_counts, c.timestamps_ms, c.values, strict=True
-                )
-            ]
-            continue
-        for d in batch.deliveries:
-            stored = d.record
-            record = stored.record
-            out.append(
-                make(
-                    topic,
-                    partition,
-                    stored.offset,
-                    record.key if record.HasField("key") else None,
-                    record.value,
-                    dict(record.headers) if record.headers else {},
-                    record.priority,
-                    d.delivery_count,
-                    d.lease_deadline_ms,
-                    stored.timestamp_ms,
-                    record.deliver_at_ms,
-                )
-            )
-    return out
-
-
-_SETTLE_REQUESTS: dict[str, Any] = {
-    "Ack": api_pb2.AckRequest,
-    "Nack": api_pb2.NackRequest,
-    "ExtendLease": api_pb2.ExtendLeaseRequest,
-}
-
-
-def settle_request(
-    method: str,
-    group: str,
-    member_id: str,
-    generation: int,
-    messages: Sequence[Delivery],
-    extra: dict[str, int],
-) -> Any:
-    """An Ack (packed offsets per partition: only failures come back), Nack or ExtendLease
-    (a ref per message) of ``messages``."""
-    request = _SETTLE_REQUESTS[method](
-        group=group, member_id=member_id, generation=generation, **extra
-    )
-    if method == "Ack":
-        by_partition: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
-        for m in messages:
-            offsets, counts = by_partition.setdefault((m.topic, m.partition), ([], []))
-            offsets.append(m.offset)
-            counts.append(m.delivery_count)
-        for (topic, partition), (offsets, counts) in by_partition.items():
-            request.batches.add(
-                topic=topic, partition=partition, offsets=offsets, delivery_counts=counts
-            )
-    else:
-        request.refs.extend(m.ref for m in messages)
-    return request
-
-
-def settle_outcomes(
-    method: str, messages: Sequence[Delivery], response: Any, retried: bool
-) -> list[Any]:
-    """Each message's answer (None: settled) from a settle's response; after a retry
-    (``retried``) the answers its own earlier attempt may have caused are rewritten
-    (:func:`_after_retry`)."""
-    if method == "Ack":
-        failed = {(f.ref.topic, f.ref.partition, f.ref.offset): f for f in response.failed}
-        if not failed:
-            return [None] * len(messages)
-        outcomes: list[Any] = [failed.get((m.topic, m.partition, m.offset)) for m in messages]
-        if retried:
-            for o in outcomes:
-                if o is not None:
-                    _after_retry(method, o)
-            outcomes = [None if o is None or o.error == _OK else o for o in outcomes]
-        return outcomes
-    results = list(response.results)
-    if retried:
-        for r in results:
-            _after_retry(method, r)
-    return results
-
-
-def outcome_error(r: api_pb2.RefOutcome | errors.RaftqError | None) -> errors.RaftqError | None:
-    if isinstance(r, errors.RaftqError):
-        return r
-    if r is None or r.error == ErrorCode.OK:
-        return None
-    return errors.error_for(r.error, r.message, leader_hint=r.leader_hint)
-
-
-def extended(messages: Sequence[Delivery], results: Sequence[Any], lease_ms: int) -> None:
-    """Update each extended message's ``lease_deadline_ms`` from ExtendLease's answers."""
-    for message, r in zip(messages, results, strict=True):
-        if isinstance(r, api_pb2.RefOutcome) and r.error == ErrorCode.OK:
-            message.lease_deadline_ms = r.lease_deadline_ms or int(time.time() * 1000 + lease_ms)
-
-
 class Consumer:
     """A member of a consumer group; see the module docstring for delivery semantics."""
 
@@ -332,20 +104,19 @@ class Consumer:
         interval the broker suggests."""
         self.group = group
         self.topics = tuple(topics)
-        self._start_from = start_from_value(start_from)
-        self.session_timeout_ms = session_timeout_ms
-        self.max_poll_records = max_poll_records
-        self.lease_ms = lease_ms
+        self._member = Member(
+            group,
+            self.topics,
+            session_timeout_ms=session_timeout_ms,
+            start_from=start_from_value(start_from),
+            max_poll_records=max_poll_records,
+            lease_ms=lease_ms,
+        )
         security = channel_security(tls_ca_file, tls_cert_file, tls_key_file, token)
         self._channels = _Channels(bootstrap, request_timeout_ms, security)
-        self._lock = threading.Lock()
-        self.member_id = ""
-        self.generation = -1
-        self.assignment: list[tuple[str, int]] = []
         self._closed = threading.Event()
-        self.rejoins = 0
-        self._join(None)
-        interval_ms = heartbeat_interval_ms or self._suggested_heartbeat_ms
+        self._run(self._member.join(None))
+        interval_ms = heartbeat_interval_ms or self._member.suggested_heartbeat_ms
         self.heartbeat_interval_s = interval_ms / 1000
         self._heartbeats = threading.Thread(
             target=self._heartbeat_loop, name=f"raftq-heartbeat-{group}", daemon=True
@@ -355,58 +126,42 @@ class Consumer:
     def __reduce__(self) -> Any:
         raise TypeError("a Consumer is a live group member: create it where it is used")
 
-    # -- membership ------------------------------------------------------------------------
+    @property
+    def member_id(self) -> str:
+        return self._member.member_id
 
-    def _join(self, member_id: str | None) -> None:
-        request = join_request(
-            self.group, self.topics, self.session_timeout_ms, self._start_from, member_id
-        )
-        response = self._channels.call_any(lambda s, t: s.consumer.JoinGroup(request, timeout=t))
-        with self._lock:
-            self.member_id = response.member_id
-            self._adopt(response.generation, response.assignment)
-            self._suggested_heartbeat_ms = response.heartbeat_interval_ms or 1000
+    @property
+    def generation(self) -> int:
+        return self._member.generation
 
-    def _adopt(self, generation: int, assignment: Iterable[api_pb2.TopicPartitions]) -> None:
-        self.generation = generation
-        self.assignment = assignment_of(assignment)
+    @property
+    def assignment(self) -> list[tuple[str, int]]:
+        return self._member.assignment
 
-    def _rejoin(self, error: errors.RaftqError, seen_generation: int) -> None:
-        """After FENCED keep the member id; after UNKNOWN_MEMBER/GROUP join afresh. Only once
-        per stale generation, however many threads noticed."""
-        with self._lock:
-            if self.generation != seen_generation:
-                return
-            member_id = self.member_id if isinstance(error, errors.Fenced) else None
-        log.info("[group=%s] rejoining after %s", self.group, error.kind.name)
-        self.rejoins += 1
-        try:
-            self._join(member_id)
-        except errors.UnknownMember:  # the member expired meanwhile: the broker issues a new id
-            self._join(None)
+    @property
+    def rejoins(self) -> int:
+        return self._member.rejoins
+
+    @property
+    def max_poll_records(self) -> int:
+        return self._member.max_poll_records
+
+    @property
+    def lease_ms(self) -> int | None:
+        return self._member.lease_ms
+
+    def _run(self, plan: steps.Plan[T]) -> T:
+        """Perform ``plan``'s calls with this consumer's channels (blocking)."""
+        return steps.run(plan, self._perform)
+
+    def _perform(self, step: steps.Step) -> Any:
+        assert isinstance(step, steps.CallAny), step  # a member's plans only call any broker
+        return self._channels.call_any(step.fn, deadline_s=step.deadline_s)
 
     def _heartbeat_loop(self) -> None:
         while not self._closed.wait(self.heartbeat_interval_s):
-            with self._lock:
-                request = api_pb2.HeartbeatRequest(
-                    group=self.group, member_id=self.member_id, generation=self.generation
-                )
-
-            def call(s: _Stubs, t: float, r: api_pb2.HeartbeatRequest = request) -> Any:
-                return s.consumer.Heartbeat(r, timeout=t)
-
             try:
-                response = self._channels.call_any(call)
-                with self._lock:
-                    if response.generation != self.generation:
-                        self._adopt(response.generation, response.assignment)
-            except FENCING as exc:
-                if self._closed.is_set():
-                    return
-                try:
-                    self._rejoin(exc, request.generation)
-                except errors.RaftqError as again:
-                    log.warning("[group=%s] rejoin failed: %s", self.group, again)
+                self._run(self._member.heartbeat(self._closed.is_set))
             except errors.RaftqError as exc:
                 log.warning("[group=%s] heartbeat failed: %s", self.group, exc)
 
@@ -414,87 +169,15 @@ class Consumer:
 
     def poll(self, max_records: int | None = None, timeout_ms: int = 0) -> list[Message]:
         """Lease up to ``max_records`` ready records, waiting up to ``timeout_ms`` for the
-        first. Rejoins and tries again on FENCED / UNKNOWN_MEMBER (a rebalance); raises
-        Unavailable when no broker answers, Fenced if rejoining keeps failing. A broker at its
-        cap of long polls refuses (RESOURCE_EXHAUSTED): the poll backs off its retry hint and
-        tries again (another broker first) until ``timeout_ms``, then returns nothing."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        rejoins = 0
-        while True:
-            remaining_ms = int((deadline - time.monotonic()) * 1000)
-            with self._lock:
-                request = poll_request(
-                    self.group,
-                    self.member_id,
-                    self.generation,
-                    max_records or self.max_poll_records,
-                    remaining_ms,
-                    self.lease_ms,
-                )
-
-            def call(s: _Stubs, t: float, r: api_pb2.PollRequest = request) -> Any:
-                return s.consumer.Poll(r, timeout=t + r.max_wait_ms / 1000)
-
-            try:
-                response = self._channels.call_any(call, deadline_s=deadline)
-            except FENCING as exc:
-                if rejoins >= 3:
-                    raise
-                rejoins += 1
-                self._rejoin(exc, request.generation)
-                continue
-            except errors.ResourceExhausted:
-                return []  # every broker's long polls are taken: like a poll that found nothing
-            if response.batches or response.records or time.monotonic() >= deadline:
-                return deliveries(response, self._message)
+        first; see :meth:`Member.poll` for rebalances, outages and refusals."""
+        response = self._run(self._member.poll(max_records, timeout_ms))
+        return deliveries(response, self._message)
 
     def _message(self, *fields: Any) -> Message:
         return Message(*fields, _consumer=self)
 
-    def _settle(
-        self,
-        method: str,
-        messages: Sequence[Message],
-        *,
-        rejoins: int = 0,
-        retried: bool = False,
-        **extra: int,
-    ) -> list[Any]:
-        """One settle call. A call FENCED for its generation rejoins (same member id) and is
-        sent again with the new generation (up to 3 times, like poll): the leases on partitions
-        this member kept are still its own and would otherwise sit until lease_ms; refs on
-        partitions it lost come back FENCED per ref (the broker released those leases to their
-        new owner).
-
-        A call sent again after a broker failed UNAVAILABLE (``retried``: that attempt may have
-        been applied) does not claim what the retry's answer would: an Ack's RECORD_NOT_FOUND
-        is success (it acked the record), and FENCED (and for a Nack NOT_LEASED,
-        LEASE_EXPIRED, RECORD_NOT_FOUND: states the nack itself leaves) is OUTCOME_UNKNOWN."""
-        if not messages:
-            return []
-        with self._lock:
-            group, member_id, generation = self.group, self.member_id, self.generation
-        request = settle_request(method, group, member_id, generation, messages, extra)
-        brokers_tried = 0
-
-        def call(s: _Stubs, t: float) -> Any:
-            nonlocal brokers_tried
-            brokers_tried += 1
-            return getattr(s.consumer, method)(request, timeout=t)
-
-        try:
-            response = self._channels.call_any(call)
-        except (errors.Fenced, errors.UnknownMember) as exc:
-            # A rebalance. Rejoin; after UNKNOWN_MEMBER nothing leased is ours any more.
-            try:
-                self._rejoin(exc, generation)
-            except errors.RaftqError:
-                return [exc for _ in messages]
-            if isinstance(exc, errors.Fenced) and rejoins < 3:
-                again = retried or brokers_tried > 1
-                return self._settle(method, messages, rejoins=rejoins + 1, retried=again, **extra)
-            return [exc for _ in messages]
-        return settle_outcomes(method, messages, response, retried or brokers_tried > 1)
+    def _settle(self, method: str, messages: Sequence[Message], **extra: int) -> list[Any]:
+        return self._run(self._member.settle(method, messages, extra))
 
     def ack(self, messages: Sequence[Message]) -> list[errors.RaftqError | None]:
         """Acknowledge a batch; one entry per message: None when acked, else the typed error
@@ -522,10 +205,8 @@ class Consumer:
             return
         self._closed.set()
         self._heartbeats.join(self.heartbeat_interval_s + self._channels.request_timeout_s)
-        with self._lock:
-            request = api_pb2.LeaveGroupRequest(group=self.group, member_id=self.member_id)
         try:
-            self._channels.call_any(lambda s, t: s.consumer.LeaveGroup(request, timeout=t))
+            self._run(self._member.leave())
         except errors.RaftqError as exc:  # the session will expire instead
             log.info("[group=%s] leave failed: %s", self.group, exc)
         finally:
