@@ -15,10 +15,10 @@ from typing import Any
 import grpc
 from prometheus_client.samples import Sample
 
-from broker.client import Consumer, Producer
+from broker.client import Admin, Consumer, Producer
 from proto import api_pb2, api_pb2_grpc, errors, internal_pb2
 from tests.cluster import ProcessCluster
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 from tests.test_metrics import scrape
 from transport.admission import (
     ADMIN,
@@ -26,10 +26,12 @@ from transport.admission import (
     CONTROL,
     INTERNAL,
     LONG_POLL,
+    AdmissionInterceptor,
     Capacity,
     kind_of,
 )
 from transport.grpc_errors import CODE_KEY, RETRY_AFTER_KEY, from_rpc_error
+from transport.grpc_server import serve
 
 LONG_POLLS_MAX = Capacity().long_polls_max
 HELD = 100  # well past the long-poll cap, and past the old 64-thread pool
@@ -235,3 +237,51 @@ def test_the_client_backs_off_a_refused_poll_and_polls_again(tmp_path: Path) -> 
                 got[0].ack()
         finally:
             channel.close()
+
+
+class _SlowLister:
+    """A facade whose first ListTopics waits for ``release``: it holds the one admin slot."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls = 0
+
+    def list_topics(
+        self, request: api_pb2.ListTopicsRequest, *, timeout_s: float | None
+    ) -> api_pb2.ListTopicsResponse:
+        self.calls += 1
+        if self.calls == 1:
+            self.release.wait(30)
+        return api_pb2.ListTopicsResponse(topics=[api_pb2.TopicSummary(name="t")])
+
+
+def test_an_admin_call_refused_for_capacity_is_retried_after_the_hint() -> None:
+    """Real gRPC on 127.0.0.1 with one admin slot: while it is held, another Admin call is
+    refused RESOURCE_EXHAUSTED, and the client backs off and retries until it is served."""
+    capacity = Capacity(admin_calls_max=1)
+    admission = AdmissionInterceptor(capacity)
+    facade = _SlowLister()
+    address = f"127.0.0.1:{free_port()}"
+    server = serve(facade, address, max_workers=capacity.workers, interceptors=[admission])  # type: ignore[arg-type]
+    first, second = Admin(address), Admin(address)
+    try:
+        holder = threading.Thread(target=first.list_topics, daemon=True)
+        holder.start()
+        wait_until(lambda: facade.calls == 1, 10, "the first ListTopics holds the slot")
+        answered: list[Any] = []
+        waiter = threading.Thread(target=lambda: answered.append(second.list_topics()))
+        waiter.start()
+        wait_until(
+            lambda: admission.statistics()["refused"][ADMIN] >= 2, 10, "two refusals, retried"
+        )
+        assert not answered  # still backing off: the slot is held
+        facade.release.set()
+        waiter.join(30)
+        holder.join(30)
+        assert [t.name for t in answered[0]] == ["t"]
+        assert admission.statistics()["running"][ADMIN] == 0
+    finally:
+        facade.release.set()
+        first.close()
+        second.close()
+        server.stop(0)
