@@ -12,6 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -149,13 +150,18 @@ def test_a_retry_after_the_dedup_window_still_resumes_by_the_records_written(
     write(cluster, opts, "spark:app:3:0", data[:170])
     control = [(b"k%d" % i, b"control-%d" % i) for i in range(30)]
     write(cluster, opts, "control-producer", control)  # not tracked: forgotten by the window
-    deadline = time.monotonic() + 60
+    # the leader's Retain (every 5 s while the partition changes) forgets it: keep appending
+    ticks: list[tuple[bytes, bytes]] = []
+    deadline = time.monotonic() + 90
     while any(s.known for s in admin.producer_state(name, "control-producer").values()):
         assert time.monotonic() < deadline, "the dedup window never forgot the control producer"
-        time.sleep(0.2)
+        tick = [(b"k%d" % i, b"tick-%d-%d" % (len(ticks), i)) for i in range(3)]
+        write(cluster, opts, None, tick)
+        ticks += tick
+        time.sleep(0.5)
     resumed = write(cluster, opts, "spark:app:3:0", data)
     assert (resumed.records_skipped, resumed.records_written) == (170, 130)
-    expected = collections.Counter(v for _, v in data + control)
+    expected = collections.Counter(v for _, v in data + control + ticks)
     assert values(admin, name) == expected
 
 
@@ -239,6 +245,39 @@ def test_a_batch_stuck_on_nondeterministic_input_is_recovered_by_the_documented_
     assert "nothing to do" in capsys.readouterr().out
 
 
+def test_batches_split_by_encoded_size_and_a_row_that_fits_alone_never_fails(
+    cluster: ProcessCluster, admin: Admin
+) -> None:
+    """batchBytes bounds a batch's encoded size; a row over it (but within max_record_bytes)
+    goes alone; key-less rows fill one batch's worth of a partition, then the next, the same
+    way on a retry that resumes (rows skipped count as routed)."""
+    name = topic(cluster, admin, "sink-bytes")
+    opts = options(cluster, name, batchBytes="1000")
+    data = [(b"k%d" % (i % 7), b"%04d" % i + b"x" * 600) for i in range(30)]
+    data.append((b"big", b"b" * 5000))
+    summary = write(cluster, opts, "spark:bytes:0:0", data)
+    assert summary.records_written == 31 and summary.batches_sent == 31  # 2 x 600 B > 1000
+    assert values(admin, name) == collections.Counter(v for _, v in data)
+
+    keyless = topic(cluster, admin, "sink-keyless")
+    opts = options(cluster, keyless, batchRecords="50")
+    plain = [b"plain-%03d" % i for i in range(300)]
+
+    def send(pid: str, count: int) -> sink.TaskSummary:
+        task = sink.TaskSink(sink.connection(cluster.bootstrap), opts, producer_id=pid)
+        for value in plain[:count]:
+            task.add(value)
+        return task.finish()
+
+    send("spark:keyless:0:0", 130)  # attempt 0 ends early, mid-batch
+    resumed = send("spark:keyless:0:0", 300)
+    assert (resumed.records_skipped, resumed.records_written) == (130, 170)
+    assert values(admin, keyless) == collections.Counter(plain)
+    assert [p.end for p in admin.list_offsets(keyless)] == [100, 100, 100]
+    with pytest.raises(errors.InvalidArgument, match="batchBytes"):
+        sink.SinkOptions.parse({"bootstrap": "h:1", "batchbytes": str(8 << 20)})
+
+
 def test_at_least_once_and_bad_rows(cluster: ProcessCluster, admin: Admin) -> None:
     name = topic(cluster, admin, "sink-alo")
     opts = options(cluster, name, deliveryGuarantee="at_least_once")
@@ -290,6 +329,31 @@ def test_a_txn_version_is_new_a_replay_or_refused() -> None:
         sink.check_version("a", "t", 3, 4)  # a checkpoint reset: loud
 
 
+def test_the_source_reads_a_range_in_answers_of_at_most_fetch_max_bytes(
+    cluster: ProcessCluster, admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """read_range passes its byte budget to every Fetch: many small answers, every record once
+    in offset order; a record larger than the budget still comes (alone)."""
+    name = "sink-fetch-bytes"
+    admin.create_topic(name, partitions=1, replication_factor=3)
+    cluster.wait_leaders(name)
+    data = [(b"k", b"%03d" % i + b"r" * 1000) for i in range(40)] + [(b"k", b"L" * 9000)]
+    write(cluster, options(cluster, name), None, data)
+    got = list(source.read_range(admin, source.Range(name, 0, 0, 41), True, max_bytes=3000))
+    assert [r.offset for r in got] == list(range(41))
+    assert [r.record.value for r in got] == [v for _, v in data]
+    budgets: list[int] = []
+    real_fetch = admin.fetch
+
+    def fetch(topic: str, partition: int, offset: int, count: int, max_bytes: int) -> Any:
+        budgets.append(max_bytes)  # the real Fetch answers; this only notes the budget
+        return real_fetch(topic, partition, offset, count, max_bytes)
+
+    monkeypatch.setattr(admin, "fetch", fetch)
+    assert len(list(source.read_range(admin, source.Range(name, 0, 0, 41), True, 3000))) == 41
+    assert len(budgets) >= 14 and set(budgets) == {3000}  # ~2 records of 1 KB per answer
+
+
 # --- offsets (pure) ---------------------------------------------------------------------------
 
 
@@ -336,6 +400,7 @@ def test_source_options_are_checked() -> None:
         {"topic": "a", "startingoffset": "earliest"},
         {"topic": "a", "includeheaders": "true"},
         {"topic": "a", "fetchmaxbytes": "0"},
+        {"topic": "a", "fetchmaxbytes": str(4 << 20)},  # an answer must fit gRPC's 4 MiB
     ):
         with pytest.raises(errors.InvalidArgument):
             source.SourceOptions.parse({"bootstrap": "h:1", **bad})

@@ -25,7 +25,8 @@ one topic can be written to another; to route by the column, leave the option ou
 value>>), ``priority`` (int), ``deliver_at`` (timestamp, or long Unix ms). Other columns are
 ignored; a known column of the wrong type fails naming it. Options: ``bootstrap``, ``topic``,
 ``deliveryGuarantee`` (``exactly_once``, the default, or ``at_least_once``), ``txnAppId`` +
-``txnVersion``, ``batchRecords`` (500), ``batchBytes`` (1 MiB), ``requestTimeoutMs``.
+``txnVersion``, ``batchRecords`` (10,000), ``batchBytes`` (1 MiB - 4 KiB, the most: one
+partition Raft entry; cut by encoded size), ``requestTimeoutMs``.
 ``mode("overwrite")`` is refused (topics are append-only).
 
 Source columns: topic, partition, offset, timestamp, key, value, headers, priority,
@@ -33,7 +34,7 @@ deliver_at. Options: ``bootstrap``, ``topic`` (comma-separated list), ``starting
 ``endingOffsets`` (``earliest``, ``latest`` or JSON ``{"t": {"0": 42}}``, -2 = earliest,
 -1 = latest; a partition the topic lacks is an error; streams start at earliest by default,
 batch reads end at latest), ``maxOffsetsPerTrigger``, ``failOnDataLoss`` (true),
-``fetchMaxBytes`` (4 MiB per Fetch answer; a larger record still comes alone),
+``fetchMaxBytes`` (1 MiB per Fetch answer, at most 3 MiB; a larger record comes alone),
 ``requestTimeoutMs``. Trigger.AvailableNow reads up to the offsets current when the query
 starts, in maxOffsetsPerTrigger steps. Reads go through Log.Fetch and Log.ListOffsets only:
 no consumer-group state is touched.

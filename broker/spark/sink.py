@@ -11,7 +11,8 @@ the log) and skips exactly that many, comparing the last batch of them with the 
 sends the rest from the next sequence. How earlier attempts cut their batches does not matter
 (an attempt whose input ended early sent short last batches). Batching from a given row is a
 pure function of the rows (never of timing): a batch closes at ``batch_records`` records or
-``batch_bytes`` bytes or the end of the task's input, and key-less rows fill one partition's
+``batch_bytes`` encoded bytes (a lone larger row still goes, alone) or the end of the task's
+input, and key-less rows fill one partition's
 batch before moving to the next; so twins resuming from the same row cut the same batches.
 
 Sending: at most one batch in flight per raftq partition (sequences apply in order), all
@@ -48,6 +49,12 @@ PRODUCER_ID_CHARS_MAX = 255
 SEND_ATTEMPTS_MAX = 12
 BACKOFF_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
 QUEUED_BATCHES_MAX = 4  # per raftq partition, before the task waits for acknowledgements
+# A batch is one Append in one partition Raft entry (broker/replica.py MAX_ENTRY_BYTES, 1 MiB,
+# refused whole when over: RECORD_TOO_LARGE): batches are cut by encoded size, a record's bytes
+# plus its tag and length, with room left for the command around them (topic, producer id,
+# sequence, stamps). A record within max_record_bytes always fits an entry on its own.
+BATCH_BYTES_MAX = (1 << 20) - 4096
+RECORD_FRAMING_BYTES = 6
 
 
 class NondeterministicInput(errors.InvalidArgument):
@@ -61,7 +68,10 @@ class StaleTxnVersion(errors.InvalidArgument):
 # --- options ----------------------------------------------------------------------------------
 
 
-def int_option(options: Mapping[str, str], name: str, default: int, low: int) -> int:
+def int_option(
+    options: Mapping[str, str], name: str, default: int, low: int, high: int | None = None
+) -> int:
+    """Option ``name`` as an int in [low, high]; raises InvalidArgument naming it."""
     raw = options.get(name.lower())
     if raw is None or raw == "":
         return default
@@ -69,8 +79,9 @@ def int_option(options: Mapping[str, str], name: str, default: int, low: int) ->
         value = int(raw)
     except ValueError:
         raise errors.InvalidArgument(f"option {name}={raw!r} is not an integer") from None
-    if value < low:
-        raise errors.InvalidArgument(f"option {name}={value} must be >= {low}")
+    if value < low or (high is not None and value > high):
+        bound = f"in {low}..{high}" if high is not None else f">= {low}"
+        raise errors.InvalidArgument(f"option {name}={value} must be {bound}")
     return value
 
 
@@ -86,6 +97,10 @@ KAFKA_EQUIVALENTS = {
     "kafka.security.protocol": "tlsCaFile / tlsCertFile / tlsKeyFile",
     "kafka.sasl.jaas.config": "token",
     "maxoffsetspertrigger": "maxOffsetsPerTrigger",
+    "kafka.max.partition.fetch.bytes": "fetchMaxBytes",
+    "kafka.fetch.max.bytes": "fetchMaxBytes",
+    "kafka.request.timeout.ms": "requestTimeoutMs",
+    "kafka.batch.size": "batchBytes / batchRecords",
 }
 # Options Spark itself passes to every data source; not ours to refuse.
 SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
@@ -167,8 +182,8 @@ class SinkOptions:
     guarantee: Guarantee = "exactly_once"
     app_id: str | None = None  # txnAppId: the committed-batch watermark's key
     version: int | None = None  # txnVersion (foreachBatch: the batch id)
-    batch_records: int = 500
-    batch_bytes: int = 1 << 20
+    batch_records: int = 10_000  # the Producer's batch_records_max: batch_bytes binds first
+    batch_bytes: int = BATCH_BYTES_MAX
     request_timeout_ms: int = 30_000
     security: Security = field(default_factory=Security)
 
@@ -193,8 +208,8 @@ class SinkOptions:
             guarantee=guarantee,  # type: ignore[arg-type]
             app_id=app_id,
             version=version,
-            batch_records=int_option(opts, "batchRecords", 500, 1),
-            batch_bytes=int_option(opts, "batchBytes", 1 << 20, 1),
+            batch_records=int_option(opts, "batchRecords", 10_000, 1),
+            batch_bytes=int_option(opts, "batchBytes", BATCH_BYTES_MAX, 1, BATCH_BYTES_MAX),
             request_timeout_ms=int_option(opts, "requestTimeoutMs", 30_000, 1),
             security=Security.parse(opts),
         )
@@ -351,7 +366,7 @@ class _Lane:
     position: int = 0  # rows handed to this lane so far
     tail: list[common_pb2.Record] = field(default_factory=list)  # rows the resume compares
     records: list[common_pb2.Record] = field(default_factory=list)
-    size: int = 0
+    size: int = 0  # encoded bytes of ``records``
     next_sequence: int = 0  # after a resume: the earlier attempt's last sequence + 1
     queued: deque[_Batch] = field(default_factory=deque)
     in_flight: tuple[_Batch, Any] | None = None
@@ -391,7 +406,7 @@ class TaskSink:
         self._lanes: dict[tuple[str, int], _Lane] = {}
         # (topic, partition) -> what earlier attempts of the producer id wrote there
         self._resume: dict[tuple[str, int], Resume] = {}
-        self._keyless = 0
+        self._turn = self._sticky_records = self._sticky_bytes = 0  # key-less rows' partition
         self._done = threading.Condition()
         self._completed: deque[tuple[str, int]] = deque()
 
@@ -426,13 +441,13 @@ class TaskSink:
                 f"a row of {size} bytes is over topic {name!r}'s max_record_bytes "
                 f"({meta.max_record_bytes})"
             )
+        encoded = record.ByteSize() + RECORD_FRAMING_BYTES  # what it adds to the batch
         if partition is None:
-            if key is not None:
-                partition = partition_for(key, meta.partitions, 0)
-            else:  # sticky: fill one partition's batch, then the next (deterministic)
-                turn = self._keyless // self.options.batch_records
-                partition = (self.spark_partition + turn) % meta.partitions
-                self._keyless += 1
+            partition = (
+                partition_for(key, meta.partitions, 0)
+                if key is not None
+                else self._sticky_partition(meta.partitions, encoded)
+            )
         elif not 0 <= partition < meta.partitions:
             raise errors.InvalidArgument(
                 f"partition {partition}: topic {name!r} has partitions 0..{meta.partitions - 1}"
@@ -449,11 +464,25 @@ class TaskSink:
             return
         if lane.records and (
             len(lane.records) >= self.options.batch_records
-            or lane.size + size > self.options.batch_bytes
+            or lane.size + encoded > self.options.batch_bytes
         ):
             self._seal(lane)
         lane.records.append(record)
-        lane.size += size
+        lane.size += encoded
+
+    def _sticky_partition(self, partitions: int, encoded: int) -> int:
+        """Key-less rows fill one batch's worth (records or encoded bytes) of a partition, then
+        move to the next, as Kafka's sticky partitioner does. Counted over the task's key-less
+        rows, whether sent or skipped on a resume, so every attempt routes them alike."""
+        if self._sticky_records and (
+            self._sticky_records >= self.options.batch_records
+            or self._sticky_bytes + encoded > self.options.batch_bytes
+        ):
+            self._turn += 1
+            self._sticky_records = self._sticky_bytes = 0
+        self._sticky_records += 1
+        self._sticky_bytes += encoded
+        return (self.spark_partition + self._turn) % partitions
 
     def finish(self) -> TaskSummary:
         """Send what is left and wait for every acknowledgement. Raises NondeterministicInput
