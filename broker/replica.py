@@ -181,6 +181,7 @@ class PartitionReplica:
             apply=self._apply,
             snapshot=self._snapshot,
             restore=self._restore,
+            capture=self._capture,
             data_dir=data_dir,
             name=self.name,
             fsync=fsync,
@@ -578,6 +579,13 @@ class PartitionReplica:
             if self.machine.failed is not None:
                 raise RuntimeError(f"{self.where} replica failed: no snapshot of stale state")
             self.machine.snapshot(path)
+
+    def _capture(self) -> Callable[[str, threading.Event], None]:
+        """Driver thread: pin the state for a snapshot written off the driver (node.py)."""
+        with self._state_lock:
+            if self.machine.failed is not None:
+                raise RuntimeError(f"{self.where} replica failed: no snapshot of stale state")
+            return self.machine.capture_snapshot()
 
     def _restore(self, path: str) -> None:
         with self._state_lock:

@@ -37,7 +37,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, RecordRow
-from partitions.store import PartitionStore, order_keys
+from partitions.store import BackupWriter, PartitionStore, order_keys
 from proto import common_pb2, partition_pb2
 from proto.common_pb2 import ErrorCode
 
@@ -1048,6 +1048,11 @@ class PartitionMachine:
     def snapshot(self, path: str) -> None:
         """A consistent copy of the partition at the current applied index."""
         self.store.backup_to(path)
+
+    def capture_snapshot(self) -> BackupWriter:
+        """Pin the partition at the current applied index (cheap); the returned writer copies
+        it to a path later, from any thread (``SqliteStore.pin_backup``)."""
+        return self.store.pin_backup()
 
     def restore(self, path: str) -> None:
         """Replace the state with a snapshot written by ``snapshot``; clears ``failed``."""

@@ -32,7 +32,14 @@ from typing import Any
 import apsw
 
 from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, ReadyRecord, RecordRow
-from partitions.store import INT64_MAX, TRACKED_PRODUCER_MARK, canonical_dump, is_tracked_producer
+from partitions.store import (
+    INT64_MAX,
+    TRACKED_PRODUCER_MARK,
+    BackupWriter,
+    CancelFlag,
+    canonical_dump,
+    is_tracked_producer,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(
@@ -667,22 +674,36 @@ class SqliteStore:
 
     def backup_to(self, path: str) -> None:
         """Write a consistent copy of the partition to ``path`` (SQLite backup API), fsync'd."""
-        tmp = path + ".tmp"
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        dest = apsw.Connection(tmp)
+        _backup(self._conn, path, None)
+
+    def pin_backup(self) -> BackupWriter:
+        """Pin the partition as it is now and return a writer of exactly that state.
+
+        Cheap (a second connection opens a WAL read transaction), so the tick thread can call
+        it between two applies. The writer runs on any thread while applies go on committing
+        through the WAL: ``writer(path, cancelled)`` copies the pinned state to ``path`` with
+        the backup API in steps, fsync'd, and releases the pin; it raises
+        ``SnapshotCancelled`` (leaving no file) once ``cancelled`` is set, apsw errors on I/O
+        failure. Call it exactly once: it is what releases the pin.
+        """
+        source = apsw.Connection(self.path)
+        source.setbusytimeout(5000)
         try:
-            with dest.backup("main", self._conn, "main") as backup:
-                while not backup.done:
-                    backup.step(-1)
-        finally:
-            dest.close()
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+            source.execute("BEGIN")
+            source.execute("SELECT applied_index FROM meta WHERE id = 1").fetchall()
+        except BaseException:
+            source.close()
+            raise
+
+        def write(path: str, cancelled: CancelFlag) -> None:
+            try:
+                _backup(source, path, cancelled)
+            finally:
+                with contextlib.suppress(apsw.Error):
+                    source.execute("ROLLBACK")
+                source.close()
+
+        return write
 
     def restore_from(self, path: str) -> None:
         """Replace the whole partition with the copy at ``path`` (written by backup_to)."""
@@ -798,3 +819,37 @@ def raw_insert_benchmark(
         return elapsed
     finally:
         conn.close()
+
+
+class SnapshotCancelled(Exception):
+    """A pinned backup was abandoned (its group was destroyed or installed a newer snapshot)."""
+
+
+BACKUP_STEP_PAGES = 4096  # 16 MiB of 4 KiB pages between two looks at the cancel flag
+
+
+def _backup(source: apsw.Connection, path: str, cancelled: CancelFlag | None) -> None:
+    """Copy ``source``'s main database to ``path`` (tmp, fsync, rename); see pin_backup."""
+    tmp = path + ".tmp"
+    if os.path.exists(tmp):
+        os.remove(tmp)
+    try:
+        dest = apsw.Connection(tmp)
+        try:
+            with dest.backup("main", source, "main") as backup:
+                while not backup.done:
+                    if cancelled is not None and cancelled.is_set():
+                        raise SnapshotCancelled(path)
+                    backup.step(-1 if cancelled is None else BACKUP_STEP_PAGES)
+        finally:
+            dest.close()
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, ReadyRecord, RecordRow
@@ -39,6 +39,16 @@ TRACKED_PRODUCER_MARK = "spark:"
 
 def is_tracked_producer(producer_id: str) -> bool:
     return TRACKED_PRODUCER_MARK in producer_id
+
+
+class CancelFlag(Protocol):
+    """What a backup writer polls between steps (a ``threading.Event`` in the Raft layer)."""
+
+    def is_set(self) -> bool: ...
+
+
+# writer(path, cancelled): writes a pinned state to path (SqliteStore.pin_backup).
+BackupWriter = Callable[[str, CancelFlag], None]
 
 
 class PartitionStore(Protocol):
@@ -149,6 +159,7 @@ class PartitionStore(Protocol):
 
     # whole-store
     def backup_to(self, path: str) -> None: ...
+    def pin_backup(self) -> BackupWriter: ...
     def restore_from(self, path: str) -> None: ...
     def dump(self) -> dict[str, Any]: ...
     def close(self) -> None: ...
@@ -588,6 +599,9 @@ class MemoryStore:
     # -- whole store --------------------------------------------------------------------------
 
     def backup_to(self, path: str) -> None:
+        raise NotImplementedError("MemoryStore keeps nothing on disk; snapshot SqliteStore")
+
+    def pin_backup(self) -> BackupWriter:
         raise NotImplementedError("MemoryStore keeps nothing on disk; snapshot SqliteStore")
 
     def restore_from(self, path: str) -> None:

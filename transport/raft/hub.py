@@ -42,6 +42,7 @@ from typing import Any
 import pysyncobj.syncobj as _pysyncobj_syncobj
 
 from .mux import GroupTransport, dumps_data, loads_data, sendable_before_sync
+from .snapshot import written_inline
 
 logger = logging.getLogger("raftq.transport.raft.hub")
 
@@ -240,9 +241,12 @@ class Hub:
             ("flushed", "delivered", "dropped_random", "dropped_cut", "pings"), 0
         )
 
-    def time(self) -> Any:
-        """``with hub.time():`` = `pysyncobj_time` with this hub's clock and raft rng."""
-        return pysyncobj_time(self.clock, self.raft_rng)
+    @contextmanager
+    def time(self) -> Iterator[None]:
+        """``with hub.time():`` = `pysyncobj_time` with this hub's clock and raft rng, and
+        snapshots written inline (`snapshot.written_inline`): a run is a function of its seed."""
+        with pysyncobj_time(self.clock, self.raft_rng), written_inline():
+            yield
 
     # -- topology ----------------------------------------------------------------------------------
 

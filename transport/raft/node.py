@@ -30,14 +30,21 @@ the pysyncobj 0.3.17 defects that break "acknowledged = durable" (see ../shared/
    journal changes; the leader's send loop always advances, so a follower that needs a
    snapshot while none can be read (pysyncobj's serializer is busy for one tick after each
    snapshot) gets a heartbeat, not an unbounded loop.
-6. **No unpickled entry.** Membership changes are written as protobuf (entries.py) and every
+6. **Snapshots off the tick thread.** With ``capture`` a due snapshot only *pins* the state on
+   the tick thread (a partition: a WAL read transaction on a second SQLite connection) with
+   its (last, prev) entries; a worker (snapshot.BackgroundSnapshot, two per process) writes
+   and fsyncs the file while the group keeps applying, and a later tick renames it over the
+   snapshot file and compacts the journal to it. A snapshot installed meanwhile (from the
+   leader) cancels the job, so an older state never replaces a newer one.
+7. **No unpickled entry.** Membership changes are written as protobuf (entries.py) and every
    membership entry is parsed there, never by pysyncobj's ``pickle.loads``; code-version
    entries (pickles too) are never applied. A crafted entry changes nothing.
 
-Threading: everything pysyncobj does (message handling, apply, callbacks, snapshots) runs on
-the tick thread: the node's own thread with ``auto_tick=True``, the caller of :meth:`tick`
-otherwise. ``propose`` / ``propose_sync`` and the read-only accessors are safe from any thread;
-``transfer_leadership`` / ``add_node`` / ``remove_node`` are queued onto the tick thread.
+Threading: everything pysyncobj does (message handling, apply, callbacks, snapshots but the
+writing of a captured one) runs on the tick thread: the node's own thread with
+``auto_tick=True``, the caller of :meth:`tick` otherwise. ``propose`` / ``propose_sync`` and
+the read-only accessors are safe from any thread; ``transfer_leadership`` / ``add_node`` /
+``remove_node`` are queued onto the tick thread.
 """
 
 from __future__ import annotations
@@ -68,10 +75,12 @@ from transport.raft.clocks import QuorumClock
 from transport.raft.entries import decode_membership, encode_membership, is_membership
 from transport.raft.journal import DurableJournal
 from transport.raft.snapshot import (
+    BackgroundSnapshot,
     SnapshotReceiver,
     SnapshotSender,
     journal_keep_from,
     read_snapshot,
+    remove_stale_background_files,
     snapshot_learners,
     write_snapshot,
 )
@@ -255,6 +264,7 @@ class _HardenedSyncObj(SyncObj):
     _SyncObj__raftElectionDeadline: float
     _SyncObj__needLoadDumpFile: bool
     _SyncObj__onReadyCalled: bool
+    _SyncObj__forceLogCompaction: bool
 
     def __init__(
         self,
@@ -292,6 +302,7 @@ class _HardenedSyncObj(SyncObj):
             conf.fullDumpFile, conf.logCompactionBatchSize, SNAPSHOT_CHUNKS_PER_ROUND
         )
         self._snapshot_rx = SnapshotReceiver(conf.fullDumpFile, fsync=journal.fsync_enabled)
+        self._snapshot_job: BackgroundSnapshot | None = None  # being written off the tick thread
         super().__init__(self_addr, list(peers), conf, transportClass=transport_class)
         # SyncObj built a MemoryJournal (conf.journalFile is None); swap in the durable one
         # and redo what SyncObj.__init__ derived from it (syncobj.py:166-176).
@@ -885,6 +896,7 @@ class _HardenedSyncObj(SyncObj):
         otherwise the journal is replaced by the snapshot's (prev, last). Raises when the
         snapshot cannot be read or restored (at start-up the group then does not run).
         """
+        self._cancel_snapshot_job()  # it would rename an older state over this one
         _data, last, prev, cluster = self._SyncObj__serializer.deserialize()
         log = self._raftq_journal
         before = (log[0][1], log[-1][1]) if len(log) else None
@@ -1073,7 +1085,61 @@ class _HardenedSyncObj(SyncObj):
                 self._SyncObj__raftNextIndex[node], snapshot_last + 1
             )
 
+    # ------------------------------------------------------- local snapshots
+    def _SyncObj__tryLogCompaction(self) -> None:
+        """SyncObj.__tryLogCompaction (syncobj.py:1421), the snapshot written off this thread
+        when the owner gives ``capture`` (see "Snapshots off the tick thread", RaftNode)."""
+        if self._raftq._capture is None:
+            SyncObj._SyncObj__tryLogCompaction(self)
+            return
+        now = monotonic_time()
+        job = self._snapshot_job
+        if job is not None:
+            if not job.done():
+                return
+            self._snapshot_job = None
+            if job.install():
+                self._SyncObj__lastSerializedTime = now
+                self._SyncObj__deleteEntriesTo(job.prev_index)
+                self._SyncObj__lastSerializedEntry = job.prev_index
+                logger.info("[group=%s] snapshot at %d written", self._group, job.last_index)
+            return
+        conf = self._SyncObj__conf
+        if (
+            len(self._SyncObj__raftLog) <= conf.logCompactionMinEntries
+            and now - self._SyncObj__lastSerializedTime <= conf.logCompactionMinTime
+            and not self._SyncObj__forceLogCompaction
+        ):
+            return
+        entries = self._SyncObj__getEntries(self.raftLastApplied - 1, 2)
+        if len(entries) < 2 or entries[0][1] == self._SyncObj__lastSerializedEntry:
+            self._SyncObj__forceLogCompaction = False
+            self._SyncObj__lastSerializedTime = now
+            return
+        if not BackgroundSnapshot.room():
+            return  # as many snapshots pinned as the process allows: a later tick
+        self._SyncObj__forceLogCompaction = False
+        try:
+            write = self._raftq._capture()
+        except Exception:
+            logger.exception("[group=%s] cannot pin a snapshot; the log is kept", self._group)
+            return
+        cluster = self._SyncObj__otherNodes | {self._SyncObj__selfNode}
+        self._snapshot_job = BackgroundSnapshot(
+            self._SyncObj__conf.fullDumpFile,
+            (entries[1], entries[0], cluster),
+            write,
+            fsync=self._raftq_journal.fsync_enabled,
+            learners=self.learner_addrs(),
+        )
+
+    def _cancel_snapshot_job(self) -> None:
+        if self._snapshot_job is not None:
+            self._snapshot_job.cancel()
+            self._snapshot_job = None
+
     def _doDestroy(self) -> None:
+        self._cancel_snapshot_job()
         self._snapshot_tx.cancel_all()
         self._snapshot_rx.abort()
         super()._doDestroy()
@@ -1241,6 +1307,7 @@ class RaftNode:
         name: str,
         snapshot: Callable[[str], None] | None = None,
         restore: Callable[[str], None] | None = None,
+        capture: Callable[[], Callable[[str, threading.Event], None]] | None = None,
         fsync: bool = True,
         auto_tick: bool = True,
         transport_class: Callable[..., Any] | None = None,
@@ -1252,9 +1319,16 @@ class RaftNode:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         """``learners``: the members of ``peers`` (or ``self_addr``) that do not vote, as last
-        known (the journal's membership entries and snapshots keep it current)."""
+        known (the journal's membership entries and snapshots keep it current).
+
+        ``capture`` (with ``snapshot``/``restore``): called on the tick thread when a snapshot
+        is due, it pins the state cheaply and returns ``write(path, cancelled)``, which a worker
+        thread then runs to write exactly that state (it stops, raising, once ``cancelled`` is
+        set). Without it ``snapshot(path)`` writes the state on the tick thread."""
         if (snapshot is None) != (restore is None):
             raise ValueError("snapshot and restore callbacks go together")
+        if capture is not None and snapshot is None:
+            raise ValueError("capture needs the snapshot and restore callbacks")
         if group_commit and auto_tick:
             raise ValueError("group_commit needs a driver: auto_tick=False and sync() per round")
         if secret is not None and transport_class is None and not HAS_CRYPTO:
@@ -1267,6 +1341,7 @@ class RaftNode:
         self._apply = apply
         self._snapshot = snapshot
         self._restore = restore
+        self._capture = capture
         self._fsync = fsync
         self._lock = threading.Lock()
         self._inflight = 0
@@ -1286,6 +1361,7 @@ class RaftNode:
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         self.journal = DurableJournal(data_dir / f"{name}.journal", fsync=fsync, group=name)
+        remove_stale_background_files(str(data_dir / f"{name}.snapshot"))
         conf = self._conf(data_dir / f"{name}.snapshot", secret, transport_class)
         try:
             self._obj = _HardenedSyncObj(

@@ -26,13 +26,15 @@ a bounded number of chunks per heartbeat.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
 import json
 import logging
 import os
 import shutil
 import struct
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -88,6 +90,150 @@ def write_snapshot(
         if fsync:
             os.fsync(out.fileno())
     os.unlink(user_path)
+
+
+Writer = Callable[[str, threading.Event], None]
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+SNAPSHOT_WORKERS = 2  # snapshots written at once per process; more wait their turn
+# Pinned snapshots per process (each holds a SQLite connection and its read transaction until
+# written); a group due for one while this many are pinned tries again at a later tick.
+MAX_PINNED_SNAPSHOTS = 16
+_pinned = 0
+
+
+def _workers() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = concurrent.futures.ThreadPoolExecutor(
+                SNAPSHOT_WORKERS, thread_name_prefix="raft-snapshot"
+            )
+        return _pool
+
+
+_inline = 0
+
+
+@contextlib.contextmanager
+def written_inline() -> Iterator[None]:
+    """Inside the block a BackgroundSnapshot is written at once, on the capturing thread: the
+    simulation tier (hub.py) stays a function of its seed. Process-wide, like its clock."""
+    global _inline
+    _inline += 1
+    try:
+        yield
+    finally:
+        _inline -= 1
+
+
+class BackgroundSnapshot:
+    """One snapshot written off the tick thread (see "Snapshots off the tick thread", node.py).
+
+    The tick thread pinned the state (``write`` comes from the group's ``capture()`` and holds
+    it) together with pysyncobj's bookkeeping ``data`` = (last, prev, cluster); a worker
+    writes the snapshot file at a private tmp path and fsyncs it. The tick thread polls
+    :meth:`done`, then :meth:`install` renames the file over ``path`` (cheap). :meth:`cancel`
+    abandons it: the worker stops at its next step and removes its files.
+    """
+
+    _seq = 0
+
+    @staticmethod
+    def room() -> bool:
+        """Whether another snapshot may be pinned now (MAX_PINNED_SNAPSHOTS)."""
+        return _pinned < MAX_PINNED_SNAPSHOTS
+
+    def __init__(
+        self,
+        path: str,
+        data: tuple[Any, ...],
+        write: Writer,
+        *,
+        fsync: bool,
+        learners: Sequence[str] = (),
+    ) -> None:
+        BackgroundSnapshot._seq += 1
+        self.path = path
+        self.tmp_path = f"{path}.bg{BackgroundSnapshot._seq}"
+        self.last_index = int(data[0][1])
+        self.prev_index = int(data[1][1])  # pysyncobj compacts the journal to it
+        self.cancelled = threading.Event()
+        self._count(+1)
+        if _inline:
+            self._future: concurrent.futures.Future[None] = concurrent.futures.Future()
+            try:
+                self._run(data, write, fsync, tuple(learners))
+                self._future.set_result(None)
+            except Exception as exc:
+                self._future.set_exception(exc)
+        else:
+            self._future = _workers().submit(self._run, data, write, fsync, tuple(learners))
+
+    @staticmethod
+    def _count(delta: int) -> None:
+        global _pinned
+        with _pool_lock:
+            _pinned += delta
+
+    def _run(
+        self, data: tuple[Any, ...], write: Writer, fsync: bool, learners: Sequence[str]
+    ) -> None:
+        try:
+            self._write(data, write, fsync, learners)
+        finally:
+            self._count(-1)
+
+    def _write(
+        self, data: tuple[Any, ...], write: Writer, fsync: bool, learners: Sequence[str]
+    ) -> None:
+        try:
+            write_snapshot(
+                self.tmp_path,
+                data,
+                lambda user_path: write(user_path, self.cancelled),
+                fsync=fsync,
+                learners=learners,
+            )
+        except BaseException:
+            self._remove_files()
+            raise
+        if self.cancelled.is_set():
+            self._remove_files()
+
+    def _remove_files(self) -> None:
+        for suffix in ("", ".state", ".state.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.tmp_path + suffix)
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def install(self) -> bool:
+        """Once :meth:`done`: move the written snapshot over ``path``; False (logged) when it
+        failed or was cancelled, and then nothing changed."""
+        exc = self._future.exception()
+        if exc is not None:
+            if not self.cancelled.is_set():
+                logger.error("snapshot %s at %d failed", self.path, self.last_index, exc_info=exc)
+            return False
+        if self.cancelled.is_set():
+            self._remove_files()
+            return False
+        os.replace(self.tmp_path, self.path)  # the journal fsyncs the directory before compacting
+        return True
+
+
+def remove_stale_background_files(path: str) -> None:
+    """Remove what a crash left of background snapshots of ``path`` (never installed)."""
+    parent = Path(path).parent
+    for leftover in parent.glob(Path(path).name + ".bg*"):
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
 
 
 def read_snapshot(
