@@ -155,6 +155,8 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
         flag = "--" + field.name.replace("_", "-")
         if field.name == "ordering":
             parser.add_argument(flag, choices=("fifo", "priority"), dest=f"config_{field.name}")
+        elif field.name == "ttl_action":
+            parser.add_argument(flag, choices=("drop", "dead_letter"), dest=f"config_{field.name}")
         elif field.type == field.TYPE_STRING:
             parser.add_argument(flag, dest=f"config_{field.name}", metavar="NAME")
         else:

@@ -273,7 +273,9 @@ class BrokerCollector:
             ("raftq_partition_bytes_in", "bytes_in", "Key+value bytes appended (leader)."),
             ("raftq_partition_dead_lettered", "dead_lettered", "Records ever dead-lettered."),
             ("raftq_partition_entries_applied", "entries_applied", "Raft entries applied."),
-        )
+            ("raftq_partition_expired", "expired",
+             "Records whose time to live ran out, ended (dropped or dead-lettered) per group."),
+        )  # fmt: skip
         for name, key, text in counters:
             out.counter(name, text, PARTITION).add_metric(labels, int(stats[key]))
         for unit, via, key in (

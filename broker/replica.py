@@ -473,6 +473,7 @@ class PartitionReplica:
             applied = self.machine.applied_index
             failed = self.machine.failed
             dead_lettered = self.machine.meta.outbox_seq  # every record ever dead-lettered here
+            expired = self.machine.expired_total  # since this replica started
         latencies = sorted(self._apply_s)
 
         def pct(p: float) -> float:
@@ -494,6 +495,7 @@ class PartitionReplica:
             "records_fetched": self._counters["records_fetched"],
             "bytes_fetched": self._counters["bytes_fetched"],
             "dead_lettered": dead_lettered,
+            "expired": expired,
             "entries_applied": self._counters["entries_applied"],
             "dead_letter_outbox": outbox,
             "log_start": offsets.log_start,

@@ -72,7 +72,7 @@ class TopicDefaults:
         for name in CONFIG_FIELDS:
             if name == "ordering":
                 config.ordering = _ordering(self.ordering)
-            elif name != "dead_letter_topic":
+            elif name not in ("dead_letter_topic", "ttl_ms", "ttl_action"):  # no cluster default
                 setattr(config, name, getattr(self, name))
         return config
 
@@ -494,6 +494,22 @@ def _ordering(value: ConfigValue) -> common_pb2.Ordering:
     raise errors.InvalidArgument(f"ordering {value!r} must be fifo or priority")
 
 
+def _ttl_action(value: ConfigValue) -> common_pb2.TtlAction:
+    names: dict[str, common_pb2.TtlAction] = {
+        "drop": common_pb2.TTL_DROP,
+        "dead_letter": common_pb2.TTL_DEAD_LETTER,
+    }
+    if isinstance(value, str) and value.lower() in names:
+        return names[value.lower()]
+    if not isinstance(value, bool) and value in names.values():
+        return (
+            common_pb2.TTL_DEAD_LETTER
+            if value == common_pb2.TTL_DEAD_LETTER
+            else common_pb2.TTL_DROP
+        )
+    raise errors.InvalidArgument(f"ttl_action {value!r} must be drop or dead_letter")
+
+
 def _set_config(config: common_pb2.TopicConfig, key: str, value: ConfigValue) -> None:
     if key not in CONFIG_FIELDS:
         raise errors.InvalidArgument(
@@ -501,6 +517,8 @@ def _set_config(config: common_pb2.TopicConfig, key: str, value: ConfigValue) ->
         )
     if key == "ordering":
         config.ordering = _ordering(value)
+    elif key == "ttl_action":
+        config.ttl_action = _ttl_action(value)
     elif key == "dead_letter_topic":
         if not isinstance(value, str):
             raise errors.InvalidArgument(f"dead_letter_topic {value!r} must be a topic name")

@@ -50,6 +50,7 @@ MAX_NAME_CHARS = 255
 MAX_LEASE_MS = 12 * 3600 * 1000  # like SQS's visibility timeout: at most 12 hours
 MAX_DELAY_MS = 366 * 24 * 3600 * 1000  # nack delays and deliver_at horizons: at most a year
 MAX_CLOCK_SKEW_MS = 3600 * 1000  # a stamped clock_skew_ms is clamped to 0..1 hour
+EXPIRY_ROUNDS = 4  # a Lease whose choice held expired records chooses again at most this often
 PRODUCER_BATCHES_KEPT = 5  # like Kafka: the last five batches of a producer answer retries
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
@@ -92,8 +93,9 @@ def record_size(record: common_pb2.Record) -> int:
 
 
 # One incoming record as the append plan uses it, read from the protobuf once:
-# (key or None, value, headers blob or None, priority, deliver_at_ms, idempotency_key, size).
-Incoming = tuple[bytes | None, bytes, bytes | None, int, int, str, int]
+# (key or None, value, headers blob or None, priority, deliver_at_ms, idempotency_key, size,
+#  ttl_ms).
+Incoming = tuple[bytes | None, bytes, bytes | None, int, int, str, int, int]
 
 
 def read_records(
@@ -118,6 +120,7 @@ def read_records(
                     record.deliver_at_ms,
                     record.idempotency_key,
                     record_size(record),
+                    record.ttl_ms,
                 )
             )
             continue
@@ -125,12 +128,20 @@ def read_records(
         value = record.value
         deliver_at_ms = record.deliver_at_ms
         idempotency_key = record.idempotency_key
+        ttl_ms = record.ttl_ms
         size = len(value) if key is None else len(key) + len(value)
-        if size > max_record_bytes or deliver_at_ms < 0 or len(idempotency_key) > MAX_NAME_CHARS:
+        if (
+            size > max_record_bytes
+            or deliver_at_ms < 0
+            or ttl_ms < 0
+            or len(idempotency_key) > MAX_NAME_CHARS
+        ):
             problem = check_record(record, config)  # the exact verdict and message
             if problem is not None:
                 raise Rejected(problem.code, f"record {i}: {problem.message}")
-        out.append((key, value, None, record.priority, deliver_at_ms, idempotency_key, size))
+        out.append(
+            (key, value, None, record.priority, deliver_at_ms, idempotency_key, size, ttl_ms)
+        )
     return out
     size = len(record.key) + len(record.value)
     if (
@@ -153,6 +164,8 @@ def check_record(record: common_pb2.Record, config: common_pb2.TopicConfig) -> R
         )
     if record.deliver_at_ms < 0:
         return Rejected(ErrorCode.INVALID_ARGUMENT, "deliver_at_ms must be >= 0 (0 = now)")
+    if record.ttl_ms < 0:
+        return Rejected(ErrorCode.INVALID_ARGUMENT, "ttl_ms must be >= 0 (0 = the topic's ttl_ms)")
     if len(record.idempotency_key) > MAX_NAME_CHARS:
         return Rejected(
             ErrorCode.INVALID_ARGUMENT, f"idempotency_key is over {MAX_NAME_CHARS} characters"
@@ -188,13 +201,15 @@ def check_config(config: common_pb2.TopicConfig) -> Rejected | None:
         problems.append(f"lease_ms must be 1..{MAX_LEASE_MS} (12 h)")
     if config.max_deliveries < 0:
         problems.append("max_deliveries must be >= 0 (0 = unlimited)")
-    for name in ("retention_ms", "retention_bytes", "dedup_window_ms"):
+    for name in ("retention_ms", "retention_bytes", "dedup_window_ms", "ttl_ms"):
         if getattr(config, name) < 0:
             problems.append(f"{name} must be >= 0")
     if config.max_record_bytes <= 0:
         problems.append("max_record_bytes must be > 0")
     if config.nack_backoff_base_ms < 0 or config.nack_backoff_max_ms < config.nack_backoff_base_ms:
         problems.append("need 0 <= nack_backoff_base_ms <= nack_backoff_max_ms")
+    if config.ttl_action not in (common_pb2.TTL_DROP, common_pb2.TTL_DEAD_LETTER):
+        problems.append("ttl_action must be drop or dead_letter")
     if problems:
         return Rejected(ErrorCode.INVALID_ARGUMENT, "; ".join(problems))
     return None
@@ -327,6 +342,9 @@ class PartitionMachine:
         self.failed: BaseException | None = None
         self._respond = True  # see apply()
         self._skew_ms = 0  # the applying command's clock_skew_ms, clamped (module docstring)
+        # Records this replica found expired and ended in a group since it started: an
+        # observation for metrics (it never steers apply), counted by every replica alike.
+        self.expired_total = 0
         self._reload()
         self._handlers: dict[str, Callable[[Any, int], partition_pb2.CommandResult]] = {
             "append": self._on_append,
@@ -415,13 +433,15 @@ class PartitionMachine:
                 for o in earlier:
                     result.records.add(offset=o, duplicate=True)
                 return result
-        offsets, rows, idem = self._plan_append(incoming, now_ms)
+        offsets, rows, idem, expiries = self._plan_append(incoming, now_ms)
         if cmd.producer_id:
             for row in rows:
                 row.producer_id, row.sequence = cmd.producer_id, cmd.sequence
         self.store.insert_records(rows)
         if idem:
             self.store.idempotency_put(idem)
+        if expiries:
+            self.store.expiry_put(expiries)
         if cmd.producer_id:
             self.store.producer_put(
                 cmd.producer_id,
@@ -528,9 +548,13 @@ class PartitionMachine:
 
     def _plan_append(
         self, incoming: Sequence[Incoming], now_ms: int
-    ) -> tuple[list[tuple[int, bool]], list[RecordRow], list[tuple[str, int, int]]]:
+    ) -> tuple[
+        list[tuple[int, bool]], list[RecordRow], list[tuple[str, int, int]], list[tuple[int, int]]
+    ]:
         """Decide offsets and dedup for a batch: per record (offset, duplicate), the rows to
-        insert and the idempotency keys to remember. Reads the store; writes nothing."""
+        insert, the idempotency keys to remember and the (offset, expires_at_ms) of each record
+        with its own ttl_ms (the topic's is judged at lease time). Reads the store; writes
+        nothing."""
         keys = [r[5] for r in incoming if r[5]]
         window_start = now_ms - self._skew_ms - self.config.dedup_window_ms
         known: dict[str, int] = {}
@@ -541,8 +565,9 @@ class PartitionMachine:
         offsets: list[tuple[int, bool]] = []
         rows: list[RecordRow] = []
         idem: list[tuple[str, int, int]] = []
+        expiries: list[tuple[int, int]] = []
         offset = self.meta.next_offset
-        for rkey, value, headers, priority, deliver_at_ms, key, size in incoming:
+        for rkey, value, headers, priority, deliver_at_ms, key, size, ttl_ms in incoming:
             if key and key in known:
                 offsets.append((known[key], True))
                 continue
@@ -565,8 +590,10 @@ class PartitionMachine:
             if key:
                 known[key] = offset
                 idem.append((key, offset, now_ms))
+            if ttl_ms:
+                expiries.append((offset, min(now_ms + ttl_ms, INT64_MAX)))
             offset += 1
-        return offsets, rows, idem
+        return offsets, rows, idem, expiries
 
     # -- leasing ------------------------------------------------------------------------------
 
@@ -668,27 +695,18 @@ class PartitionMachine:
         deadline = min(now_ms + (cmd.lease_ms or self.config.lease_ms), INT64_MAX)
         # A replica nobody waits on needs only (offset, delivery_count), unless max_bytes
         # needs the sizes: no record columns read into Python.
-        slim = not self._respond and not cmd.max_bytes
-        chosen: list[Any] = (
-            self.store.select_ready_offsets(group.gid, cmd.max_records)
-            if slim
-            else self.store.select_ready_records(group.gid, cmd.max_records)
-        )
-        limit = self.config.max_deliveries
-        if limit:  # only after max_deliveries was lowered
-            spent = [r[0] for r in chosen if r[1] >= limit]
-            if spent:
-                rows = self.store.pending_get(group.gid, spent)
-                self._dead_letter(group, list(rows.values()), "max_deliveries", now_ms)
-                chosen = [r for r in chosen if r[1] < limit]
+        # A topic ttl_ms is judged by each record's timestamp: not slim then.
+        slim = not self._respond and not cmd.max_bytes and not self.config.ttl_ms
+        chosen = self._choose(group, cmd, now_ms, slim=slim, fifo=fifo)
+        for rounds in range(1, EXPIRY_ROUNDS + 1):  # expired records are ended, never leased
+            expired = self._expire(group, chosen, now_ms)
+            if not expired:
+                break
+            if rounds == EXPIRY_ROUNDS:
+                chosen = [row for row in chosen if row[0] not in expired]
+            else:
+                chosen = self._choose(group, cmd, now_ms, slim=slim, fifo=fifo)
         fresh_from = max(group.materialized_upto, self.meta.log_start)
-        if fifo and len(chosen) < cmd.max_records and fresh_from < self.meta.next_offset:
-            more = cmd.max_records - len(chosen)
-            chosen += (
-                self.store.fresh_offsets(fresh_from, now_ms, more)
-                if slim
-                else self.store.fresh_records(fresh_from, now_ms, more)
-            )
         max_bytes = cmd.max_bytes
         if max_bytes:  # at least one record; stop before the one that would go over
             total, cut = 0, len(chosen)
@@ -735,6 +753,67 @@ class PartitionMachine:
             if headers:
                 delivery.record.record.MergeFromString(headers)  # a Record of only the headers
         return result
+
+    def _choose(
+        self, group: GroupRow, cmd: partition_pb2.Lease, now_ms: int, *, slim: bool, fifo: bool
+    ) -> list[Any]:
+        """The records a Lease would take, in delivery order: the group's ready rows, then
+        (fifo) fresh records from the log. Dead-letters the ready rows already at
+        max_deliveries (after it was lowered) instead of choosing them."""
+        chosen: list[Any] = (
+            self.store.select_ready_offsets(group.gid, cmd.max_records)
+            if slim
+            else self.store.select_ready_records(group.gid, cmd.max_records)
+        )
+        limit = self.config.max_deliveries
+        if limit:  # only after max_deliveries was lowered
+            spent = [r[0] for r in chosen if r[1] >= limit]
+            if spent:
+                rows = self.store.pending_get(group.gid, spent)
+                self._dead_letter(group, list(rows.values()), "max_deliveries", now_ms)
+                chosen = [r for r in chosen if r[1] < limit]
+        fresh_from = max(group.materialized_upto, self.meta.log_start)
+        if fifo and len(chosen) < cmd.max_records and fresh_from < self.meta.next_offset:
+            more = cmd.max_records - len(chosen)
+            chosen += (
+                self.store.fresh_offsets(fresh_from, now_ms, more)
+                if slim
+                else self.store.fresh_records(fresh_from, now_ms, more)
+            )
+        return chosen
+
+    def _expire(self, group: GroupRow, chosen: list[Any], now_ms: int) -> set[int]:
+        """End in ``group`` those ``chosen`` records (not yet leased; ReadyRecords, or slim
+        rows when the topic has no ttl_ms) whose time to live ran out: dropped (acknowledged)
+        or dead-lettered with reason "expired", by the topic's ttl_action. A record's own
+        ttl_ms was fixed when appended; else the topic's current ttl_ms counts from the
+        record's timestamp. Judged like retention, ``clock_skew_ms`` late: a record expires
+        once ``now_ms - clock_skew_ms`` reaches its ``timestamp_ms + ttl_ms``, never early by
+        a true clock. Returns the offsets ended."""
+        topic_ttl_ms = self.config.ttl_ms
+        expiries = self.store.expiry_get([row[0] for row in chosen])
+        if not expiries and not topic_ttl_ms:
+            return set()
+        cutoff = now_ms - self._skew_ms
+        expired = []
+        for row in chosen:
+            at_ms = expiries.get(row[0])
+            if at_ms is None and topic_ttl_ms:
+                at_ms = row[2] + topic_ttl_ms  # the record's timestamp
+            if at_ms is not None and at_ms <= cutoff:
+                expired.append(row[0])
+        expired.sort()
+        if not expired:
+            return set()
+        if expired[-1] >= group.materialized_upto:  # fresh records get their pending rows
+            self._materialize(group, now_ms, expired[-1] + 1)
+        rows = self.store.pending_get(group.gid, expired)
+        if self.config.ttl_action == common_pb2.TTL_DEAD_LETTER:
+            self._dead_letter(group, list(rows.values()), "expired", now_ms)
+        else:
+            self.store.pending_delete(group.gid, expired)
+        self.expired_total += len(rows)
+        return set(expired)
 
     def _check_refs(
         self,

@@ -74,6 +74,7 @@ CREATE TABLE IF NOT EXISTS outbox(
     delivery_count INTEGER NOT NULL, dead_at_ms INTEGER NOT NULL, record BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS fences(grp TEXT PRIMARY KEY, generation INTEGER NOT NULL)
     WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS expiries(ofs INTEGER PRIMARY KEY, expires_at_ms INTEGER NOT NULL);
 """
 
 # A tracked producer's rows: the partial index's condition verbatim, so SQLite plans on it.
@@ -286,6 +287,7 @@ class SqliteStore:
     def delete_record(self, offset: int) -> None:
         self._cur.execute("DELETE FROM records WHERE ofs = ?", (offset,))
         assert self._conn.changes() == 1, f"no record at offset {offset} to delete"
+        self._cur.execute("DELETE FROM expiries WHERE ofs = ?", (offset,))
 
     def first_offset_since(self, timestamp_ms: int) -> int | None:
         rows = self._rows(
@@ -304,6 +306,20 @@ class SqliteStore:
 
     def delete_records_below(self, offset: int) -> None:
         self._cur.execute("DELETE FROM records WHERE ofs < ?", (offset,))
+        self._cur.execute("DELETE FROM expiries WHERE ofs < ?", (offset,))
+
+    def expiry_put(self, entries: Sequence[tuple[int, int]]) -> None:
+        self._cur.executemany("INSERT INTO expiries(ofs, expires_at_ms) VALUES (?, ?)", entries)
+
+    def expiry_get(self, offsets: Sequence[int]) -> dict[int, int]:
+        if not offsets:
+            return {}
+        return dict(
+            self._rows(
+                "SELECT ofs, expires_at_ms FROM expiries WHERE ofs IN carray(?)",
+                (_int64s(offsets),),
+            )
+        )
 
     # -- dedup --------------------------------------------------------------------------------
 
@@ -741,6 +757,7 @@ class SqliteStore:
                 )
             ),
             self._rows("SELECT grp, generation FROM fences"),
+            self._rows("SELECT ofs, expires_at_ms FROM expiries"),
         )
 
     def checkpoint(self) -> None:

@@ -78,6 +78,10 @@ class PartitionStore(Protocol):
     def first_offset_since(self, timestamp_ms: int) -> int | None: ...
     def sizes_from(self, offset: int, limit: int) -> list[tuple[int, int]]: ...
     def delete_records_below(self, offset: int) -> None: ...
+    # records' expiry times (offset, expires_at_ms), for those that have a time to live; a
+    # record's entry goes with the record (delete_record, delete_records_below)
+    def expiry_put(self, entries: Sequence[tuple[int, int]]) -> None: ...
+    def expiry_get(self, offsets: Sequence[int]) -> dict[int, int]: ...
 
     # dedup
     def idempotency_lookup(self, keys: Sequence[str]) -> dict[str, tuple[int, int]]: ...
@@ -225,6 +229,7 @@ class MemoryStore:
         self._pending: dict[int, dict[int, PendingRow]] = {}
         self._outbox: dict[int, OutboxRow] = {}
         self._fences: dict[str, int] = {}
+        self._expiries: dict[int, int] = {}
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -238,6 +243,7 @@ class MemoryStore:
             self._pending,
             self._outbox,
             self._fences,
+            self._expiries,
         )
 
     @contextlib.contextmanager
@@ -257,6 +263,7 @@ class MemoryStore:
                 self._pending,
                 self._outbox,
                 self._fences,
+                self._expiries,
             ) = saved
             raise
 
@@ -322,6 +329,7 @@ class MemoryStore:
     def delete_record(self, offset: int) -> None:
         assert offset in self._records, f"no record at offset {offset} to delete"
         del self._records[offset]
+        self._expiries.pop(offset, None)
 
     def first_offset_since(self, timestamp_ms: int) -> int | None:
         found = [o for o, r in self._records.items() if r.timestamp_ms >= timestamp_ms]
@@ -334,6 +342,20 @@ class MemoryStore:
     def delete_records_below(self, offset: int) -> None:
         for o in [o for o in self._records if o < offset]:
             del self._records[o]
+        for o in [o for o in self._expiries if o < offset]:
+            del self._expiries[o]
+
+    def expiry_put(self, entries: Sequence[tuple[int, int]]) -> None:
+        for offset, expires_at_ms in entries:
+            _fits(offset, expires_at_ms)
+            assert offset in self._records, f"no record at offset {offset} to expire"
+            self._expiries[offset] = expires_at_ms
+
+    def expiry_get(self, offsets: Sequence[int]) -> dict[int, int]:
+        expiries = self._expiries
+        if not expiries:
+            return {}
+        return {o: expiries[o] for o in offsets if o in expiries}
 
     # -- dedup --------------------------------------------------------------------------------
 
@@ -621,6 +643,7 @@ class MemoryStore:
             ((gid, row) for gid, rows in self._pending.items() for row in rows.values()),
             self._outbox.values(),
             self._fences.items(),
+            self._expiries.items(),
         )
 
     def close(self) -> None:
@@ -636,6 +659,7 @@ def canonical_dump(
     pending: Iterable[tuple[int, PendingRow]],
     outbox: Iterable[OutboxRow],
     fences: Iterable[tuple[str, int]],
+    expiries: Iterable[tuple[int, int]],
 ) -> dict[str, Any]:
     """A store's whole state as plain sorted data: equal dumps mean equal replicas."""
     names = {g.gid: g.name for g in groups}
@@ -660,4 +684,5 @@ def canonical_dump(
         ),
         "outbox": sorted((copy.copy(o) for o in outbox), key=lambda o: o.seq),
         "fences": sorted(fences),
+        "expiries": sorted(expiries),
     }

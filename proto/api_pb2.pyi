@@ -363,7 +363,7 @@ class ListOffsetsResponse(_message.Message):
     def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ...) -> None: ...
 
 class TopicConfigUpdate(_message.Message):
-    __slots__ = ("ordering", "lease_ms", "max_deliveries", "dead_letter_topic", "retention_ms", "retention_bytes", "max_record_bytes", "dedup_window_ms", "nack_backoff_base_ms", "nack_backoff_max_ms")
+    __slots__ = ("ordering", "lease_ms", "max_deliveries", "dead_letter_topic", "retention_ms", "retention_bytes", "max_record_bytes", "dedup_window_ms", "nack_backoff_base_ms", "nack_backoff_max_ms", "ttl_ms", "ttl_action")
     ORDERING_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
@@ -374,6 +374,8 @@ class TopicConfigUpdate(_message.Message):
     DEDUP_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
     NACK_BACKOFF_BASE_MS_FIELD_NUMBER: _ClassVar[int]
     NACK_BACKOFF_MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    TTL_ACTION_FIELD_NUMBER: _ClassVar[int]
     ordering: _common_pb2.Ordering
     lease_ms: int
     max_deliveries: int
@@ -384,7 +386,9 @@ class TopicConfigUpdate(_message.Message):
     dedup_window_ms: int
     nack_backoff_base_ms: int
     nack_backoff_max_ms: int
-    def __init__(self, ordering: _Optional[_Union[_common_pb2.Ordering, str]] = ..., lease_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_record_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., nack_backoff_base_ms: _Optional[int] = ..., nack_backoff_max_ms: _Optional[int] = ...) -> None: ...
+    ttl_ms: int
+    ttl_action: _common_pb2.TtlAction
+    def __init__(self, ordering: _Optional[_Union[_common_pb2.Ordering, str]] = ..., lease_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_record_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., nack_backoff_base_ms: _Optional[int] = ..., nack_backoff_max_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., ttl_action: _Optional[_Union[_common_pb2.TtlAction, str]] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "partitions", "replication_factor", "config")

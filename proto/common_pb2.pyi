@@ -37,6 +37,11 @@ class Ordering(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FIFO: _ClassVar[Ordering]
     PRIORITY: _ClassVar[Ordering]
+
+class TtlAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TTL_DROP: _ClassVar[TtlAction]
+    TTL_DEAD_LETTER: _ClassVar[TtlAction]
 OK: ErrorCode
 NOT_LEADER: ErrorCode
 UNKNOWN_TOPIC: ErrorCode
@@ -62,9 +67,11 @@ OUTCOME_UNKNOWN: ErrorCode
 RESOURCE_EXHAUSTED: ErrorCode
 FIFO: Ordering
 PRIORITY: Ordering
+TTL_DROP: TtlAction
+TTL_DEAD_LETTER: TtlAction
 
 class Record(_message.Message):
-    __slots__ = ("key", "value", "headers", "priority", "deliver_at_ms", "idempotency_key")
+    __slots__ = ("key", "value", "headers", "priority", "deliver_at_ms", "idempotency_key", "ttl_ms")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -78,13 +85,15 @@ class Record(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
     key: bytes
     value: bytes
     headers: _containers.ScalarMap[str, bytes]
     priority: int
     deliver_at_ms: int
     idempotency_key: str
-    def __init__(self, key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, bytes]] = ..., priority: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    ttl_ms: int
+    def __init__(self, key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, bytes]] = ..., priority: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
 
 class StoredRecord(_message.Message):
     __slots__ = ("offset", "timestamp_ms", "record")
@@ -121,7 +130,7 @@ class DeliveryColumns(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[int]] = ..., delivery_counts: _Optional[_Iterable[int]] = ..., timestamps_ms: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[bytes]] = ..., lease_deadline_ms: _Optional[int] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
-    __slots__ = ("ordering", "lease_ms", "max_deliveries", "dead_letter_topic", "retention_ms", "retention_bytes", "max_record_bytes", "dedup_window_ms", "nack_backoff_base_ms", "nack_backoff_max_ms")
+    __slots__ = ("ordering", "lease_ms", "max_deliveries", "dead_letter_topic", "retention_ms", "retention_bytes", "max_record_bytes", "dedup_window_ms", "nack_backoff_base_ms", "nack_backoff_max_ms", "ttl_ms", "ttl_action")
     ORDERING_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +141,8 @@ class TopicConfig(_message.Message):
     DEDUP_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
     NACK_BACKOFF_BASE_MS_FIELD_NUMBER: _ClassVar[int]
     NACK_BACKOFF_MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    TTL_ACTION_FIELD_NUMBER: _ClassVar[int]
     ordering: Ordering
     lease_ms: int
     max_deliveries: int
@@ -142,4 +153,6 @@ class TopicConfig(_message.Message):
     dedup_window_ms: int
     nack_backoff_base_ms: int
     nack_backoff_max_ms: int
-    def __init__(self, ordering: _Optional[_Union[Ordering, str]] = ..., lease_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_record_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., nack_backoff_base_ms: _Optional[int] = ..., nack_backoff_max_ms: _Optional[int] = ...) -> None: ...
+    ttl_ms: int
+    ttl_action: TtlAction
+    def __init__(self, ordering: _Optional[_Union[Ordering, str]] = ..., lease_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_record_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., nack_backoff_base_ms: _Optional[int] = ..., nack_backoff_max_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., ttl_action: _Optional[_Union[TtlAction, str]] = ...) -> None: ...

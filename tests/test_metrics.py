@@ -33,6 +33,7 @@ PARTITION_FAMILIES = (
     "raftq_partition_records_out",
     "raftq_partition_bytes_out",
     "raftq_partition_dead_lettered",
+    "raftq_partition_expired",
     "raftq_partition_dead_letter_outbox",
     "raftq_partition_end_offset",
     "raftq_partition_apply_duration_seconds",

@@ -356,6 +356,7 @@ def check_config_update(c: api_pb2.TopicConfigUpdate) -> None:
         "dedup_window_ms",
         "nack_backoff_base_ms",
         "nack_backoff_max_ms",
+        "ttl_ms",
     ):
         if c.HasField(field):
             check_range(getattr(c, field), f"config.{field}", 0)

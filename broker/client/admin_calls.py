@@ -64,6 +64,10 @@ def config_update(config: Mapping[str, Any]) -> api_pb2.TopicConfigUpdate:
             if value.upper() not in ("FIFO", "PRIORITY"):
                 raise errors.InvalidArgument(f"ordering {value!r}: use fifo or priority")
             value = common_pb2.Ordering.Value(value.upper())
+        if name == "ttl_action" and isinstance(value, str):
+            if value.lower() not in ("drop", "dead_letter"):
+                raise errors.InvalidArgument(f"ttl_action {value!r}: use drop or dead_letter")
+            value = common_pb2.TtlAction.Value(f"TTL_{value.upper()}")
         setattr(update, name, value)
     return update
 

@@ -427,9 +427,21 @@ class AsyncProducer:
         priority: int = 0,
         deliver_at_ms: int = 0,
         idempotency_key: str = "",
+        ttl_ms: int = 0,
     ) -> RecordMetadata:
         """One record (the thread Producer's ``send`` arguments); raises its typed errors."""
-        args = (topic, value, key, headers, partition, priority, deliver_at_ms, idempotency_key)
+        args: tuple[Any, ...] = (
+            topic,
+            value,
+            key,
+            headers,
+            partition,
+            priority,
+            deliver_at_ms,
+            idempotency_key,
+        )
+        if ttl_ms:
+            args = (*args, None, ttl_ms)  # on_delivery, ttl_ms
         if topic not in self._known_topics:  # the first send fetches metadata: may block
             async with self._warming.setdefault(topic, asyncio.Lock()):
                 if topic not in self._known_topics:

@@ -121,6 +121,7 @@ def _record(
     priority: int,
     deliver_at_ms: int,
     idempotency_key: str,
+    ttl_ms: int = 0,
 ) -> tuple[common_pb2.Record, int]:
     """The Record message of a non-bare record and its size as max_record_bytes counts it."""
     record = common_pb2.Record(value=value)  # only the fields set: cheaper per record
@@ -137,6 +138,8 @@ def _record(
         record.deliver_at_ms = deliver_at_ms
     if idempotency_key:
         record.idempotency_key = idempotency_key
+    if ttl_ms:
+        record.ttl_ms = ttl_ms
     return record, size
 
 
@@ -234,6 +237,7 @@ class Producer:
         deliver_at_ms: int = 0,
         idempotency_key: str = "",
         on_delivery: DeliveryCallback | None = None,
+        ttl_ms: int = 0,
     ) -> SendFuture:
         """Queue one record; the future resolves to its RecordMetadata or a typed error
         (UnknownTopic, UnknownPartition, RecordTooLarge, InvalidArgument, or a retriable
@@ -243,9 +247,13 @@ class Producer:
 
         ``on_delivery(error, metadata)`` (confluent-kafka's callback) is called once the
         outcome is known: ``(None, RecordMetadata)`` when acknowledged, ``(error, None)``
-        when not. It runs on the Producer's thread: keep it short, never block in it."""
+        when not. It runs on the Producer's thread: keep it short, never block in it.
+
+        ``ttl_ms``: the record's time to live from its timestamp (0 = the topic's ttl_ms): a
+        record not taken by a group within it is never delivered to that group (dropped or
+        dead-lettered with reason "expired", by the topic's ttl_action)."""
         future = self._send(
-            topic, value, key, headers, partition, priority, deliver_at_ms, idempotency_key
+            topic, value, key, headers, partition, priority, deliver_at_ms, idempotency_key, ttl_ms
         )
         if on_delivery is not None:
             future.add_done_callback(lambda done: _deliver(on_delivery, done))
@@ -261,6 +269,7 @@ class Producer:
         priority: int,
         deliver_at_ms: int,
         idempotency_key: str,
+        ttl_ms: int = 0,
     ) -> SendFuture:
         meta = self._meta.get(topic)  # stale is fine: see _cached_metadata
         if meta is None:
@@ -268,14 +277,18 @@ class Producer:
                 meta = self._first_metadata(topic)
             except errors.RaftqError as exc:
                 return SendFuture.failed(topic, exc)
-        bare = key is None and not (headers or priority or deliver_at_ms or idempotency_key)
+        bare = key is None and not (
+            headers or priority or deliver_at_ms or idempotency_key or ttl_ms
+        )
         item: bytes | common_pb2.Record
         if bare:  # the fast path: no Record message, a batch of these goes as values
             item, size = value, len(value)
             if partition is None:
                 partition = next(self._spread) % meta.partitions  # partition_for(None, ...)
         else:
-            item, size = _record(value, key, headers, priority, deliver_at_ms, idempotency_key)
+            item, size = _record(
+                value, key, headers, priority, deliver_at_ms, idempotency_key, ttl_ms
+            )
             if partition is None:
                 partition = partition_for(key, meta.partitions, next(self._spread))
         if not 0 <= partition < meta.partitions:
