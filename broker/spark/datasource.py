@@ -6,10 +6,10 @@ pyspark-free: ``sink.py`` (writing) and ``source.py`` (offsets and reads).
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -23,6 +23,7 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -67,10 +68,10 @@ class RaftqDataSource(DataSource):
         return SOURCE_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return RaftqBatchReader(source.SourceOptions.parse(self._options()))
+        return RaftqBatchReader(source.SourceOptions.parse(self._options()), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return RaftqStreamReader(source.SourceOptions.parse(self._options()))
+        return RaftqStreamReader(source.SourceOptions.parse(self._options()), schema)
 
     # Options a subclass reads itself (tests/spark_faults.py): not refused as unknown.
     extra_options: frozenset[str] = frozenset()
@@ -345,37 +346,54 @@ def _partitions(found: list[source.Range]) -> list[InputPartition]:
     return [RangePartition(r.topic, r.partition, r.start, r.end) for r in found]
 
 
-def _timestamp(ms: int) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC) if ms else None
+READ_BATCH_ROWS = 4096  # rows per Arrow batch a read hands Spark
 
 
-def _read(options: source.SourceOptions, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+def _arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark checks a reader's batches against (as its worker builds it)."""
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def _us(ms: int) -> int | None:
+    return ms * 1000 if ms else None  # 0 = none: a null timestamp
+
+
+def _read(
+    options: source.SourceOptions, partition: InputPartition, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """One raftq partition's range as Arrow batches, built a column at a time (Spark would
+    otherwise convert every cell of every row in Python)."""
     assert isinstance(partition, RangePartition)
     conn = sink.connection(options.bootstrap, options.request_timeout_ms, options.security)
     wanted = source.Range(partition.topic, partition.partition, partition.start, partition.end)
-    for stored in source.read_range(
+    stored = source.read_range(
         conn.admin, wanted, options.fail_on_data_loss, options.fetch_max_bytes
-    ):
-        record = stored.record
-        yield (
-            partition.topic,
-            partition.partition,
-            stored.offset,
-            _timestamp(stored.timestamp_ms),
-            record.key if record.HasField("key") else None,
-            record.value,
-            dict(record.headers),
-            record.priority,
-            _timestamp(record.deliver_at_ms),
-        )
+    )
+    while chunk := list(itertools.islice(stored, READ_BATCH_ROWS)):
+        n = len(chunk)
+        records = [s.record for s in chunk]
+        columns: list[list[Any]] = [
+            [partition.topic] * n,
+            [partition.partition] * n,
+            [s.offset for s in chunk],
+            [_us(s.timestamp_ms) for s in chunk],
+            [r.key if r.HasField("key") else None for r in records],
+            [r.value for r in records],
+            [list(r.headers.items()) for r in records],
+            [r.priority for r in records],
+            [_us(r.deliver_at_ms) for r in records],
+        ]
+        arrays = [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)]
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 class RaftqBatchReader(DataSourceReader):
     """``spark.read``: [startingOffsets, endingOffsets) of every partition, one Spark
     partition per raftq partition."""
 
-    def __init__(self, options: source.SourceOptions) -> None:
+    def __init__(self, options: source.SourceOptions, schema: StructType) -> None:
         self.options = options
+        self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
         conn = sink.connection(
@@ -386,8 +404,8 @@ class RaftqBatchReader(DataSourceReader):
         end = source.resolve(self.options.ending, bounds)
         return _partitions(source.ranges(start, end))
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        return _read(self.options, partition)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.options, partition, _arrow_schema(self.schema))
 
 
 class RaftqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -395,8 +413,9 @@ class RaftqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     maxOffsetsPerTrigger and Trigger.AvailableNow (stops at the offsets current when the
     query started, in maxOffsetsPerTrigger steps)."""
 
-    def __init__(self, options: source.SourceOptions) -> None:
+    def __init__(self, options: source.SourceOptions, schema: StructType) -> None:
         self.options = options
+        self.schema = schema
         self._target: source.Offsets | None = None
 
     def _bounds(self) -> dict[str, dict[str, source.PartitionBounds]]:
@@ -429,8 +448,8 @@ class RaftqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         return _partitions(source.ranges(start, end))
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        return _read(self.options, partition)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.options, partition, _arrow_schema(self.schema))
 
     def commit(self, end: dict[str, Any]) -> None:
         return None  # no consumer-group state: the checkpoint holds the offsets
