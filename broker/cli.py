@@ -533,6 +533,48 @@ def group_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def group_seek(args: argparse.Namespace) -> int:
+    """``raftq group seek``: move a group's committed offset (Kafka's --reset-offsets)."""
+    with _admin(args) as admin:
+        moved = admin.seek_group(
+            args.group,
+            args.topic,
+            partition=args.partition,
+            offset=args.to_offset,
+            timestamp_ms=args.to_timestamp,
+            earliest=args.to_earliest,
+            latest=args.to_latest,
+            force=args.force,
+        )
+    if args.json:
+        emit_json(
+            {"group": args.group, "topic": args.topic, "partitions": [to_dict(p) for p in moved]},
+            sys.stdout,
+        )
+    else:
+        for p in moved:
+            print(
+                f"group {args.group} {args.topic}/{p.partition}: committed offset {p.offset} "
+                f"({p.dropped} pending records replaced)"
+            )
+    return 0
+
+
+def topic_purge(args: argparse.Namespace) -> int:
+    """``raftq topic purge``: delete every record now in a topic (or one partition)."""
+    with _admin(args) as admin:
+        purged = admin.purge_topic(args.name, args.partition)
+    if args.json:
+        emit_json({"topic": args.name, "partitions": [to_dict(p) for p in purged]}, sys.stdout)
+    else:
+        for p in purged:
+            print(
+                f"purged {args.name}/{p.partition}: {p.deleted} records deleted, "
+                f"log start {p.log_start}"
+            )
+    return 0
+
+
 def spark_recover(args: argparse.Namespace) -> int:
     """``raftq spark recover``: a Spark query stuck on NondeterministicInput (its retries make
     other rows than the attempt that failed) writes that batch at-least-once on its next
@@ -616,7 +658,9 @@ def register(subparsers: Subparsers) -> None:
     """The client commands: topic, produce, consume, group, spark, cluster."""
     common = [client_options()]
 
-    topic = subparsers.add_parser("topic", help="create, list, describe, alter, delete topics")
+    topic = subparsers.add_parser(
+        "topic", help="create, list, describe, alter, purge, delete topics"
+    )
     topics = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
     create = _add(topics, "create", topic_create, "create a topic", common)
     create.add_argument("name")
@@ -631,6 +675,9 @@ def register(subparsers: Subparsers) -> None:
     alter.add_argument("name")
     _config_options(alter)
     _add(topics, "delete", topic_delete, "delete a topic", common).add_argument("name")
+    purge = _add(topics, "purge", topic_purge, "delete every record now in a topic", common)
+    purge.add_argument("name")
+    purge.add_argument("--partition", type=int, help="only this partition (default: all)")
 
     prod = _add(subparsers, "produce", produce, "send stdin lines (or --count N records)", common)
     prod.add_argument("topic")
@@ -648,7 +695,7 @@ def register(subparsers: Subparsers) -> None:
     cons.add_argument("--lease-ms", type=int)
     cons.add_argument("--no-ack", action="store_true", help="leave records to be redelivered")
 
-    group = subparsers.add_parser("group", help="list, describe and delete consumer groups")
+    group = subparsers.add_parser("group", help="list, describe, seek and delete consumer groups")
     groups = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
     _add(groups, "list", group_list, "list consumer groups", common)
     _add(groups, "describe", group_describe, "members, assignment, lag", common).add_argument(
@@ -657,6 +704,18 @@ def register(subparsers: Subparsers) -> None:
     _add(
         groups, "delete", group_delete, "delete an empty group and its offsets", common
     ).add_argument("group")
+    seek = _add(groups, "seek", group_seek, "move a group's committed offset", common)
+    seek.add_argument("group")
+    seek.add_argument("--topic", required=True)
+    seek.add_argument("--partition", type=int, help="only this partition (default: all)")
+    to = seek.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-offset", type=int, metavar="N")
+    to.add_argument("--to-timestamp", type=int, metavar="MS", help="first record at or after")
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    seek.add_argument(
+        "--force", action="store_true", help="seek even while members live (their leases end)"
+    )
 
     spark = subparsers.add_parser("spark", help="Spark writer operations")
     sparks = spark.add_subparsers(dest="spark_command", required=True, metavar="ACTION")

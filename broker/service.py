@@ -42,6 +42,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from assignors.partitioner import partition_for
+from broker import admin_ops
 from broker.coordinator import BrokerReports, SessionTable
 from broker.router import Router, client_addr_of_raft, propose_on, read_on
 from metadata.frontend import MetadataFrontend, TopicSpec
@@ -86,6 +87,7 @@ LEADER_ONLY: dict[str, type[Any]] = {
     "heartbeat": api_pb2.HeartbeatRequest,
     "leave_group": api_pb2.LeaveGroupRequest,
     "delete_group": api_pb2.DeleteGroupRequest,
+    "seek_group": api_pb2.SeekGroupRequest,
     "remove_broker": api_pb2.RemoveBrokerRequest,
     "commit_txn": api_pb2.CommitTxnRequest,
     "get_txn": api_pb2.GetTxnRequest,
@@ -108,6 +110,7 @@ RESPONSES: dict[str, type[Any]] = {
     "heartbeat": api_pb2.HeartbeatResponse,
     "leave_group": api_pb2.LeaveGroupResponse,
     "delete_group": api_pb2.DeleteGroupResponse,
+    "seek_group": api_pb2.SeekGroupResponse,
     "remove_broker": api_pb2.RemoveBrokerResponse,
     "commit_txn": api_pb2.TxnState,
     "get_txn": api_pb2.TxnState,
@@ -1290,6 +1293,22 @@ class BrokerService:
             out.pending,
         )
         return out
+
+    def seek_group(
+        self, request: api_pb2.SeekGroupRequest, *, timeout_s: float | None
+    ) -> api_pb2.SeekGroupResponse:
+        response: api_pb2.SeekGroupResponse = self._leader_only("seek_group", request, timeout_s)
+        return response
+
+    def _seek_group(
+        self, request: api_pb2.SeekGroupRequest, timeout_s: float
+    ) -> api_pb2.SeekGroupResponse:
+        return admin_ops.seek_group(self, request, timeout_s)
+
+    def purge_topic(
+        self, request: api_pb2.PurgeTopicRequest, *, timeout_s: float | None
+    ) -> api_pb2.PurgeTopicResponse:
+        return admin_ops.purge_topic(self, request, _timeout(timeout_s))
 
     def expire_txns_here(
         self, keys: list[tuple[str, str]], committed_before_ms: int, timeout_s: float

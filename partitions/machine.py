@@ -291,7 +291,8 @@ def lag_of(store: PartitionStore, meta: Meta, group: str) -> GroupLag | None:
         committed,
         end,
         end - committed,
-        store.count_pending(row.gid) + max(0, end - row.materialized_upto),
+        # Records retention or a purge deleted before the group materialized them are not pending.
+        store.count_pending(row.gid) + max(0, end - max(row.materialized_upto, meta.log_start)),
         store.count_leased(row.gid, meta.clock_ms),
         oldest[0].timestamp_ms if oldest else 0,
     )
@@ -360,6 +361,8 @@ class PartitionMachine:
             "retain": self._on_retain,
             "dead_letter_done": self._on_dead_letter_done,
             "forget_group": self._on_forget_group,
+            "seek_group": self._on_seek_group,
+            "purge": self._on_purge,
         }
 
     def _reload(self) -> None:
@@ -992,6 +995,40 @@ class PartitionMachine:
             raise Rejected(ErrorCode.INVALID_ARGUMENT, "name the group to forget")
         return partition_pb2.CommandResult(count=self.store.group_forget(cmd.group))
 
+    def _on_seek_group(
+        self, cmd: partition_pb2.SeekGroup, now_ms: int
+    ) -> partition_pb2.CommandResult:
+        """Move the group's committed offset to the resolved target (proto SeekGroup): its
+        pending rows here are replaced by fresh ones from the target on (materialized lazily)."""
+        if not cmd.group or len(cmd.group) > MAX_NAME_CHARS:
+            raise Rejected(
+                ErrorCode.INVALID_ARGUMENT, f"group name must be 1-{MAX_NAME_CHARS} characters"
+            )
+        target = self._seek_target(cmd)
+        fence = self.store.fence_get(cmd.group)
+        dropped = self.store.group_forget(cmd.group)
+        self.store.group_create(cmd.group, target)
+        if fence:
+            self.store.fence_set(cmd.group, fence)
+        return partition_pb2.CommandResult(count=dropped, offset=target)
+
+    def _seek_target(self, cmd: partition_pb2.SeekGroup) -> int:
+        start, end = self.meta.log_start, self.meta.next_offset
+        if cmd.to == partition_pb2.SEEK_EARLIEST:
+            return start
+        if cmd.to == partition_pb2.SEEK_LATEST:
+            return end
+        if cmd.to == partition_pb2.SEEK_OFFSET:
+            if cmd.offset < 0:
+                raise Rejected(ErrorCode.INVALID_ARGUMENT, "seek offset must be >= 0")
+            return min(max(cmd.offset, start), end)
+        if cmd.to == partition_pb2.SEEK_TIMESTAMP:
+            if cmd.timestamp_ms < 0:
+                raise Rejected(ErrorCode.INVALID_ARGUMENT, "seek timestamp_ms must be >= 0")
+            found = self.store.first_offset_since(cmd.timestamp_ms)
+            return end if found is None else max(found, start)
+        raise Rejected(ErrorCode.INVALID_ARGUMENT, f"unknown seek target {cmd.to}")
+
     # -- moving records on the timeline -------------------------------------------------------
 
     def _on_update_record(
@@ -1066,19 +1103,30 @@ class PartitionMachine:
                     dropped_bytes += size
                     cursor = offset + 1
             start = max(start, cursor)
-        dropped = 0
-        if start > self.meta.log_start:
-            gone = self.store.sizes_from(self.meta.log_start, start - self.meta.log_start)
-            gone_bytes = sum(size for offset, size in gone if offset < start)
-            dropped = sum(1 for offset, _ in gone if offset < start)
-            self.store.delete_records_below(start)
-            self.store.pending_delete_below(start)
-            self.meta.log_start = start
-            self.meta.log_bytes -= gone_bytes
+        dropped = self._drop_below(start)
         window_start = safe_now_ms - self.config.dedup_window_ms
         self.store.idempotency_forget_before(window_start)
         self.store.producer_forget_before(window_start)
         return partition_pb2.CommandResult(count=dropped)
+
+    def _drop_below(self, start: int) -> int:
+        """Move the log start up to ``start``: delete the records below it and every group's
+        pending rows for them. Returns the number of records deleted."""
+        if start <= self.meta.log_start:
+            return 0
+        gone = self.store.sizes_from(self.meta.log_start, start - self.meta.log_start)
+        gone_bytes = sum(size for offset, size in gone if offset < start)
+        dropped = sum(1 for offset, _ in gone if offset < start)
+        self.store.delete_records_below(start)
+        self.store.pending_delete_below(start)
+        self.meta.log_start = start
+        self.meta.log_bytes -= gone_bytes
+        return dropped
+
+    def _on_purge(self, cmd: partition_pb2.Purge, now_ms: int) -> partition_pb2.CommandResult:
+        """Every record goes: the log start moves to the end offset (proto Purge)."""
+        dropped = self._drop_below(self.meta.next_offset)
+        return partition_pb2.CommandResult(count=dropped, offset=self.meta.log_start)
 
     def _on_dead_letter_done(
         self, cmd: partition_pb2.DeadLetterDone, now_ms: int

@@ -715,3 +715,61 @@ class ProducerStateResponse(_message.Message):
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionProducerState]
     def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionProducerState, _Mapping]]] = ...) -> None: ...
+
+class SeekGroupRequest(_message.Message):
+    __slots__ = ("group", "topic", "partition", "to", "offset", "timestamp_ms", "force")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    partition: int
+    to: _partition_pb2.SeekTo
+    offset: int
+    timestamp_ms: int
+    force: bool
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., to: _Optional[_Union[_partition_pb2.SeekTo, str]] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class PartitionSeek(_message.Message):
+    __slots__ = ("partition", "offset", "dropped")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    offset: int
+    dropped: int
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., dropped: _Optional[int] = ...) -> None: ...
+
+class SeekGroupResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionSeek]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionSeek, _Mapping]]] = ...) -> None: ...
+
+class PurgeTopicRequest(_message.Message):
+    __slots__ = ("topic", "partition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class PartitionPurge(_message.Message):
+    __slots__ = ("partition", "log_start", "deleted")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    log_start: int
+    deleted: int
+    def __init__(self, partition: _Optional[int] = ..., log_start: _Optional[int] = ..., deleted: _Optional[int] = ...) -> None: ...
+
+class PurgeTopicResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionPurge]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionPurge, _Mapping]]] = ...) -> None: ...

@@ -815,6 +815,16 @@ class AdminStub:
                 request_serializer=proto_dot_api__pb2.DeleteGroupRequest.SerializeToString,
                 response_deserializer=proto_dot_api__pb2.DeleteGroupResponse.FromString,
                 _registered_method=True)
+        self.SeekGroup = channel.unary_unary(
+                '/raftq.v1.Admin/SeekGroup',
+                request_serializer=proto_dot_api__pb2.SeekGroupRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.SeekGroupResponse.FromString,
+                _registered_method=True)
+        self.PurgeTopic = channel.unary_unary(
+                '/raftq.v1.Admin/PurgeTopic',
+                request_serializer=proto_dot_api__pb2.PurgeTopicRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.PurgeTopicResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -922,6 +932,28 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SeekGroup(self, request, context):
+        """Move a group's position on one or every partition of a topic (Kafka's --reset-offsets):
+        afterwards its committed offset there is the target; records below count as acknowledged,
+        records at and above are pending again (a seek backwards replays), its leases there end.
+        Runs on the metadata leader. GROUP_NOT_EMPTY while members live unless force;
+        UNKNOWN_GROUP, UNKNOWN_TOPIC, UNKNOWN_PARTITION; INVALID_ARGUMENT for a negative target or
+        a topic the group holds no state on. UNAVAILABLE when a partition could not be reached:
+        the partitions before it have moved; call again (a seek is idempotent).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PurgeTopic(self, request, context):
+        """Delete every record now in a topic's partitions (all, or one): each log start moves to its
+        end offset, groups' pending state below it goes. Later records are delivered as usual.
+        UNKNOWN_TOPIC, UNKNOWN_PARTITION; UNAVAILABLE: call again (idempotent).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -994,6 +1026,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DeleteGroup,
                     request_deserializer=proto_dot_api__pb2.DeleteGroupRequest.FromString,
                     response_serializer=proto_dot_api__pb2.DeleteGroupResponse.SerializeToString,
+            ),
+            'SeekGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.SeekGroup,
+                    request_deserializer=proto_dot_api__pb2.SeekGroupRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.SeekGroupResponse.SerializeToString,
+            ),
+            'PurgeTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeTopic,
+                    request_deserializer=proto_dot_api__pb2.PurgeTopicRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.PurgeTopicResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1378,6 +1420,60 @@ class Admin:
             '/raftq.v1.Admin/DeleteGroup',
             proto_dot_api__pb2.DeleteGroupRequest.SerializeToString,
             proto_dot_api__pb2.DeleteGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SeekGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Admin/SeekGroup',
+            proto_dot_api__pb2.SeekGroupRequest.SerializeToString,
+            proto_dot_api__pb2.SeekGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Admin/PurgeTopic',
+            proto_dot_api__pb2.PurgeTopicRequest.SerializeToString,
+            proto_dot_api__pb2.PurgeTopicResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,11 +12,22 @@ class StartFrom(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     EARLIEST: _ClassVar[StartFrom]
     LATEST: _ClassVar[StartFrom]
+
+class SeekTo(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEEK_OFFSET: _ClassVar[SeekTo]
+    SEEK_TIMESTAMP: _ClassVar[SeekTo]
+    SEEK_EARLIEST: _ClassVar[SeekTo]
+    SEEK_LATEST: _ClassVar[SeekTo]
 EARLIEST: StartFrom
 LATEST: StartFrom
+SEEK_OFFSET: SeekTo
+SEEK_TIMESTAMP: SeekTo
+SEEK_EARLIEST: SeekTo
+SEEK_LATEST: SeekTo
 
 class PartitionCommand(_message.Message):
-    __slots__ = ("now_ms", "clock_skew_ms", "append", "lease", "ack", "nack", "extend_lease", "release", "update_record", "cancel_record", "configure", "retain", "dead_letter_done", "append_batch", "forget_group")
+    __slots__ = ("now_ms", "clock_skew_ms", "append", "lease", "ack", "nack", "extend_lease", "release", "update_record", "cancel_record", "configure", "retain", "dead_letter_done", "append_batch", "forget_group", "seek_group", "purge")
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     CLOCK_SKEW_MS_FIELD_NUMBER: _ClassVar[int]
     APPEND_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +43,8 @@ class PartitionCommand(_message.Message):
     DEAD_LETTER_DONE_FIELD_NUMBER: _ClassVar[int]
     APPEND_BATCH_FIELD_NUMBER: _ClassVar[int]
     FORGET_GROUP_FIELD_NUMBER: _ClassVar[int]
+    SEEK_GROUP_FIELD_NUMBER: _ClassVar[int]
+    PURGE_FIELD_NUMBER: _ClassVar[int]
     now_ms: int
     clock_skew_ms: int
     append: Append
@@ -47,7 +60,9 @@ class PartitionCommand(_message.Message):
     dead_letter_done: DeadLetterDone
     append_batch: AppendBatch
     forget_group: ForgetGroup
-    def __init__(self, now_ms: _Optional[int] = ..., clock_skew_ms: _Optional[int] = ..., append: _Optional[_Union[Append, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., ack: _Optional[_Union[Settle, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., extend_lease: _Optional[_Union[ExtendLease, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., update_record: _Optional[_Union[UpdateRecord, _Mapping]] = ..., cancel_record: _Optional[_Union[CancelRecord, _Mapping]] = ..., configure: _Optional[_Union[Configure, _Mapping]] = ..., retain: _Optional[_Union[Retain, _Mapping]] = ..., dead_letter_done: _Optional[_Union[DeadLetterDone, _Mapping]] = ..., append_batch: _Optional[_Union[AppendBatch, _Mapping]] = ..., forget_group: _Optional[_Union[ForgetGroup, _Mapping]] = ...) -> None: ...
+    seek_group: SeekGroup
+    purge: Purge
+    def __init__(self, now_ms: _Optional[int] = ..., clock_skew_ms: _Optional[int] = ..., append: _Optional[_Union[Append, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., ack: _Optional[_Union[Settle, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., extend_lease: _Optional[_Union[ExtendLease, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., update_record: _Optional[_Union[UpdateRecord, _Mapping]] = ..., cancel_record: _Optional[_Union[CancelRecord, _Mapping]] = ..., configure: _Optional[_Union[Configure, _Mapping]] = ..., retain: _Optional[_Union[Retain, _Mapping]] = ..., dead_letter_done: _Optional[_Union[DeadLetterDone, _Mapping]] = ..., append_batch: _Optional[_Union[AppendBatch, _Mapping]] = ..., forget_group: _Optional[_Union[ForgetGroup, _Mapping]] = ..., seek_group: _Optional[_Union[SeekGroup, _Mapping]] = ..., purge: _Optional[_Union[Purge, _Mapping]] = ...) -> None: ...
 
 class Append(_message.Message):
     __slots__ = ("records", "producer_id", "sequence", "values")
@@ -185,6 +200,22 @@ class ForgetGroup(_message.Message):
     group: str
     def __init__(self, group: _Optional[str] = ...) -> None: ...
 
+class SeekGroup(_message.Message):
+    __slots__ = ("group", "to", "offset", "timestamp_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    to: SeekTo
+    offset: int
+    timestamp_ms: int
+    def __init__(self, group: _Optional[str] = ..., to: _Optional[_Union[SeekTo, str]] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class Purge(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class RecordResult(_message.Message):
     __slots__ = ("offset", "error", "message", "duplicate")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -210,7 +241,7 @@ class RefResult(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., dead_lettered: _Optional[bool] = ...) -> None: ...
 
 class CommandResult(_message.Message):
-    __slots__ = ("error", "message", "records", "deliveries", "refs", "count", "skipped", "batch_results", "range", "columns", "lease_deadline_ms")
+    __slots__ = ("error", "message", "records", "deliveries", "refs", "count", "skipped", "batch_results", "range", "columns", "lease_deadline_ms", "offset")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
@@ -222,6 +253,7 @@ class CommandResult(_message.Message):
     RANGE_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
     LEASE_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
     error: _common_pb2.ErrorCode
     message: str
     records: _containers.RepeatedCompositeFieldContainer[RecordResult]
@@ -233,7 +265,8 @@ class CommandResult(_message.Message):
     range: RecordRange
     columns: _common_pb2.DeliveryColumns
     lease_deadline_ms: int
-    def __init__(self, error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., records: _Optional[_Iterable[_Union[RecordResult, _Mapping]]] = ..., deliveries: _Optional[_Iterable[_Union[_common_pb2.Delivery, _Mapping]]] = ..., refs: _Optional[_Iterable[_Union[RefResult, _Mapping]]] = ..., count: _Optional[int] = ..., skipped: _Optional[bool] = ..., batch_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., range: _Optional[_Union[RecordRange, _Mapping]] = ..., columns: _Optional[_Union[_common_pb2.DeliveryColumns, _Mapping]] = ..., lease_deadline_ms: _Optional[int] = ...) -> None: ...
+    offset: int
+    def __init__(self, error: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., records: _Optional[_Iterable[_Union[RecordResult, _Mapping]]] = ..., deliveries: _Optional[_Iterable[_Union[_common_pb2.Delivery, _Mapping]]] = ..., refs: _Optional[_Iterable[_Union[RefResult, _Mapping]]] = ..., count: _Optional[int] = ..., skipped: _Optional[bool] = ..., batch_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., range: _Optional[_Union[RecordRange, _Mapping]] = ..., columns: _Optional[_Union[_common_pb2.DeliveryColumns, _Mapping]] = ..., lease_deadline_ms: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class RecordRange(_message.Message):
     __slots__ = ("first_offset", "count", "duplicate")

@@ -601,6 +601,51 @@ class ApiFacade:
             del self.groups[request.group]
             return out
 
+    def seek_group(
+        self, request: api_pb2.SeekGroupRequest, *, timeout_s: float | None
+    ) -> api_pb2.SeekGroupResponse:
+        with self._locked("seek_group"):
+            group = self.groups.get(request.group)
+            if group is None:
+                raise errors.UnknownGroup(f"no group {request.group!r}")
+            topic = self._topic(request.topic)
+            if request.HasField("partition"):
+                numbers = [request.partition]
+                self._partition(request.topic, request.partition)
+            else:
+                numbers = list(range(len(topic.partitions)))
+            if request.topic not in group.topics:
+                raise errors.InvalidArgument(f"group holds no state on {request.topic!r}")
+            if group.members and not request.force:
+                raise errors.GroupNotEmpty(f"group {request.group!r} has members")
+            seek = partition_pb2.SeekGroup(
+                group=request.group,
+                to=request.to,
+                offset=request.offset,
+                timestamp_ms=request.timestamp_ms,
+            )
+            out = api_pb2.SeekGroupResponse()
+            for i in numbers:
+                result = self._apply_checked(topic.partitions[i], seek_group=seek)
+                out.partitions.add(partition=i, offset=result.offset, dropped=result.count)
+            return out
+
+    def purge_topic(
+        self, request: api_pb2.PurgeTopicRequest, *, timeout_s: float | None
+    ) -> api_pb2.PurgeTopicResponse:
+        with self._locked("purge_topic"):
+            topic = self._topic(request.topic)
+            if request.HasField("partition"):
+                numbers = [request.partition]
+                self._partition(request.topic, request.partition)
+            else:
+                numbers = list(range(len(topic.partitions)))
+            out = api_pb2.PurgeTopicResponse()
+            for i in numbers:
+                result = self._apply_checked(topic.partitions[i], purge=partition_pb2.Purge())
+                out.partitions.add(partition=i, log_start=result.offset, deleted=result.count)
+            return out
+
     def describe_group(
         self, request: api_pb2.DescribeGroupRequest, *, timeout_s: float | None
     ) -> api_pb2.GroupDescription:

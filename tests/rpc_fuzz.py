@@ -406,6 +406,8 @@ def templates() -> dict[str, dict[str, Any]]:
         "AlterTopicConfig": {"name": SCRATCH_TOPIC, "config": {"lease_ms": 5000}},
         "DescribeGroup": {"group": GROUP},
         "DeleteGroup": {"group": GROUP},  # the live member keeps it: GROUP_NOT_EMPTY
+        "SeekGroup": {"group": GROUP, "topic": TOPIC, "to": 2},  # GROUP_NOT_EMPTY unless force
+        "PurgeTopic": {"topic": SCRATCH_TOPIC},
         "UpdateRecord": {"topic": TOPIC, "partition": 0, "offset": 0, "priority": 1},
         "CancelRecord": {"topic": TOPIC, "partition": 1, "offset": 0},
         "RemoveBroker": {"broker_id": 99},

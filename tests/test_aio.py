@@ -99,3 +99,36 @@ def test_nack_redelivers_and_a_second_member_shares_the_partitions(bootstrap: st
         await first.close()
 
     asyncio.run(scenario())
+
+
+def test_async_admin_seeks_a_group_and_purges_a_topic(bootstrap: str) -> None:
+    async def scenario() -> None:
+        async with AsyncAdmin(bootstrap) as admin:
+            await admin.create_topic("aio-seek", partitions=1)
+            async with AsyncProducer(bootstrap) as producer:
+                await producer.send_many("aio-seek", [b"s%d" % i for i in range(5)])
+            async with AsyncConsumer(bootstrap, "aio-seeker", ["aio-seek"]) as consumer:
+                got = 0
+                async for message in consumer:
+                    await message.ack()
+                    got += 1
+                    if got == 5:
+                        break
+                with pytest.raises(errors.GroupNotEmpty):
+                    await admin.seek_group("aio-seeker", "aio-seek", earliest=True)
+            moved = await admin.seek_group("aio-seeker", "aio-seek", offset=2)
+            assert [(p.partition, p.offset) for p in moved] == [(0, 2)]
+            (lag,) = (await admin.describe_group("aio-seeker")).partitions
+            assert (lag.committed, lag.lag) == (2, 3)
+            with pytest.raises(errors.InvalidArgument):
+                await admin.seek_group("aio-seeker", "aio-seek")
+            with pytest.raises(errors.UnknownGroup):
+                await admin.seek_group("aio-nobody", "aio-seek", latest=True)
+            (purged,) = await admin.purge_topic("aio-seek")
+            assert (purged.partition, purged.log_start, purged.deleted) == (0, 5, 5)
+            (lag,) = (await admin.describe_group("aio-seeker")).partitions
+            assert (lag.committed, lag.lag, lag.pending) == (5, 0, 0)
+            with pytest.raises(errors.UnknownPartition):
+                await admin.purge_topic("aio-seek", partition=1)
+
+    asyncio.run(scenario())

@@ -32,6 +32,8 @@ What each RPC needs (`requirements`; any one of the listed operations on every r
       CancelRecord                             admin              topic
     Admin.DescribeGroup                        consume | admin    group (member ids: see below)
     Admin.DeleteGroup                          admin              group
+    Admin.SeekGroup                            admin              group and topic
+    Admin.PurgeTopic                           admin              topic
     Admin.CommitTxn                            produce            txn app
     Admin.GetTxn                               produce | admin    txn app
     Admin.ListTopics, ListGroups,              some ACL rule      answers list only what the
@@ -316,6 +318,8 @@ _NEEDS: dict[str, Callable[[Any, _Call], list[Need]]] = {
     "/raftq.v1.Admin/DescribeCluster": lambda r, c: c.anything(),
     "/raftq.v1.Admin/DescribeGroup": lambda r, c: [Need(_C | _A, r.group, GROUP)],
     "/raftq.v1.Admin/DeleteGroup": lambda r, c: [Need(_A, r.group, GROUP)],
+    "/raftq.v1.Admin/SeekGroup": lambda r, c: [Need(_A, r.group, GROUP), Need(_A, r.topic)],
+    "/raftq.v1.Admin/PurgeTopic": lambda r, c: [Need(_A, r.topic)],
     "/raftq.v1.Admin/CommitTxn": lambda r, c: [Need(_P, r.app_id, TXN_APP)],
     "/raftq.v1.Admin/GetTxn": lambda r, c: [Need(_P | _A, r.app_id, TXN_APP)],
 }

@@ -40,7 +40,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 
 from metadata import machine
 from partitions.machine import MAX_DELAY_MS, MAX_LEASE_MS, MAX_LEASE_RECORDS, MAX_REFS
-from proto import api_pb2, api_pb2_grpc, errors
+from proto import api_pb2, api_pb2_grpc, errors, partition_pb2
 from transport import auth
 from transport.grpc_errors import abort
 from transport.tls import KEEPALIVE_SERVER_OPTIONS
@@ -167,6 +167,14 @@ class BrokerFacade(Protocol):
     def delete_group(
         self, request: api_pb2.DeleteGroupRequest, *, timeout_s: float | None
     ) -> api_pb2.DeleteGroupResponse: ...
+
+    def seek_group(
+        self, request: api_pb2.SeekGroupRequest, *, timeout_s: float | None
+    ) -> api_pb2.SeekGroupResponse: ...
+
+    def purge_topic(
+        self, request: api_pb2.PurgeTopicRequest, *, timeout_s: float | None
+    ) -> api_pb2.PurgeTopicResponse: ...
 
     def update_record(
         self, request: api_pb2.UpdateRecordRequest, *, timeout_s: float | None
@@ -408,6 +416,23 @@ def check_cancel_record(r: api_pb2.CancelRecordRequest) -> None:
     check_topic_name(r.topic)
     check_range(r.partition, "partition", 0)
     check_range(r.offset, "offset", 0)
+
+
+def check_seek_group(r: api_pb2.SeekGroupRequest) -> None:
+    check_name(r.group, "group")
+    check_topic_name(r.topic)
+    if r.HasField("partition"):
+        check_range(r.partition, "partition", 0)
+    if r.to not in partition_pb2.SeekTo.values():
+        raise _bad(f"to is {r.to}; name a SeekTo target (offset, timestamp, earliest, latest)")
+    check_range(r.offset, "offset", 0)
+    check_range(r.timestamp_ms, "timestamp_ms", 0)
+
+
+def check_purge_topic(r: api_pb2.PurgeTopicRequest) -> None:
+    check_topic_name(r.topic)
+    if r.HasField("partition"):
+        check_range(r.partition, "partition", 0)
 
 
 def check_remove_broker(r: api_pb2.RemoveBrokerRequest) -> None:
@@ -701,6 +726,8 @@ class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
     CommitTxn = _unary("commit_txn", check_commit_txn)
     GetTxn = _unary("get_txn", check_get_txn)
     DeleteGroup = _unary("delete_group", check_describe_group)
+    SeekGroup = _unary("seek_group", check_seek_group)
+    PurgeTopic = _unary("purge_topic", check_purge_topic)
 
 
 class _Malformed:

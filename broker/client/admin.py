@@ -79,6 +79,36 @@ class Admin:
         Raises (normal): UnknownGroup, GroupNotEmpty (members live), Unavailable (retry)."""
         return self._run(calls.delete_group(group))
 
+    def seek_group(
+        self,
+        group: str,
+        topic: str,
+        *,
+        partition: int | None = None,
+        offset: int | None = None,
+        timestamp_ms: int | None = None,
+        earliest: bool = False,
+        latest: bool = False,
+        force: bool = False,
+    ) -> list[api_pb2.PartitionSeek]:
+        """Move ``group``'s committed offset on ``topic`` (one partition, or all) to exactly one
+        target: ``offset`` (clamped to the log), the first record at or after ``timestamp_ms``
+        (none: the end), ``earliest`` or ``latest``. Records below count as acknowledged, those
+        at and above are delivered again; returns each partition's new committed offset.
+
+        Raises (normal): InvalidArgument, UnknownGroup, UnknownTopic, UnknownPartition,
+        GroupNotEmpty (members live and not ``force``), Unavailable (call again)."""
+        return self._run(
+            calls.seek_group(group, topic, partition, offset, timestamp_ms, earliest, latest, force)
+        )
+
+    def purge_topic(self, topic: str, partition: int | None = None) -> list[api_pb2.PartitionPurge]:
+        """Delete every record now in ``topic`` (or one partition): each log start moves to
+        its end offset. Returns each partition's new log start and records deleted.
+
+        Raises (normal): InvalidArgument, UnknownTopic, UnknownPartition, Unavailable."""
+        return self._run(calls.purge_topic(topic, partition))
+
     def describe_cluster(self) -> api_pb2.ClusterDescription:
         return self._run(calls.describe_cluster())
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from proto import api_pb2, common_pb2, errors
+from proto import api_pb2, common_pb2, errors, partition_pb2
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -190,3 +190,40 @@ def get_txn(app_id: str, scope: str) -> Call[int | None]:
         api_pb2.GetTxnRequest(app_id=app_id, scope=scope),
         lambda state: int(state.version) if state.known else None,
     )
+
+
+@_typed
+def seek_group(
+    group: str,
+    topic: str,
+    partition: int | None,
+    offset: int | None,
+    timestamp_ms: int | None,
+    earliest: bool,
+    latest: bool,
+    force: bool,
+) -> Call[list[api_pb2.PartitionSeek]]:
+    """Exactly one target: ``offset``, ``timestamp_ms``, ``earliest`` or ``latest``."""
+    targets = [offset is not None, timestamp_ms is not None, earliest, latest]
+    if sum(targets) != 1:
+        raise errors.InvalidArgument(
+            "seek to exactly one of offset, timestamp_ms, earliest, latest"
+        )
+    request = api_pb2.SeekGroupRequest(group=group, topic=topic, force=force)
+    if partition is not None:
+        request.partition = partition
+    if offset is not None:
+        request.to, request.offset = partition_pb2.SEEK_OFFSET, offset
+    elif timestamp_ms is not None:
+        request.to, request.timestamp_ms = partition_pb2.SEEK_TIMESTAMP, timestamp_ms
+    else:
+        request.to = partition_pb2.SEEK_EARLIEST if earliest else partition_pb2.SEEK_LATEST
+    return Call("admin", "SeekGroup", request, lambda r: list(r.partitions))
+
+
+@_typed
+def purge_topic(topic: str, partition: int | None) -> Call[list[api_pb2.PartitionPurge]]:
+    request = api_pb2.PurgeTopicRequest(topic=topic)
+    if partition is not None:
+        request.partition = partition
+    return Call("admin", "PurgeTopic", request, lambda r: list(r.partitions))

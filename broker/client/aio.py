@@ -178,6 +178,29 @@ class AsyncAdmin:
     async def delete_group(self, group: str) -> api_pb2.DeleteGroupResponse:
         return await self._run(calls.delete_group(group))
 
+    async def seek_group(
+        self,
+        group: str,
+        topic: str,
+        *,
+        partition: int | None = None,
+        offset: int | None = None,
+        timestamp_ms: int | None = None,
+        earliest: bool = False,
+        latest: bool = False,
+        force: bool = False,
+    ) -> list[api_pb2.PartitionSeek]:
+        """As :meth:`broker.client.admin.Admin.seek_group`."""
+        return await self._run(
+            calls.seek_group(group, topic, partition, offset, timestamp_ms, earliest, latest, force)
+        )
+
+    async def purge_topic(
+        self, topic: str, partition: int | None = None
+    ) -> list[api_pb2.PartitionPurge]:
+        """As :meth:`broker.client.admin.Admin.purge_topic`."""
+        return await self._run(calls.purge_topic(topic, partition))
+
     async def describe_cluster(self) -> api_pb2.ClusterDescription:
         return await self._run(calls.describe_cluster())
 
