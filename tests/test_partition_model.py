@@ -206,8 +206,9 @@ class Model:
         for o in held:
             g.acked.add(o)
             del g.states[o]
-        for r in results:  # idempotent: a record the group finished acks again
-            if r[1] == ErrorCode.RECORD_NOT_FOUND and r[0] in g.acked and r[0] in self.records:
+        for r in results:  # idempotent: a record the group finished (or seeked past) acks again
+            finished = r[0] in g.acked or r[0] < g.start
+            if r[1] == ErrorCode.RECORD_NOT_FOUND and finished and r[0] in self.records:
                 r[1] = ErrorCode.OK
         return ("refs", results)
 
@@ -253,6 +254,35 @@ class Model:
         self.tick(now)
         self.groups.pop(name, None)  # a later lease starts the group afresh at the log start
         return ("ok", None)
+
+    def seek(self, name: str, to: int, offset: int, timestamp_ms: int, now: int):
+        if (to == partition_pb2.SEEK_OFFSET and offset < 0) or (
+            to == partition_pb2.SEEK_TIMESTAMP and timestamp_ms < 0
+        ):
+            return ("error", ErrorCode.INVALID_ARGUMENT)
+        self.tick(now)
+        start, end = self.log_start, self.next_offset
+        if to == partition_pb2.SEEK_EARLIEST:
+            target = start
+        elif to == partition_pb2.SEEK_LATEST:
+            target = end
+        elif to == partition_pb2.SEEK_OFFSET:
+            target = min(max(offset, start), end)
+        else:
+            found = [o for o, r in self.records.items() if r.ts >= timestamp_ms]
+            target = max(min(found), start) if found else end
+        self.groups[name] = MGroup(start=target)  # below: acked; from it: pending afresh
+        return ("offset", target)
+
+    def purge(self, now: int):
+        self.tick(now)
+        gone = list(self.records)
+        self.records.clear()
+        self.log_bytes = 0
+        for g in self.groups.values():
+            g.states.clear()
+        self.log_start = self.next_offset
+        return ("count", len(gone))
 
     def update(self, o: int, priority: int | None, deliver_at: int | None, now: int):
         if (priority is None and deliver_at is None) or (deliver_at or 0) < 0:
@@ -344,6 +374,8 @@ def observe(result: partition_pb2.CommandResult, kind: str) -> tuple[str, Any]:
         return ("refs", [[r.offset, r.error, r.dead_lettered] for r in result.refs])
     if kind == "count":
         return ("count", result.count)
+    if kind == "offset":
+        return ("offset", result.offset)
     return ("ok", None)
 
 
@@ -574,6 +606,29 @@ class PartitionModelTest(RuleBasedStateMachine):
             self.model.forget(group, self.now),
             forget_group=partition_pb2.ForgetGroup(group=group),
         )
+
+    @rule(
+        group=st.sampled_from(GROUPS),
+        to=st.sampled_from(
+            [
+                partition_pb2.SEEK_OFFSET,
+                partition_pb2.SEEK_TIMESTAMP,
+                partition_pb2.SEEK_EARLIEST,
+                partition_pb2.SEEK_LATEST,
+            ]
+        ),
+        offset=st.integers(-1, 14),
+        back_ms=st.sampled_from([-1, 0, 500, 3_000, 30_000]),
+    )
+    def seek(self, group: str, to: partition_pb2.SeekTo, offset: int, back_ms: int) -> None:
+        timestamp_ms = -1 if back_ms < 0 else max(0, self.now - back_ms)
+        expected = self.model.seek(group, to, offset, timestamp_ms, self.now)
+        cmd = partition_pb2.SeekGroup(group=group, to=to, offset=offset, timestamp_ms=timestamp_ms)
+        self.step("offset", expected, seek_group=cmd)
+
+    @rule()
+    def purge(self) -> None:
+        self.step("count", self.model.purge(self.now), purge=partition_pb2.Purge())
 
     @rule(
         offset=st.integers(0, 12),
