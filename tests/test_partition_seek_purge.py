@@ -97,6 +97,20 @@ def test_seek_backwards_replays_acked_records_and_ends_leases(replica: Replica) 
     assert replica.committed("g") == 1
 
 
+def test_a_delivery_from_before_a_seek_cannot_be_settled_after_it(replica: Replica) -> None:
+    """A forced seek under a live member: its old deliveries at or above the target are
+    neither acked nor nacked away (the replay would lose them), they are delivered again."""
+    replica.append(b"a", b"b", b"c")
+    assert replica.taken("g") == [(0, 1), (1, 1), (2, 1)]
+    assert replica.seek("g", partition_pb2.SEEK_EARLIEST).offset == 0
+    ref = [partition_pb2.DeliveryRef(offset=1, delivery_count=1)]
+    acked = replica.apply(ack=partition_pb2.Settle(group="g", member="m", refs=ref))
+    nacked = replica.apply(nack=partition_pb2.Nack(group="g", member="m", refs=ref))
+    assert [r.error for r in acked.refs] == [ErrorCode.RECORD_NOT_FOUND]
+    assert [r.error for r in nacked.refs] == [ErrorCode.RECORD_NOT_FOUND]
+    assert replica.taken("g") == [(0, 1), (1, 1), (2, 1)]
+
+
 def test_seek_forwards_acknowledges_what_is_below(replica: Replica) -> None:
     replica.append(b"a", b"b", b"c", b"d")
     assert replica.taken("g")[:1] == [(0, 1)]
