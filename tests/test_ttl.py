@@ -9,6 +9,8 @@ expired may still be acknowledged by its holder.
 
 from __future__ import annotations
 
+import os
+import random
 from collections.abc import Callable
 
 import pytest
@@ -239,3 +241,95 @@ def test_bad_topic_ttl_is_refused(
     assert result.error == ErrorCode.INVALID_ARGUMENT
     assert "ttl" in result.message
     assert pair.leader.config.ttl_ms == 0
+
+
+def seed_of() -> int:
+    seed = int(os.environ.get("RAFTQ_SEED", random.SystemRandom().randrange(2**32)))
+    print(f"seed={seed} (replay: RAFTQ_SEED={seed} pytest tests/test_ttl.py -k randomized)")
+    return seed
+
+
+@pytest.mark.parametrize("action", [common_pb2.TTL_DROP, common_pb2.TTL_DEAD_LETTER])
+def test_randomized_nothing_expired_is_delivered_nothing_is_lost(
+    new_store: Callable[[], PartitionStore], action: int
+) -> None:
+    """Random appends (own ttl or none, records and bare values), leases, acks, nacks, topic
+    ttl changes and clock steps, two groups, leader and follower. Every delivery is of a record
+    not expired at that partition time; at the end every record is, in each group, either
+    acknowledged after a delivery or ended as expired, exactly once."""
+    rng = random.Random(seed_of())
+    pair = Pair(new_store, ttl_action=action, dead_letter_topic="t.dlq", ttl_ms=TTL_MS)
+    topic_ttl_ms = TTL_MS
+    own_ttl: dict[int, int] = {}  # offset -> its own ttl_ms
+    stamped: dict[int, int] = {}  # offset -> timestamp_ms
+    acked: dict[str, set[int]] = {"g1": set(), "g2": set()}
+    now = T0_MS
+
+    def expires_at(offset: int) -> int | None:
+        ttl = own_ttl.get(offset) or topic_ttl_ms
+        return stamped[offset] + ttl if ttl else None
+
+    def lease_and_settle(group: str, drain: bool = False) -> None:
+        size = 100 if drain else rng.randint(1, 8)
+        lease = partition_pb2.Lease(group=group, member="m", max_records=size)
+        result = pair.apply(now, lease=lease)
+        assert result.error == ErrorCode.OK, result
+        for d in result.deliveries:
+            at = expires_at(d.record.offset)
+            assert at is None or at > now - SKEW_MS, (d.record.offset, at, now)
+            ref = partition_pb2.DeliveryRef(offset=d.record.offset, delivery_count=d.delivery_count)
+            if drain or rng.random() < 0.7:
+                settle = partition_pb2.Settle(group=group, member="m", refs=[ref])
+                assert pair.apply(now, ack=settle).refs[0].error == ErrorCode.OK
+                acked[group].add(d.record.offset)
+            else:
+                nack = partition_pb2.Nack(group=group, member="m", refs=[ref], delay_ms=500)
+                assert pair.apply(now, nack=nack).error == ErrorCode.OK
+
+    for _ in range(150):
+        roll = rng.random()
+        if roll < 0.3:
+            records = [rec(b"r", rng.choice([0, 0, 1, 700, 3 * TTL_MS])) for _ in range(3)]
+            result = pair.append(now, *records)
+            for r, record in zip(result.records, records, strict=True):
+                stamped[r.offset], own_ttl[r.offset] = now, record.ttl_ms
+        elif roll < 0.4:
+            result = pair.apply(now, append=partition_pb2.Append(values=[b"v", b"w"]))
+            for offset in range(result.range.first_offset, result.range.first_offset + 2):
+                stamped[offset] = now
+        elif roll < 0.45:
+            topic_ttl_ms = rng.choice([0, 500, TTL_MS])
+            configure = partition_pb2.Configure(
+                config=topic_config(
+                    ttl_action=action, dead_letter_topic="t.dlq", ttl_ms=topic_ttl_ms
+                )
+            )
+            assert pair.apply(now, configure=configure).error == ErrorCode.OK
+        elif roll < 0.85:
+            lease_and_settle(rng.choice(["g1", "g2"]))
+        else:
+            now += rng.choice([1, 100, 1000, SKEW_MS, TTL_MS])
+    now += 10 * TTL_MS + LEASE_MS + SKEW_MS  # every ttl and lease is long over
+    ended: dict[str, list[int]] = {"g1": [], "g2": []}
+    for group in ("g1", "g2"):
+        for _ in range(len(stamped) + 2):  # drain: ack what is live, end what expired
+            lease_and_settle(group, drain=True)
+            now += 600  # past the nack delay
+            lag = pair.leader.lag(group)
+            if lag is None or (lag.pending == 0 and lag.lag == 0):
+                break
+    dropped = pair.leader.expired_total
+    for row in pair.leader.outbox(100_000):
+        assert row.reason == "expired"
+        ended[row.group].append(row.offset)
+    for group in ("g1", "g2"):
+        lag = pair.leader.lag(group)
+        assert lag is None or (lag.pending == 0 and lag.lag == 0), lag
+        assert not acked[group] & set(ended[group])
+        if action == common_pb2.TTL_DEAD_LETTER:
+            assert len(set(ended[group])) == len(ended[group])
+            assert acked[group] | set(ended[group]) == set(stamped)
+    if action == common_pb2.TTL_DEAD_LETTER:
+        assert dropped == sum(map(len, ended.values()))
+    else:
+        assert dropped == 2 * len(stamped) - len(acked["g1"]) - len(acked["g2"])
