@@ -17,8 +17,11 @@ import pytest
 
 from broker import cli
 from broker.client import Admin, Consumer, Message, Producer
+from partitions.machine import lag_of
+from partitions.sqlite_store import SqliteStore
 from proto import errors
 from tests.cluster import ProcessCluster
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -73,6 +76,23 @@ def run_cli(bootstrap: str, capsys: pytest.CaptureFixture[str], *argv: str) -> t
     return code, out, err
 
 
+def replicas(cluster: ProcessCluster, topic: str) -> list[tuple[int, int, int | None]]:
+    """(log start, end, group g's committed offset or None) read from every replica's file:
+    leaders and followers apply the same command."""
+    files = sorted(cluster.root.glob(f"broker-*/partitions/{topic}-*/*.sqlite"))
+    assert len(files) == 2 * 3, files  # 2 partitions x RF 3
+    out = []
+    for path in files:
+        store = SqliteStore(str(path))
+        try:
+            meta = store.load_meta()
+            lag = lag_of(store, meta, "g")
+            out.append((meta.log_start, meta.next_offset, lag.committed if lag else None))
+        finally:
+            store.close()
+    return out
+
+
 def committed(admin: Admin, group: str, topic: str) -> dict[int, int]:
     return {
         p.partition: p.committed for p in admin.describe_group(group).partitions if p.topic == topic
@@ -106,6 +126,11 @@ def test_group_seek_to_earliest_offset_timestamp_and_latest(
     assert out.count("committed offset 0") == 2, out
     assert committed(admin, "g", topic) == {0: 0, 1: 0}
     assert sum(p.lag for p in admin.describe_group("g").partitions) == RECORDS
+    wait_until(
+        lambda: all(c == 0 for _, _, c in replicas(cluster, topic)),
+        30,
+        "every replica moved the group to offset 0",
+    )
     with Consumer(cluster.bootstrap, "g", [topic], session_timeout_ms=SESSION_MS) as again:
         replayed = consume(again, RECORDS)
     assert sorted(m.value for m in replayed) == sorted(b"v%d" % i for i in range(RECORDS))
@@ -210,6 +235,11 @@ def test_topic_purge_deletes_every_record_and_later_ones_are_delivered(
     assert sum(p.end for p in offsets) == RECORDS
     for p in offsets:
         assert list(admin.fetch(topic, p.partition, 0).records) == []
+    wait_until(
+        lambda: all(start == end > 0 for start, end, _ in replicas(cluster, topic)),
+        30,
+        "every replica purged its log",
+    )
     described = admin.describe_group("w").partitions
     assert [(p.lag, p.pending, p.leased) for p in described] == [(0, 0, 0), (0, 0, 0)]
 
