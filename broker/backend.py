@@ -13,7 +13,8 @@ One thread, a step every ``interval_s`` (sooner when the table changes). Each st
    every ``retain_interval_s``, forwards dead letters from the outbox to the dead-letter topic
    (creating that topic on first use) and then proposes ``DeadLetterDone``, and hands
    leadership to the partition's preferred leader when that broker is alive (leader balance,
-   like Kafka's preferred-leader election: placement spreads preferred leaders evenly);
+   like Kafka's preferred-leader election: placement spreads preferred leaders evenly; off
+   with ``broker.auto_leader_rebalance: false``, then ``raftq cluster rebalance-leaders``);
 4. on the metadata leader: expires consumer sessions (LeaveGroup + lease release), deletes
    groups empty for ``groups.offsets_retention_ms`` by its clock, and groups an interrupted
    DeleteGroup left deleting, and forgets Spark txn watermarks not raised for
@@ -432,17 +433,26 @@ class Backend:
                 )
 
     def _prefer_leader(self, replica: PartitionReplica, table: Table) -> None:
+        if self.broker.config.broker.auto_leader_rebalance:
+            self.prefer_leader(replica, table)
+
+    def prefer_leader(self, replica: PartitionReplica, table: Table) -> bool:
+        """Hand a replica this broker leads to its preferred leader when that broker is
+        connected and a voter of the group (not mid-move); True when a transfer started."""
         b = self.broker
         replicas = table.replicas(replica.topic, replica.partition) or ()
         if not replicas or replicas[0] == b.id:
-            return
+            return False
         preferred = table.broker(replicas[0])
         if preferred is None or preferred.raft_addr not in b.endpoint.connected_peers():
-            return
+            return False
+        if preferred.raft_addr not in replica.node.members():
+            return False
         logger.info(
             "%s handing leadership to preferred leader broker %d", replica.where, replicas[0]
         )
         replica.node.transfer_leadership(preferred.raft_addr)
+        return True
 
     # -- metadata leader ---------------------------------------------------------------------
 

@@ -215,6 +215,14 @@ def topic_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def topic_add_partitions(args: argparse.Namespace) -> int:
+    """``raftq topic add-partitions NAME --partitions N``: grow to N partitions."""
+    with _admin(args) as admin:
+        description = admin.add_partitions(args.name, args.partitions)
+    _print_topic(description, args)
+    return 0
+
+
 def topic_list(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         topics = admin.list_topics()
@@ -641,6 +649,20 @@ def cluster_remove_broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cluster_rebalance_leaders(args: argparse.Namespace) -> int:
+    """``raftq cluster rebalance-leaders``: preferred leader election now."""
+    with _admin(args) as admin:
+        result = admin.rebalance_leaders()
+    if args.json:
+        emit_json(to_dict(result), sys.stdout)
+    else:
+        print(
+            f"{result.moved} partitions moved to their preferred leader; "
+            f"{result.remaining} still led elsewhere"
+        )
+    return 0
+
+
 # --- wiring ---------------------------------------------------------------------------------
 
 
@@ -659,7 +681,7 @@ def register(subparsers: Subparsers) -> None:
     common = [client_options()]
 
     topic = subparsers.add_parser(
-        "topic", help="create, list, describe, alter, purge, delete topics"
+        "topic", help="create, list, describe, alter, purge, delete topics, add partitions"
     )
     topics = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
     create = _add(topics, "create", topic_create, "create a topic", common)
@@ -678,6 +700,15 @@ def register(subparsers: Subparsers) -> None:
     purge = _add(topics, "purge", topic_purge, "delete every record now in a topic", common)
     purge.add_argument("name")
     purge.add_argument("--partition", type=int, help="only this partition (default: all)")
+    grow = _add(
+        topics,
+        "add-partitions",
+        topic_add_partitions,
+        "grow a topic's partition count (keyed records map to the new count from then on)",
+        common,
+    )
+    grow.add_argument("name")
+    grow.add_argument("--partitions", type=int, required=True, help="the new total count")
 
     prod = _add(subparsers, "produce", produce, "send stdin lines (or --count N records)", common)
     prod.add_argument("topic")
@@ -743,6 +774,13 @@ def register(subparsers: Subparsers) -> None:
     remove.add_argument("broker_id", type=int, metavar="ID")
     remove.add_argument(
         "--timeout-s", type=float, default=300.0, help="wait at most this long (default 300)"
+    )
+    _add(
+        clusters,
+        "rebalance-leaders",
+        cluster_rebalance_leaders,
+        "move every partition's leadership to its preferred replica now",
+        common,
     )
 
 

@@ -219,6 +219,9 @@ class BrokerSettings(_Section):
     join_addrs: tuple[str, ...] = ()
     metrics_addr: str = "127.0.0.1:9100"
     cluster_secret: str = _setting("", secret=True)
+    # A partition leader hands leadership to its preferred replica on its own (Kafka's
+    # auto.leader.rebalance.enable); false: only `raftq cluster rebalance-leaders` moves it.
+    auto_leader_rebalance: bool = True
 
     @property
     def uses_dev_secret(self) -> bool:

@@ -120,6 +120,7 @@ class Broker:
         self.membership = Membership(self, joining=joining)
         self.service.membership = self.membership
         self.backend = Backend(self)
+        self.service.prefer_leader = self.backend.prefer_leader
         self.meta.on_change(self.backend.wake)
         internal = InternalServicer(self.service, secret, default_timeout_s=10.0)
         # Prometheus /metrics on broker.metrics_addr ("" = off); the bound address, port 0 kept.

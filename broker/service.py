@@ -92,6 +92,12 @@ LEADER_ONLY: dict[str, type[Any]] = {
     "commit_txn": api_pb2.CommitTxnRequest,
     "get_txn": api_pb2.GetTxnRequest,
     "create_dead_letter_topic": api_pb2.DescribeTopicRequest,  # the source topic's name
+    "add_partitions": api_pb2.AddPartitionsRequest,
+    "rebalance_leaders": api_pb2.RebalanceLeadersRequest,
+}
+# Facade methods the metadata leader runs on a given broker (never forwarded again).
+ON_BROKER: dict[str, type[Any]] = {
+    "lead_preferred_here": api_pb2.RebalanceLeadersRequest,
 }
 AS_PRINCIPAL = frozenset({"join_group"})  # leader-only calls that act as the caller
 # A retried Nack's answers that describe a state the first attempt may have made itself.
@@ -115,6 +121,9 @@ RESPONSES: dict[str, type[Any]] = {
     "commit_txn": api_pb2.TxnState,
     "get_txn": api_pb2.TxnState,
     "create_dead_letter_topic": api_pb2.TopicDescription,  # only its name
+    "add_partitions": api_pb2.TopicDescription,
+    "rebalance_leaders": api_pb2.RebalanceLeadersResponse,
+    "lead_preferred_here": api_pb2.RebalanceLeadersResponse,
 }
 
 
@@ -235,6 +244,9 @@ class BrokerService:
         )
         self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="raftq-release")
         self.membership: Membership | None = None  # set by the broker (broker/membership.py)
+        # Hands a led replica to its preferred leader; True when a transfer started (set by
+        # the broker: broker/backend.py Backend.prefer_leader).
+        self.prefer_leader: Callable[[PartitionReplica, Table], bool] = lambda r, t: False
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -311,6 +323,9 @@ class BrokerService:
         self, method: str, request: bytes, *, timeout_s: float, principal: str = ""
     ) -> bytes:
         """Internal.Forward: run a leader-only call here or refuse (never forward again)."""
+        if method in ON_BROKER:
+            response = getattr(self, method)(ON_BROKER[method].FromString(request), timeout_s)
+            return bytes(response.SerializeToString())
         if method not in LEADER_ONLY:
             raise errors.InvalidArgument(f"{method!r} cannot be forwarded")
         if not self.meta.is_leader():
@@ -1098,6 +1113,97 @@ class BrokerService:
     ) -> api_pb2.RemoveBrokerResponse:
         assert self.membership is not None
         return self.membership.remove_broker(request.broker_id, timeout_s)
+
+    def add_partitions(
+        self, request: api_pb2.AddPartitionsRequest, *, timeout_s: float | None
+    ) -> api_pb2.TopicDescription:
+        response: api_pb2.TopicDescription = self._leader_only("add_partitions", request, timeout_s)
+        return response
+
+    def _add_partitions(
+        self, request: api_pb2.AddPartitionsRequest, timeout_s: float
+    ) -> api_pb2.TopicDescription:
+        """Grow the topic, wait for the new partitions' leaders, describe it. Raises
+        UnknownTopic, InvalidArgument (metadata/frontend.py add_partitions)."""
+        data = self.frontend.add_partitions(
+            self.meta.table,
+            request.name,
+            request.partitions,
+            live_ids=self.live_brokers(),
+            now_ms=self.now_ms(),
+        )
+        self.meta_propose(data, timeout_s)
+        self.wait_for_leaders(request.name, min(timeout_s, LEADER_WAIT_S))
+        return self._describe_topic(api_pb2.DescribeTopicRequest(name=request.name), timeout_s)
+
+    def rebalance_leaders(
+        self, request: api_pb2.RebalanceLeadersRequest, *, timeout_s: float | None
+    ) -> api_pb2.RebalanceLeadersResponse:
+        response: api_pb2.RebalanceLeadersResponse = self._leader_only(
+            "rebalance_leaders", request, timeout_s
+        )
+        return response
+
+    def _off_preferred(self, table: Table) -> set[tuple[str, int]]:
+        """Partitions whose reported leader is not their preferred replica, a live broker."""
+        live = self.live_brokers()
+        return {
+            key
+            for key, view in self.reports.partitions(table).items()
+            if view.leader
+            and (replicas := table.replicas(*key))
+            and replicas[0] != view.leader
+            and replicas[0] in live
+        }
+
+    def _rebalance_leaders(
+        self, request: api_pb2.RebalanceLeadersRequest, timeout_s: float
+    ) -> api_pb2.RebalanceLeadersResponse:
+        """On the metadata leader: each broker leading a partition off its preferred replica
+        hands it over (``lead_preferred_here``), then the reports are awaited (within the call,
+        at most LEADER_WAIT_S). Raises Timeout/Unavailable only when no broker was reached."""
+        deadline = time.monotonic() + min(timeout_s, LEADER_WAIT_S)
+        table = self.meta.table
+        before = self._off_preferred(table)
+        views = self.reports.partitions(table)
+        for broker_id in sorted({views[key].leader for key in before}):
+            left = max(deadline - time.monotonic(), 0.001)
+            try:
+                if broker_id == self.broker_id:
+                    self.lead_preferred_here(request, left)
+                elif (info := table.broker(broker_id)) is not None:
+                    self.internal.forward(
+                        info.client_addr, "lead_preferred_here", request.SerializeToString(), left
+                    )
+            except errors.RaftqError as exc:  # that broker's partitions stay: counted remaining
+                logger.info("rebalance leaders: broker %d: %s", broker_id, exc)
+        remaining = before
+        while remaining and time.monotonic() < deadline:
+            time.sleep(0.05)
+            table = self.meta.table
+            views = self.reports.partitions(table)
+            # moved = reported led by the preferred replica (no leader mid-transfer is not)
+            remaining = {
+                key
+                for key in remaining
+                if key not in views or views[key].leader != (table.replicas(*key) or (0,))[0]
+            }
+        return api_pb2.RebalanceLeadersResponse(
+            moved=len(before - remaining), remaining=len(remaining)
+        )
+
+    def lead_preferred_here(
+        self, request: api_pb2.RebalanceLeadersRequest, timeout_s: float
+    ) -> api_pb2.RebalanceLeadersResponse:
+        """Hand every partition this broker leads to its preferred replica (when connected);
+        answers how many transfers started."""
+        table = self.meta.table
+        started = 0
+        for key in table.partitions_of(self.broker_id):
+            replica = self.replicas(key)
+            if replica is not None and replica.is_leader() and self.prefer_leader(replica, table):
+                started += 1
+        return api_pb2.RebalanceLeadersResponse(moved=started)
 
     def _create_topic(
         self, request: api_pb2.CreateTopicRequest, timeout_s: float

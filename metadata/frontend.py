@@ -268,6 +268,51 @@ class MetadataFrontend:
             )
         return data
 
+    def add_partitions(
+        self, table: Table, name: str, partitions: int, *, live_ids: Collection[int], now_ms: int
+    ) -> bytes:
+        """Plan growing ``name`` to ``partitions`` partitions (Kafka's CreatePartitions): the
+        new ones get the topic's replication factor, placed on live brokers balanced against
+        the whole cluster (assignors.placement.place_replicas).
+
+        Raises (normal): UnknownTopic; InvalidArgument when ``partitions`` is not above the
+        current count or above the partition limit, when fewer live brokers than the
+        replication factor remain, or when the plan is too big for one command.
+        """
+        topic = _topic(table, name)
+        count = topic.partition_count
+        if partitions <= count:
+            raise errors.InvalidArgument(
+                f"topic {name!r} has {count} partitions: partitions only grow, ask for more "
+                f"than {count} (not {partitions})"
+            )
+        if partitions > self.partitions_max:
+            raise errors.InvalidArgument(
+                f"partitions is {partitions}: it must be at most {self.partitions_max}"
+            )
+        rf = topic.replication_factor
+        brokers = table.placement_brokers(live_ids)
+        if rf > len(brokers):
+            raise errors.InvalidArgument(
+                f"topic {name!r} has replication factor {rf} and {len(brokers)} brokers are "
+                f"live: start more brokers first"
+            )
+        placed = placement.place_replicas(brokers, partitions - count, rf, table.placement())
+        cmd = metadata_pb2.AddPartitions(
+            name=name,
+            topic_id=topic.topic_id,
+            replication_factor=rf,
+            replicas=[b for partition in placed for b in partition],
+        )
+        data = self._encode(now_ms, add_partitions=cmd, check_size=False)
+        if len(data) > self.command_bytes_max:
+            raise errors.InvalidArgument(
+                f"adding {partitions - count} partitions to {name!r} makes a {len(data)}-byte "
+                f"metadata command, over the {self.command_bytes_max}-byte Raft entry limit: "
+                "add fewer at a time"
+            )
+        return data
+
     def delete_topic(self, table: Table, name: str, *, now_ms: int) -> bytes:
         """Delete a topic (its dead-letter topic stays). Raises UnknownTopic (normal)."""
         topic = _topic(table, name)

@@ -208,6 +208,7 @@ class MetadataMachine:
             "delete_group": on_delete_group,
             "commit_txn": on_commit_txn,
             "expire_txns": on_expire_txns,
+            "add_partitions": on_add_partitions,
         }
 
     @property
@@ -378,22 +379,12 @@ def on_create_topic(
     if cmd.topic_id >= INT64_MAX:
         raise errors.InvalidArgument(f"topic id {cmd.topic_id} is out of range")
     check_topic_config(cmd.name, cmd.config)
-    rf = cmd.replication_factor
-    if rf < 1 or len(cmd.replicas) % rf:
-        raise errors.InvalidArgument(
-            f"topic {cmd.name!r}: {len(cmd.replicas)} replicas do not make whole partitions "
-            f"of replication_factor {rf}"
-        )
-    count = len(cmd.replicas) // rf
+    partitions = _placed_partitions(table, cmd.name, cmd.replication_factor, cmd.replicas, index)
+    count = len(cmd.replicas) // cmd.replication_factor
     if not 1 <= count <= PARTITIONS_MAX:
         raise errors.InvalidArgument(
             f"topic {cmd.name!r}: partitions must be 1..{PARTITIONS_MAX}, not {count}"
         )
-    partitions = []
-    for p in range(count):
-        replicas = tuple(cmd.replicas[p * rf : (p + 1) * rf])
-        check_replicas(table, replicas, f"{cmd.name}/{p}")
-        partitions.append(PartitionInfo(replicas, index))
     topic = TopicInfo(
         cmd.name, cmd.topic_id, config_to_bytes(cmd.config), tuple(partitions), now_ms, index, index
     )
@@ -406,6 +397,49 @@ def on_create_topic(
     return new, metadata_pb2.MetaResult(
         changed=True, topic=topic.to_proto(), rebalanced_groups=bumped
     )
+
+
+def on_add_partitions(
+    table: Table, cmd: metadata_pb2.AddPartitions, now_ms: int, index: int
+) -> tuple[Table, metadata_pb2.MetaResult]:
+    """Append the planned partitions (created at ``index``) and rebalance the groups
+    subscribed to the topic. INVALID_ARGUMENT when nothing is added or the total passes
+    PARTITIONS_MAX; UNKNOWN_TOPIC for a topic (incarnation) that does not exist."""
+    topic = _existing_topic(table.topics, cmd.name, cmd.topic_id)
+    count = topic.partition_count
+    rf = cmd.replication_factor
+    added = _placed_partitions(table, cmd.name, rf, cmd.replicas, index, count)
+    total = count + len(cmd.replicas) // rf
+    if not added or total > PARTITIONS_MAX:
+        raise errors.InvalidArgument(
+            f"topic {cmd.name!r} has {count} partitions: it may grow to "
+            f"{count + 1}..{PARTITIONS_MAX}, not {total}"
+        )
+    added = [replace(p, created_index=index) for p in added]
+    topic = replace(topic, partitions=topic.partitions + tuple(added), revision=index)
+    new = replace(table, topics=frozen_map({**table.topics, cmd.name: topic}))
+    new, bumped = _rebalance_subscribers(new, cmd.name)
+    return new, metadata_pb2.MetaResult(
+        changed=True, topic=topic.to_proto(), rebalanced_groups=bumped
+    )
+
+
+def _placed_partitions(
+    table: Table, name: str, rf: int, replicas: Sequence[int], index: int, first: int = 0
+) -> list[PartitionInfo]:
+    """Flat replica lists (``rf`` per partition, numbered from ``first``) as checked
+    PartitionInfos set at ``index``; at most PARTITIONS_MAX + 1 of them are checked."""
+    if rf < 1 or len(replicas) % rf:
+        raise errors.InvalidArgument(
+            f"topic {name!r}: {len(replicas)} replicas do not make whole partitions "
+            f"of replication_factor {rf}"
+        )
+    partitions = []
+    for p in range(min(len(replicas) // rf, PARTITIONS_MAX + 1)):
+        placed = tuple(replicas[p * rf : (p + 1) * rf])
+        check_replicas(table, placed, f"{name}/{first + p}")
+        partitions.append(PartitionInfo(placed, index))
+    return partitions
 
 
 def _existing_topic(topics: Mapping[str, TopicInfo], name: str, topic_id: int) -> TopicInfo:
@@ -462,7 +496,8 @@ def _reassigned(
     if topic.partitions[cmd.partition].replicas == replicas:
         return topic
     partitions = list(topic.partitions)
-    partitions[cmd.partition] = PartitionInfo(replicas, index)
+    created = topic.partitions[cmd.partition].created_index
+    partitions[cmd.partition] = PartitionInfo(replicas, index, created)
     return replace(topic, partitions=tuple(partitions))
 
 

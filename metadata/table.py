@@ -76,6 +76,7 @@ class BrokerInfo:
 class PartitionInfo:
     replicas: tuple[int, ...]  # ordered, preferred leader first
     revision: int = 0  # the Raft index that last set the replicas
+    created_index: int = 0  # the AddPartitions that added it; 0 = created with its topic
 
     @property
     def preferred_leader(self) -> int:
@@ -110,8 +111,10 @@ class TopicInfo:
         return [list(p.replicas) for p in self.partitions]
 
     def moved(self, partition: int) -> bool:
-        """Whether ``partition``'s replicas changed after the topic was created."""
-        return 0 < self.created_index < self.partitions[partition].revision
+        """Whether ``partition``'s replicas changed after it was created (with the topic or
+        by AddPartitions)."""
+        info = self.partitions[partition]
+        return 0 < (info.created_index or self.created_index) < info.revision
 
     def to_proto(self) -> metadata_pb2.TopicState:
         return metadata_pb2.TopicState(
@@ -119,7 +122,9 @@ class TopicInfo:
             topic_id=self.topic_id,
             config=self.config,
             partitions=[
-                metadata_pb2.PartitionState(replicas=p.replicas, revision=p.revision)
+                metadata_pb2.PartitionState(
+                    replicas=p.replicas, revision=p.revision, created_index=p.created_index
+                )
                 for p in self.partitions
             ],
             created_ms=self.created_ms,
@@ -133,7 +138,10 @@ class TopicInfo:
             msg.name,
             msg.topic_id,
             config_to_bytes(msg.config),
-            tuple(PartitionInfo(tuple(p.replicas), p.revision) for p in msg.partitions),
+            tuple(
+                PartitionInfo(tuple(p.replicas), p.revision, p.created_index)
+                for p in msg.partitions
+            ),
             msg.created_ms,
             msg.revision,
             msg.created_index,
@@ -371,7 +379,7 @@ class Table:
                 name: {
                     "topic_id": t.topic_id,
                     "config": str(t.config),
-                    "partitions": [(p.replicas, p.revision) for p in t.partitions],
+                    "partitions": [(p.replicas, p.revision, p.created_index) for p in t.partitions],
                     "created_ms": t.created_ms,
                     "revision": t.revision,
                     "created_index": t.created_index,

@@ -564,6 +564,26 @@ class DeleteGroupRequest(_message.Message):
     group: str
     def __init__(self, group: _Optional[str] = ...) -> None: ...
 
+class AddPartitionsRequest(_message.Message):
+    __slots__ = ("name", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: int
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ...) -> None: ...
+
+class RebalanceLeadersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RebalanceLeadersResponse(_message.Message):
+    __slots__ = ("moved", "remaining")
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    moved: int
+    remaining: int
+    def __init__(self, moved: _Optional[int] = ..., remaining: _Optional[int] = ...) -> None: ...
+
 class DeleteGroupResponse(_message.Message):
     __slots__ = ("partitions", "pending")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]

@@ -825,6 +825,16 @@ class AdminStub:
                 request_serializer=proto_dot_api__pb2.PurgeTopicRequest.SerializeToString,
                 response_deserializer=proto_dot_api__pb2.PurgeTopicResponse.FromString,
                 _registered_method=True)
+        self.AddPartitions = channel.unary_unary(
+                '/raftq.v1.Admin/AddPartitions',
+                request_serializer=proto_dot_api__pb2.AddPartitionsRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.TopicDescription.FromString,
+                _registered_method=True)
+        self.RebalanceLeaders = channel.unary_unary(
+                '/raftq.v1.Admin/RebalanceLeaders',
+                request_serializer=proto_dot_api__pb2.RebalanceLeadersRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.RebalanceLeadersResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -954,6 +964,25 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddPartitions(self, request, context):
+        """Grow a topic to `partitions` partitions (Kafka's CreatePartitions): the metadata leader
+        places the new ones on live brokers and waits for their leaders. The count only grows
+        (INVALID_ARGUMENT at or below the current count, or above the partition limit). Keyed
+        records go to murmur2(key) mod the new count from then on; groups subscribed to the topic
+        rebalance onto the new partitions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RebalanceLeaders(self, request, context):
+        """Move every partition's leadership to its preferred replica (the first of its replicas)
+        where that broker is live: Kafka's preferred leader election, at once instead of lazily.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1036,6 +1065,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.PurgeTopic,
                     request_deserializer=proto_dot_api__pb2.PurgeTopicRequest.FromString,
                     response_serializer=proto_dot_api__pb2.PurgeTopicResponse.SerializeToString,
+            ),
+            'AddPartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPartitions,
+                    request_deserializer=proto_dot_api__pb2.AddPartitionsRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.TopicDescription.SerializeToString,
+            ),
+            'RebalanceLeaders': grpc.unary_unary_rpc_method_handler(
+                    servicer.RebalanceLeaders,
+                    request_deserializer=proto_dot_api__pb2.RebalanceLeadersRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.RebalanceLeadersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1474,6 +1513,60 @@ class Admin:
             '/raftq.v1.Admin/PurgeTopic',
             proto_dot_api__pb2.PurgeTopicRequest.SerializeToString,
             proto_dot_api__pb2.PurgeTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddPartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Admin/AddPartitions',
+            proto_dot_api__pb2.AddPartitionsRequest.SerializeToString,
+            proto_dot_api__pb2.TopicDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RebalanceLeaders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Admin/RebalanceLeaders',
+            proto_dot_api__pb2.RebalanceLeadersRequest.SerializeToString,
+            proto_dot_api__pb2.RebalanceLeadersResponse.FromString,
             options,
             channel_credentials,
             insecure,

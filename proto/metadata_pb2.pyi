@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class MetaCommand(_message.Message):
-    __slots__ = ("now_ms", "register_broker", "deregister_broker", "create_topic", "delete_topic", "alter_topic_config", "reassign_partition", "join_group", "leave_group", "delete_group", "commit_txn", "expire_txns")
+    __slots__ = ("now_ms", "register_broker", "deregister_broker", "create_topic", "delete_topic", "alter_topic_config", "reassign_partition", "join_group", "leave_group", "delete_group", "commit_txn", "expire_txns", "add_partitions")
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     REGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
     DEREGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,7 @@ class MetaCommand(_message.Message):
     DELETE_GROUP_FIELD_NUMBER: _ClassVar[int]
     COMMIT_TXN_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_TXNS_FIELD_NUMBER: _ClassVar[int]
+    ADD_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     now_ms: int
     register_broker: RegisterBroker
     deregister_broker: DeregisterBroker
@@ -33,7 +34,8 @@ class MetaCommand(_message.Message):
     delete_group: DeleteGroup
     commit_txn: CommitTxn
     expire_txns: ExpireTxns
-    def __init__(self, now_ms: _Optional[int] = ..., register_broker: _Optional[_Union[RegisterBroker, _Mapping]] = ..., deregister_broker: _Optional[_Union[DeregisterBroker, _Mapping]] = ..., create_topic: _Optional[_Union[CreateTopic, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopic, _Mapping]] = ..., alter_topic_config: _Optional[_Union[AlterTopicConfig, _Mapping]] = ..., reassign_partition: _Optional[_Union[ReassignPartition, _Mapping]] = ..., join_group: _Optional[_Union[JoinGroup, _Mapping]] = ..., leave_group: _Optional[_Union[LeaveGroup, _Mapping]] = ..., delete_group: _Optional[_Union[DeleteGroup, _Mapping]] = ..., commit_txn: _Optional[_Union[CommitTxn, _Mapping]] = ..., expire_txns: _Optional[_Union[ExpireTxns, _Mapping]] = ...) -> None: ...
+    add_partitions: AddPartitions
+    def __init__(self, now_ms: _Optional[int] = ..., register_broker: _Optional[_Union[RegisterBroker, _Mapping]] = ..., deregister_broker: _Optional[_Union[DeregisterBroker, _Mapping]] = ..., create_topic: _Optional[_Union[CreateTopic, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopic, _Mapping]] = ..., alter_topic_config: _Optional[_Union[AlterTopicConfig, _Mapping]] = ..., reassign_partition: _Optional[_Union[ReassignPartition, _Mapping]] = ..., join_group: _Optional[_Union[JoinGroup, _Mapping]] = ..., leave_group: _Optional[_Union[LeaveGroup, _Mapping]] = ..., delete_group: _Optional[_Union[DeleteGroup, _Mapping]] = ..., commit_txn: _Optional[_Union[CommitTxn, _Mapping]] = ..., expire_txns: _Optional[_Union[ExpireTxns, _Mapping]] = ..., add_partitions: _Optional[_Union[AddPartitions, _Mapping]] = ...) -> None: ...
 
 class RegisterBroker(_message.Message):
     __slots__ = ("broker_id", "client_addr", "raft_addr", "rack")
@@ -68,6 +70,18 @@ class CreateTopic(_message.Message):
     replication_factor: int
     replicas: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[int] = ..., config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ..., replication_factor: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AddPartitions(_message.Message):
+    __slots__ = ("name", "topic_id", "replication_factor", "replicas")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    topic_id: int
+    replication_factor: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[int] = ..., replication_factor: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class DeleteTopic(_message.Message):
     __slots__ = ("name", "topic_id")
@@ -180,12 +194,14 @@ class BrokerState(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., client_addr: _Optional[str] = ..., raft_addr: _Optional[str] = ..., rack: _Optional[str] = ..., registered_ms: _Optional[int] = ...) -> None: ...
 
 class PartitionState(_message.Message):
-    __slots__ = ("replicas", "revision")
+    __slots__ = ("replicas", "revision", "created_index")
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_INDEX_FIELD_NUMBER: _ClassVar[int]
     replicas: _containers.RepeatedScalarFieldContainer[int]
     revision: int
-    def __init__(self, replicas: _Optional[_Iterable[int]] = ..., revision: _Optional[int] = ...) -> None: ...
+    created_index: int
+    def __init__(self, replicas: _Optional[_Iterable[int]] = ..., revision: _Optional[int] = ..., created_index: _Optional[int] = ...) -> None: ...
 
 class TopicState(_message.Message):
     __slots__ = ("name", "topic_id", "config", "partitions", "created_ms", "revision", "created_index")

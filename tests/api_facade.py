@@ -728,6 +728,16 @@ class ApiFacade:
     ) -> api_pb2.RemoveBrokerResponse:
         raise errors.InvalidArgument(f"broker {request.broker_id}: a single node has no others")
 
+    def add_partitions(
+        self, request: api_pb2.AddPartitionsRequest, *, timeout_s: float | None
+    ) -> api_pb2.TopicDescription:
+        raise errors.InvalidArgument("this single-node facade keeps its partition counts")
+
+    def rebalance_leaders(
+        self, request: api_pb2.RebalanceLeadersRequest, *, timeout_s: float | None
+    ) -> api_pb2.RebalanceLeadersResponse:
+        return api_pb2.RebalanceLeadersResponse()  # one node: every leader is preferred
+
     def producer_state(
         self, request: api_pb2.ProducerStateRequest, *, timeout_s: float | None
     ) -> api_pb2.ProducerStateResponse:

@@ -7,9 +7,9 @@ huge strings and bytes, names of existing and unknown topics and groups, nested 
 repeated fields and maps. The streaming RPCs get 1-3 such requests on one stream.
 
 A few values are *tamed* (`tame`) so that a valid-looking request cannot make the cluster do
-unbounded work or destroy the fixture it is judged by (at most 4 partitions per new topic, no
-RemoveBroker of a live broker, no DeleteTopic/AlterTopicConfig of the round-trip topics, long
-polls of at most 200 ms); invalid values of those fields are still sent.
+unbounded work or destroy the fixture it is judged by (at most 4 partitions per new or grown
+topic, no RemoveBroker of a live broker, no DeleteTopic/AlterTopicConfig/AddPartitions of the
+round-trip topics, long polls of at most 200 ms); invalid values of those fields are still sent.
 
 What counts as a failure (`Outcome.failure`): an answer with gRPC status UNKNOWN or INTERNAL,
 an error status without the ``raftq-code`` trailer, or a ``raftq-code`` of INTERNAL. Not a
@@ -246,6 +246,12 @@ def tame(method: str, msg: Message) -> None:
     elif method in ("DeleteTopic", "AlterTopicConfig"):
         if msg.name in PROTECTED_TOPICS:
             msg.name = SCRATCH_TOPIC
+    elif method == "AddPartitions":
+        assert isinstance(msg, api_pb2.AddPartitionsRequest)
+        if msg.name in PROTECTED_TOPICS:
+            msg.name = SCRATCH_TOPIC
+        if 4 < msg.partitions <= 10_000:
+            msg.partitions = 4
     elif method == "RemoveBroker":
         assert isinstance(msg, api_pb2.RemoveBrokerRequest)
         if 1 <= msg.broker_id <= 16:
@@ -411,6 +417,7 @@ def templates() -> dict[str, dict[str, Any]]:
         "UpdateRecord": {"topic": TOPIC, "partition": 0, "offset": 0, "priority": 1},
         "CancelRecord": {"topic": TOPIC, "partition": 1, "offset": 0},
         "RemoveBroker": {"broker_id": 99},
+        "AddPartitions": {"name": SCRATCH_TOPIC, "partitions": 2},
         "CommitTxn": {"app_id": "fz-app", "version": 1},
         "GetTxn": {"app_id": "fz-app"},
     }

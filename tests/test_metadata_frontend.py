@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Collection
 from typing import Any
 
@@ -17,7 +18,7 @@ from metadata.frontend import (
     TopicSpec,
     default_dead_letter_topic,
 )
-from metadata.machine import MetadataMachine
+from metadata.machine import PARTITIONS_MAX, MetadataMachine
 from metadata.table import Table
 from partitions.machine import check_config
 from proto import common_pb2, errors, metadata_pb2
@@ -284,6 +285,39 @@ def test_reassign_partition(cluster: Cluster) -> None:
 
 
 # -- brokers --------------------------------------------------------------------------------
+
+
+def test_add_partitions_grows_only_and_places_new_partitions_evenly(cluster: Cluster) -> None:
+    cluster.apply(cluster.create("t", partitions=3, rf=2))
+    grow = cluster.frontend.add_partitions
+    for at_or_below in (0, 2, 3):
+        with pytest.raises(errors.InvalidArgument, match="only grow"):
+            grow(cluster.table, "t", at_or_below, live_ids=cluster.live, now_ms=NOW)
+    with pytest.raises(errors.InvalidArgument, match="at most"):
+        grow(cluster.table, "t", PARTITIONS_MAX + 1, live_ids=cluster.live, now_ms=NOW)
+    with pytest.raises(errors.UnknownTopic):
+        grow(cluster.table, "u", 4, live_ids=cluster.live, now_ms=NOW)
+    with pytest.raises(errors.InvalidArgument, match="live"):
+        grow(cluster.table, "t", 4, live_ids={1}, now_ms=NOW)
+    cmd = decode(grow(cluster.table, "t", 6, live_ids=cluster.live, now_ms=NOW))
+    topic = cluster.table.topic("t")
+    assert topic is not None
+    assert cmd.add_partitions.topic_id == topic.topic_id
+    assert cmd.add_partitions.replication_factor == 2 and len(cmd.add_partitions.replicas) == 6
+    cluster.apply(cmd.SerializeToString())
+    grown = cluster.table.topic("t")
+    assert grown is not None and grown.partition_count == 6
+    assert grown.placement()[:3] == topic.placement()
+    # 6 partitions x RF 2 on 3 brokers: 4 replicas and 2 preferred leaderships each
+    replicas = Counter(b for p in grown.placement() for b in p)
+    leaders = Counter(p[0] for p in grown.placement())
+    assert set(replicas.values()) == {4} and set(leaders.values()) == {2}
+    # a broker's partition limit: grown to it exactly, not past it
+    capped = MetadataFrontend(partitions_max=8).add_partitions
+    with pytest.raises(errors.InvalidArgument, match="at most 8"):
+        capped(cluster.table, "t", 9, live_ids=cluster.live, now_ms=NOW)
+    cluster.apply(capped(cluster.table, "t", 8, live_ids=cluster.live, now_ms=NOW))
+    assert cluster.table.topics["t"].partition_count == 8
 
 
 def test_register_broker_errors(cluster: Cluster) -> None:

@@ -21,7 +21,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from metadata.frontend import MetadataFrontend
-from metadata.machine import MetadataMachine
+from metadata.machine import PARTITIONS_MAX, MetadataMachine
 from metadata.table import GroupInfo, Table
 from partitions.machine import DEFAULT_CONFIG
 from proto import common_pb2, errors, metadata_pb2
@@ -427,6 +427,56 @@ def test_reassign_partition(cluster: Cluster) -> None:
     cluster.rejected(reassign(0, [1], topic="u"), ErrorCode.UNKNOWN_TOPIC)
     for bad in ([], [1, 1], [1, 8]):
         cluster.rejected(reassign(0, bad), ErrorCode.INVALID_ARGUMENT)
+
+
+def test_add_partitions_appends_placed_partitions_and_rebalances_subscribed_groups(
+    cluster: Cluster,
+) -> None:
+    cluster.ok(cluster.topic("t", [[1, 2], [2, 3]]))
+    created = cluster.index
+    cluster.ok(cluster.join("g", "m1", ["t"]))
+    generation = cluster.table.groups["g"].generation
+
+    def grow(replicas: list[int], rf: int = 2, name: str = "t", topic_id: int = 0) -> bytes:
+        msg = metadata_pb2.AddPartitions(
+            name=name, topic_id=topic_id, replication_factor=rf, replicas=replicas
+        )
+        return command(add_partitions=msg)
+
+    # nothing added, half a partition, unknown brokers or topics, a past incarnation, too many
+    cluster.rejected(grow([]), ErrorCode.INVALID_ARGUMENT)
+    cluster.rejected(grow([1, 2, 3]), ErrorCode.INVALID_ARGUMENT)
+    cluster.rejected(grow([1, 1]), ErrorCode.INVALID_ARGUMENT)
+    cluster.rejected(grow([1, 9]), ErrorCode.INVALID_ARGUMENT)
+    cluster.rejected(grow([1, 2], rf=0), ErrorCode.INVALID_ARGUMENT)
+    cluster.rejected(grow([1, 2], name="u"), ErrorCode.UNKNOWN_TOPIC)
+    cluster.rejected(grow([1, 2], topic_id=7), ErrorCode.UNKNOWN_TOPIC)
+    cluster.rejected(grow([1] * (PARTITIONS_MAX - 1), rf=1), ErrorCode.INVALID_ARGUMENT)
+
+    result = cluster.ok(grow([3, 1, 1, 2], topic_id=1))
+    topic = cluster.table.topic("t")
+    assert topic is not None and result.topic == topic.to_proto()
+    assert topic.placement() == [[1, 2], [2, 3], [3, 1], [1, 2]]
+    assert [p.created_index for p in topic.partitions] == [0, 0, cluster.index, cluster.index]
+    assert topic.created_index == created and topic.revision == cluster.index
+    # the added partitions are new, not moved: their replicas start their group themselves
+    assert not any(topic.moved(p) for p in range(4))
+    assert result.rebalanced_groups == ["g"]
+    group = cluster.table.groups["g"]
+    assert group.generation == generation + 1
+    assert sorted(p for _, p in group.members["m1"].assignment) == [0, 1, 2, 3]
+    # a later move of an added partition is a move; the snapshot keeps when it was added
+    added_at = cluster.index
+    move = metadata_pb2.ReassignPartition(topic="t", partition=3, replicas=[3, 2])
+    cluster.ok(command(reassign_partition=move))
+    topic = cluster.table.topic("t")
+    assert topic is not None and topic.moved(3) and topic.partitions[3].created_index == added_at
+    restored = MetadataMachine()
+    restored.restore_bytes(cluster.machine.snapshot_bytes())
+    assert restored.dump() == cluster.machine.dump()
+    # the limit: up to PARTITIONS_MAX in all, not one more
+    cluster.ok(grow([1] * (PARTITIONS_MAX - 4), rf=1))
+    cluster.rejected(grow([1], rf=1), ErrorCode.INVALID_ARGUMENT)
 
 
 # -- consumer groups ------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ What each RPC needs (`requirements`; any one of the listed operations on every r
     Admin.DescribeTopic                        any                topic
     Admin.CreateTopic, AlterTopicConfig        admin              topic (and dead_letter_topic)
     Admin.DeleteTopic, UpdateRecord,
-      CancelRecord                             admin              topic
+      CancelRecord, AddPartitions              admin              topic
     Admin.DescribeGroup                        consume | admin    group (member ids: see below)
     Admin.DeleteGroup                          admin              group
     Admin.SeekGroup                            admin              group and topic
@@ -38,7 +38,8 @@ What each RPC needs (`requirements`; any one of the listed operations on every r
     Admin.GetTxn                               produce | admin    txn app
     Admin.ListTopics, ListGroups,              some ACL rule      answers list only what the
       DescribeCluster                                             caller has a right on
-    Admin.RemoveBroker, any RPC not listed     admin              every topic ("*" rule)
+    Admin.RemoveBroker, RebalanceLeaders,
+      any RPC not listed                       admin              every topic ("*" rule)
 
 Member ids are issued by the broker (JoinGroup without member_id) and bound to the principal
 that joined (metadata MemberInfo.principal); every call naming a member id checks it belongs to
@@ -313,6 +314,8 @@ _NEEDS: dict[str, Callable[[Any, _Call], list[Need]]] = {
     "/raftq.v1.Admin/UpdateRecord": lambda r, c: [Need(_A, r.topic)],
     "/raftq.v1.Admin/CancelRecord": lambda r, c: [Need(_A, r.topic)],
     "/raftq.v1.Admin/RemoveBroker": lambda r, c: [Need(_A, CLUSTER)],
+    "/raftq.v1.Admin/AddPartitions": lambda r, c: [Need(_A, r.name)],
+    "/raftq.v1.Admin/RebalanceLeaders": lambda r, c: [Need(_A, CLUSTER)],
     "/raftq.v1.Admin/ListTopics": lambda r, c: c.anything(),  # answer: the topics it may see
     "/raftq.v1.Admin/ListGroups": lambda r, c: c.anything(),  # answer: the groups it may see
     "/raftq.v1.Admin/DescribeCluster": lambda r, c: c.anything(),

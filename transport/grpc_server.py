@@ -188,6 +188,14 @@ class BrokerFacade(Protocol):
         self, request: api_pb2.RemoveBrokerRequest, *, timeout_s: float | None
     ) -> api_pb2.RemoveBrokerResponse: ...
 
+    def add_partitions(
+        self, request: api_pb2.AddPartitionsRequest, *, timeout_s: float | None
+    ) -> api_pb2.TopicDescription: ...
+
+    def rebalance_leaders(
+        self, request: api_pb2.RebalanceLeadersRequest, *, timeout_s: float | None
+    ) -> api_pb2.RebalanceLeadersResponse: ...
+
     def commit_txn(
         self, request: api_pb2.CommitTxnRequest, *, timeout_s: float | None
     ) -> api_pb2.TxnState: ...
@@ -396,6 +404,11 @@ def check_alter_topic_config(r: api_pb2.AlterTopicConfigRequest) -> None:
     if not r.config.ListFields():
         raise _bad("config sets no field: name at least one setting to change")
     check_config_update(r.config)
+
+
+def check_add_partitions(r: api_pb2.AddPartitionsRequest) -> None:
+    check_topic_name(r.name, "name")
+    check_range(r.partitions, "partitions", 2, PARTITIONS_MAX)
 
 
 def check_describe_group(r: api_pb2.DescribeGroupRequest | api_pb2.DeleteGroupRequest) -> None:
@@ -728,6 +741,8 @@ class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
     DeleteGroup = _unary("delete_group", check_describe_group)
     SeekGroup = _unary("seek_group", check_seek_group)
     PurgeTopic = _unary("purge_topic", check_purge_topic)
+    AddPartitions = _unary("add_partitions", check_add_partitions)
+    RebalanceLeaders = _unary("rebalance_leaders", _no_check)
 
 
 class _Malformed:

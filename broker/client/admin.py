@@ -67,6 +67,21 @@ class Admin:
     def alter_topic_config(self, name: str, **config: Any) -> api_pb2.TopicDescription:
         return self._run(calls.alter_topic_config(name, config))
 
+    def add_partitions(self, name: str, partitions: int) -> api_pb2.TopicDescription:
+        """Grow ``name`` to ``partitions`` partitions (Kafka's CreatePartitions); returns the
+        topic with the new partitions' leaders. Keyed records go to murmur2(key) mod the new
+        count from then on; subscribed groups rebalance onto the new partitions.
+
+        Raises (normal): UnknownTopic; InvalidArgument (not above the current count, above
+        the partition limit, fewer live brokers than the replication factor)."""
+        return self._run(calls.add_partitions(name, partitions))
+
+    def rebalance_leaders(self) -> api_pb2.RebalanceLeadersResponse:
+        """Move every partition's leadership to its preferred replica where that broker is
+        live (Kafka's preferred leader election); answers how many moved and how many remain
+        elsewhere (call again for those). Raises Unavailable (no metadata leader: retry)."""
+        return self._run(calls.rebalance_leaders())
+
     def list_groups(self) -> list[api_pb2.GroupSummary]:
         return self._run(calls.list_groups())
 

@@ -104,6 +104,16 @@ def alter_topic_config(name: str, config: Mapping[str, Any]) -> Call[api_pb2.Top
     return Call("admin", "AlterTopicConfig", request, _same)
 
 
+@_typed
+def add_partitions(name: str, partitions: int) -> Call[api_pb2.TopicDescription]:
+    request = api_pb2.AddPartitionsRequest(name=name, partitions=partitions)
+    return Call("admin", "AddPartitions", request, _same)
+
+
+def rebalance_leaders() -> Call[api_pb2.RebalanceLeadersResponse]:
+    return Call("admin", "RebalanceLeaders", api_pb2.RebalanceLeadersRequest(), _same)
+
+
 def list_groups() -> Call[list[api_pb2.GroupSummary]]:
     return Call("admin", "ListGroups", api_pb2.ListGroupsRequest(), lambda r: list(r.groups))
 

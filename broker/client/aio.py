@@ -169,6 +169,14 @@ class AsyncAdmin:
     async def alter_topic_config(self, name: str, **config: Any) -> api_pb2.TopicDescription:
         return await self._run(calls.alter_topic_config(name, config))
 
+    async def add_partitions(self, name: str, partitions: int) -> api_pb2.TopicDescription:
+        """As Admin.add_partitions."""
+        return await self._run(calls.add_partitions(name, partitions))
+
+    async def rebalance_leaders(self) -> api_pb2.RebalanceLeadersResponse:
+        """As Admin.rebalance_leaders."""
+        return await self._run(calls.rebalance_leaders())
+
     async def list_groups(self) -> list[api_pb2.GroupSummary]:
         return await self._run(calls.list_groups())
 
