@@ -70,6 +70,13 @@ def add_arguments(group: Any) -> None:
         "--lease-max-records", type=int, default=1000, help="Lease.max_records (500..1000)"
     )
     group.add_argument(
+        "--topic-ttl-ms",
+        type=int,
+        default=0,
+        help="the lease+ack topic's ttl_ms (default 0 = none): what checking every leased "
+        "record's time to live costs (give one longer than the run: nothing expires)",
+    )
+    group.add_argument(
         "--parts",
         default=",".join(PARTS),
         help=f"which of {','.join(PARTS)} to run (default: all)",
@@ -194,6 +201,7 @@ def lease_ack_once(
             config = common_pb2.TopicConfig()
             config.CopyFrom(partition.machine.config)
             config.ordering = ordering  # type: ignore[assignment]
+            config.ttl_ms = options.topic_ttl_ms
             partition.apply(partition.command(configure=partition_pb2.Configure(config=config)))
             rng = random.Random(seed)
             priorities = ordering == common_pb2.PRIORITY
@@ -232,7 +240,8 @@ def bench_lease_ack(options: argparse.Namespace) -> list[Result]:
         print(f"   lease+ack {label}: {[round(r[0]) for r in runs]}")
         note = (
             f"{format_number(prefill)} records, max_records={options.lease_max_records}, "
-            "compact ack; "
+            + (f"topic ttl_ms={options.topic_ttl_ms}, " if options.topic_ttl_ms else "")
+            + "compact ack; "
             f"lease {format_number(median([r[1] for r in runs]))}/s, "
             f"ack {format_number(median([r[2] for r in runs]))}/s"
         )

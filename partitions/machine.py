@@ -30,6 +30,7 @@ times that comes back (expiry or nack) goes to the dead-letter outbox and ends i
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,9 @@ PRODUCER_BATCHES_KEPT = 5  # like Kafka: the last five batches of a producer ans
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 INT64_MAX = 2**63 - 1
+
+_OFFSET = operator.itemgetter(0)  # of a ReadyRecord (or a slim row)
+_TIMESTAMP = operator.itemgetter(2)  # of a ReadyRecord
 
 # ``ErrorCode.X`` goes through a Python-level ``__getattr__`` on every use: hot loops use this.
 _OK = ErrorCode.OK
@@ -793,11 +797,15 @@ class PartitionMachine:
         record's timestamp. Judged like retention, ``clock_skew_ms`` late: a record expires
         once ``now_ms - clock_skew_ms`` reaches its ``timestamp_ms + ttl_ms``, never early by
         a true clock. Returns the offsets ended."""
-        topic_ttl_ms = self.config.ttl_ms
-        expiries = self.store.expiry_get([row[0] for row in chosen])
-        if not expiries and not topic_ttl_ms:
+        if not chosen:
             return set()
+        topic_ttl_ms = self.config.ttl_ms
+        expiries = self.store.expiry_get(list(map(_OFFSET, chosen)))
         cutoff = now_ms - self._skew_ms
+        if not expiries and (
+            not topic_ttl_ms or min(map(_TIMESTAMP, chosen)) > cutoff - topic_ttl_ms
+        ):
+            return set()  # the usual case, decided by C-level calls
         expired = []
         for row in chosen:
             at_ms = expiries.get(row[0])
