@@ -11,7 +11,8 @@ One thread, a step every ``interval_s`` (sooner when the table changes). Each st
    meanwhile: its peers are gone and a proposal would only time out): replicates the topic's
    config into the partition (``Configure``) when it differs, applies retention (``Retain``)
    every ``retain_interval_s``, forwards dead letters from the outbox to the dead-letter topic
-   (creating that topic on first use) and then proposes ``DeadLetterDone``, and hands
+   (creating that topic on first use; as many per round as fit ``client.batch_bytes_max``
+   encoded bytes, a lone larger one alone) and then proposes ``DeadLetterDone``, and hands
    leadership to the partition's preferred leader when that broker is alive (leader balance,
    like Kafka's preferred-leader election: placement spreads preferred leaders evenly; off
    with ``broker.auto_leader_rebalance: false``, then ``raftq cluster rebalance-leaders``);
@@ -42,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from broker.config import RECORD_FRAMING_BYTES
 from broker.replica import PartitionReplica, group_name
 from broker.service import dead_letter_partition, dead_letter_record
 from metadata.machine import EXPIRE_TXNS_MAX
@@ -399,6 +401,7 @@ class Backend:
             if dlq is None:  # created on the metadata leader: its view of live brokers
                 b.service.create_dead_letter_topic(replica.topic, 5.0)
                 return  # next round, once the topic has leaders
+            rows = _dead_letters_within(replica, rows, b.config.client.batch_bytes_max)
             self._send_dead_letters(replica, rows, target, dlq.partition_count)
         else:
             logger.warning(
@@ -540,3 +543,19 @@ def deleted_topic_dirs(table: Table, names: list[str]) -> list[tuple[str, int]]:
         if topic_id < table.next_topic_id and topic_id not in live:
             out.append((name, topic_id))
     return out
+
+
+def _dead_letters_within(
+    replica: PartitionReplica, rows: list[OutboxRow], batch_bytes_max: int
+) -> list[OutboxRow]:
+    """The first outbox rows whose dead-letter records fit ``batch_bytes_max`` encoded bytes
+    (so each Send is within one raft entry on the dead-letter topic's leader); a lone row over
+    it goes alone (its topic admits it: metadata/frontend.py DEAD_LETTER_HEADERS_BYTES), so the
+    outbox never jams on a batch too big to append."""
+    total = 0
+    for i, row in enumerate(rows):
+        record = dead_letter_record(replica.topic, replica.partition, row, replica.topic_id)
+        total += record.ByteSize() + RECORD_FRAMING_BYTES
+        if i and total > batch_bytes_max:
+            return rows[:i]
+    return rows

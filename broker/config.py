@@ -42,6 +42,7 @@ from typing import Any, ClassVar, Literal, NamedTuple
 from dynaconf import Dynaconf
 from dynaconf.utils.parse_conf import boolean_fix, parse_conf_data
 
+from metadata.frontend import DEAD_LETTER_HEADERS_BYTES
 from transport.admission import Capacity
 from transport.auth import RESOURCE_KEYS as AUTH_RESOURCE_KEYS
 from transport.auth import RESOURCE_OPERATIONS as AUTH_RESOURCE_OPERATIONS
@@ -58,13 +59,38 @@ CLUSTER_SECRET_MIN_CHARS = 16
 
 # pysyncobj 0.3.17 sends an entry of 64 KiB or more through a broken chunked path
 # (../shared/PYSYNCOBJ.md, defect 3). transport/raft/node.py avoids it: appendEntriesBatchSizeBytes
-# is set above the largest entry, so an entry always travels whole. This caps entries at 8 MiB.
-RAFT_ENTRY_BYTES_LIMIT = 8 * 1024 * 1024
+# is set above the largest entry, so an entry always travels whole (one raft message, one mux
+# frame: the frame limit grows with the entry limit, ``raft_frame_bytes_max``). This caps entries.
+RAFT_ENTRY_BYTES_LIMIT = 32 * 1024 * 1024
 # Room in a raft entry for the command around one record (topic, producer id, sequence,
-# now_ms, lengths): a record of topic_defaults.max_record_bytes must fit one entry.
+# now_ms, lengths): a record of the largest max_record_bytes must fit one entry.
 COMMAND_FRAMING_BYTES = 1024
-# gRPC's default limit on a received message.
-GRPC_MESSAGE_BYTES_MAX = 4 * 1024 * 1024
+# Bytes a record (or bare value) adds to a message beyond its own encoding: the tag and the
+# length varint of one element of a repeated protobuf field (a message under 2**28 bytes).
+RECORD_FRAMING_BYTES = 6
+# The most client.fetch_bytes_max may be.
+FETCH_BYTES_LIMIT = 64 * 1024 * 1024
+# Room in a gRPC message beyond its record bytes: protobuf framing of up to 10,000 records
+# (offsets, counts, deadlines, idempotency keys of up to 255 characters) and of the partitions
+# and request around them.
+MESSAGE_ENVELOPE_BYTES = 4 * 1024 * 1024
+
+
+def message_bytes_max(max_entry_bytes: int, fetch_bytes_max: int) -> int:
+    """The gRPC message-size limit of every hop (client channels, the client port, broker to
+    broker): a Send carries at most one raft entry of records; a Poll/Fetch answer at most its
+    byte budget plus one record over it (the one that crossed it, Kafka's rule) plus framing."""
+    return max_entry_bytes + fetch_bytes_max + MESSAGE_ENVELOPE_BYTES
+
+
+def raft_frame_bytes_max(max_entry_bytes: int) -> int:
+    """The raft port's frame limit: one append_entries message holds entries up to
+    appendEntriesBatchSizeBytes (above one entry) and may end with one more whole entry."""
+    return max(16 * 1024 * 1024, 2 * max_entry_bytes + 1024 * 1024)
+
+
+# What a Python client accepts from any broker, whatever that broker's limits are set to.
+CLIENT_MESSAGE_BYTES_MAX = message_bytes_max(RAFT_ENTRY_BYTES_LIMIT, FETCH_BYTES_LIMIT)
 
 
 class Problem(NamedTuple):
@@ -452,9 +478,18 @@ class ClientSettings(_Section):
     request_timeout_ms: int = _setting(30_000, min=1)
     linger_ms: int = _setting(5, min=0)
     batch_records_max: int = _setting(10_000, min=1, max=100_000)
+    # Encoded bytes of the records in one Send (each record's protobuf size, headers, keys,
+    # priorities and idempotency keys included): at most what one raft entry carries.
     batch_bytes_max: int = _setting(
-        1_048_576, min=1, max=GRPC_MESSAGE_BYTES_MAX, why="gRPC's default message limit"
+        1_048_576,
+        min=1,
+        max=RAFT_ENTRY_BYTES_LIMIT - COMMAND_FRAMING_BYTES,
+        why="one Send is one raft entry",
     )
+    # Record bytes in one Poll, PollStream or Fetch answer when the request sets no max_bytes,
+    # and the most a request may set (Kafka's fetch.max.bytes); a record larger on its own
+    # still goes alone. The broker's gRPC message limit is derived from it.
+    fetch_bytes_max: int = _setting(4 * 1024 * 1024, min=1024, max=FETCH_BYTES_LIMIT)
     send_streams: bool = True
     # Bytes of records a Producer holds (queued or in flight) at most; send() then blocks up
     # to max_block_ms for room (Kafka's buffer.memory and max.block.ms).
@@ -622,12 +657,32 @@ class BrokerConfig:
         if problems:
             raise ConfigError(problems)
 
+    @property
+    def record_bytes_max(self) -> int:
+        """The largest max_record_bytes a topic may set: one record, its command framing and
+        the headers of its dead letter fit one raft entry."""
+        return self.raft.max_entry_bytes - COMMAND_FRAMING_BYTES - DEAD_LETTER_HEADERS_BYTES
+
+    @property
+    def message_bytes_max(self) -> int:
+        """This broker's gRPC message limit, received and sent, on every hop it serves or
+        dials (see :func:`message_bytes_max`)."""
+        return message_bytes_max(self.raft.max_entry_bytes, self.client.fetch_bytes_max)
+
     def _relations(self) -> list[Problem]:
         """Relationships between sections (each section checked its own already)."""
         raft, topics = self.raft, self.topic_defaults
         problems = _less(
             "topic_defaults.max_record_bytes",
             topics.max_record_bytes,
+            f"raft.max_entry_bytes - {COMMAND_FRAMING_BYTES + DEAD_LETTER_HEADERS_BYTES} bytes of "
+            "command framing and dead-letter headers",
+            self.record_bytes_max,
+            or_equal=True,
+        )
+        problems += _less(
+            "client.batch_bytes_max",
+            self.client.batch_bytes_max,
             f"raft.max_entry_bytes - {COMMAND_FRAMING_BYTES} bytes of command framing",
             raft.max_entry_bytes - COMMAND_FRAMING_BYTES,
             or_equal=True,

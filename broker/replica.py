@@ -62,7 +62,6 @@ from transport.raft.driver import RaftDriver
 
 logger = logging.getLogger("raftq.broker.replica")
 
-MAX_ENTRY_BYTES = 1 << 20  # one group-committed Raft entry; RaftNode refuses > max_entry_bytes
 MAX_INFLIGHT_CALLS = 10_000  # outstanding send()/propose() calls per partition
 MAX_INFLIGHT_ENTRIES = 4  # Raft entries of one partition proposed and not yet applied
 DEFAULT_MAX_CLOCK_SKEW_MS = 2000  # raft.max_clock_skew_ms (broker/config.py says why)
@@ -122,7 +121,6 @@ class PartitionReplica:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         max_clock_skew_ms: int = DEFAULT_MAX_CLOCK_SKEW_MS,
-        max_entry_bytes: int = MAX_ENTRY_BYTES,
         max_inflight_entries: int = MAX_INFLIGHT_ENTRIES,
         max_inflight_calls: int = MAX_INFLIGHT_CALLS,
         store: PartitionStore | None = None,
@@ -199,7 +197,7 @@ class PartitionReplica:
             clock_s=monotonic,
             is_leader=self.is_leader,
             leader_hint=self.node.hint,
-            max_entry_bytes=min(max_entry_bytes, timings.max_entry_bytes),
+            max_entry_bytes=timings.max_entry_bytes,  # raft.max_entry_bytes: RaftNode's limit
             max_inflight_entries=max_inflight_entries,
             max_queued_sends=max_inflight_calls,
             name=f"{self.where} [group={self.name}]",
@@ -443,6 +441,11 @@ class PartitionReplica:
             self._counters["bytes_fetched"] += sum(
                 len(r.record.key) + len(r.record.value) for r in records
             )
+
+    def configured(self) -> bool:
+        """Whether the partition applied its topic's config (a ``Configure``): before, its
+        machine judges commands by the defaults (max_record_bytes, lease_ms, max_deliveries)."""
+        return bool(self.machine.meta.config)
 
     def might_have_ready(self, group: str) -> bool:
         """False only when a Lease for ``group`` stamped now surely returns nothing (long

@@ -220,7 +220,12 @@ def propose_on(
     skip_if_idle: bool,
 ) -> internal_pb2.ProposeResponse:
     """Run a partition command on a local (leader) replica. Appends take the group-commit path;
-    an idle lease is answered without a Raft round trip."""
+    an idle lease is answered without a Raft round trip. Raises Unavailable (retriable) while
+    the partition has not applied its topic's config: a new topic's first sends and leases
+    wait for it instead of being judged by the defaults (a record within the topic's
+    max_record_bytes but over the default was refused RECORD_TOO_LARGE)."""
+    if not replica.configured():
+        raise errors.Unavailable(f"{replica.where} has not applied its topic's config yet")
     op = command.WhichOneof("op")
     if op == "append":
         return internal_pb2.ProposeResponse(

@@ -54,7 +54,8 @@ def peer_security(config: BrokerConfig) -> ChannelSecurity | None:
 def peer_channels(config: BrokerConfig) -> Callable[[str], grpc.Channel]:
     """The ``channel_factory`` for an InternalClient made outside a Broker (e.g. joining)."""
     security = peer_security(config)
-    return lambda address: open_channel(address, security)
+    limit = config.message_bytes_max
+    return lambda address: open_channel(address, security, message_bytes_max=limit)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class BrokerSecurity:
     credentials: grpc.ServerCredentials | None  # the client port's TLS; None = plaintext
     peers: ChannelSecurity | None  # how this broker reaches other brokers' client ports
     interceptor: AuthInterceptor | None  # None: no token needed
+    message_bytes_max: int  # the gRPC message limit of calls to other brokers
 
     @classmethod
     def from_config(cls, config: BrokerConfig, table: Callable[[], Table]) -> BrokerSecurity:
@@ -77,11 +79,11 @@ class BrokerSecurity:
         if sec.auth_required:
             policy = load_auth_policy(sec.auth_file)
             interceptor = AuthInterceptor(policy, members_of(table))
-        return cls(credentials, peers, interceptor)
+        return cls(credentials, peers, interceptor, config.message_bytes_max)
 
     def channel(self, address: str) -> grpc.Channel:
         """A channel to another broker's client port (the Internal service rides on it)."""
-        return open_channel(address, self.peers)
+        return open_channel(address, self.peers, message_bytes_max=self.message_bytes_max)
 
 
 __all__ = ["BrokerSecurity", "members_of", "peer_channels", "peer_security"]

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from broker.backend import Backend
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, raft_frame_bytes_max
 from broker.coordinator import BrokerReports, SessionTable
 from broker.membership import Membership, initial_voters
 from broker.metadata_replica import MetadataReplica
@@ -36,7 +36,8 @@ from transport.grpc_server import Health, serve
 from transport.internal import InternalClient, InternalServicer, add_internal_service
 from transport.raft import RaftTimings
 from transport.raft.driver import RaftDriver
-from transport.raft.mux import MuxEndpoint
+from transport.raft.mux import OUT_BUFFER_BYTES_MAX_DEFAULT, MuxConfig, MuxEndpoint
+from transport.tls import message_size_options
 
 logger = logging.getLogger("raftq.broker")
 DRIVER_ROUND_S = 0.05  # how often the raft driver checks every group's timers
@@ -74,7 +75,17 @@ class Broker:
             self.timings, commit_push_s=min(PARTITION_COMMIT_PUSH_S, self.timings.heartbeat_s)
         )
         secret = config.broker.cluster_secret
-        self.endpoint = MuxEndpoint(config.broker.raft_addr, secret.encode())
+        # A frame carries at least one whole entry (raft.max_entry_bytes), and a link's unsent
+        # bytes hold a few frames before the peer counts as too slow.
+        frame_bytes_max = raft_frame_bytes_max(config.raft.max_entry_bytes)
+        self.endpoint = MuxEndpoint(
+            config.broker.raft_addr,
+            secret.encode(),
+            config=MuxConfig(
+                frame_bytes_max=frame_bytes_max,
+                out_buffer_bytes_max=max(OUT_BUFFER_BYTES_MAX_DEFAULT, 4 * frame_bytes_max),
+            ),
+        )
         # Every round asks every group "due?" (1,000 groups x 50 rounds/s was 40 % of an idle
         # broker's CPU); received messages and proposals tick their group at once anyway.
         self.driver = RaftDriver(self.endpoint, tick_interval_s=DRIVER_ROUND_S)
@@ -95,6 +106,7 @@ class Broker:
             topic_defaults=TopicDefaults.from_settings(config.topic_defaults),
             group_limits=GroupLimits.from_settings(config.groups),
             command_bytes_max=config.raft.max_entry_bytes,
+            record_bytes_max=config.record_bytes_max,
         )
         self.replicas: dict[tuple[str, int], PartitionReplica] = {}
         # Client-port TLS, tokens and ACLs; TLS on broker-to-broker calls (broker/security.py).
@@ -116,6 +128,8 @@ class Broker:
             heartbeat_interval_ms=config.groups.heartbeat_interval_ms,
             heard_brokers=self.heard_brokers,
             hung=self.hung,
+            fetch_bytes_max=config.client.fetch_bytes_max,
+            message_bytes_max=config.message_bytes_max,
         )
         self.membership = Membership(self, joining=joining)
         self.service.membership = self.membership
@@ -148,6 +162,7 @@ class Broker:
             extra_services=[lambda server: add_internal_service(server, internal)],
             credentials=self.security.credentials,
             health_servicer=self.health,
+            options=message_size_options(config.message_bytes_max),
         )
         self.backend.start()
         self.membership.start()

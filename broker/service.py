@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from assignors.partitioner import partition_for
 from broker import admin_ops
+from broker.config import ClientSettings, RaftSettings, message_bytes_max
 from broker.coordinator import BrokerReports, SessionTable
 from broker.router import Router, client_addr_of_raft, propose_on, read_on
 from metadata.frontend import MetadataFrontend, TopicSpec
@@ -74,6 +75,8 @@ LEASE_OUTCOME_WAIT_S = 5.0
 # poll that passed the generation check just before the rebalance may apply after the first
 # Release (see _release_revoked).
 RELEASE_AGAIN_S = 1.0
+
+_CLIENT = ClientSettings()
 
 # Facade methods that must run on the metadata leader, with their request types.
 LEADER_ONLY: dict[str, type[Any]] = {
@@ -217,10 +220,18 @@ class BrokerService:
         clock: Callable[[], float] = time.time,
         heard_brokers: Callable[[], set[int]] = set,
         hung: Callable[[str], bool] = lambda _client_addr: False,
+        fetch_bytes_max: int = _CLIENT.fetch_bytes_max,
+        message_bytes_max: int = message_bytes_max(
+            RaftSettings().max_entry_bytes, _CLIENT.fetch_bytes_max
+        ),
     ) -> None:
         self.broker_id = broker_id
         # brokers this one hears on their raft links now (liveness that needs no report)
         self.heard_brokers = heard_brokers
+        # The record-byte budget of a Poll/Fetch answer (client.fetch_bytes_max: the default
+        # and the cap of a request's max_bytes) and the gRPC message limit it must fit.
+        self.fetch_bytes_max = fetch_bytes_max
+        self.message_bytes_max = message_bytes_max
         self.client_addr = client_addr
         self.meta = meta
         self.frontend = frontend
@@ -372,18 +383,35 @@ class BrokerService:
         skip_if_idle: bool,
         timeout_s: float,
     ) -> internal_pb2.ProposeResponse:
-        """Internal.Propose: only the partition's leader answers; never forwarded again."""
+        """Internal.Propose: only the partition's leader answers; never forwarded again. A
+        Lease is planned within this broker's byte budget, whatever the forwarder asked."""
         self.router.check_partition(topic, partition)
         replica = self.router.local_leader(topic, partition)
         if replica is None:
             raise self.router.not_leader(topic, partition)
+        if command.WhichOneof("op") == "lease":
+            command.lease.max_bytes = self.byte_budget(command.lease.max_bytes)
         return propose_on(replica, command, timeout_s, skip_if_idle=skip_if_idle)
+
+    def undeliver_local(
+        self, topic: str, partition: int, lease: partition_pb2.Lease, answer: Any
+    ) -> None:
+        """Internal.Propose could not send a Lease's ``answer`` (the forwarder gave up): take
+        the deliveries back on this leader."""
+        self._undeliver(topic, partition, lease.group, lease.member, answer.result)
+
+    def byte_budget(self, max_bytes: int) -> int:
+        """The record bytes a Poll/Fetch answer may carry: the request's ``max_bytes``, 0 =
+        ``fetch_bytes_max``, never more than that (a lone larger record still goes alone)."""
+        return min(max_bytes or self.fetch_bytes_max, self.fetch_bytes_max)
 
     def read_local(self, request: internal_pb2.ReadRequest) -> internal_pb2.ReadResponse:
         self.router.check_partition(request.topic, request.partition)
         replica = self.router.local_leader(request.topic, request.partition)
         if replica is None:
             raise self.router.not_leader(request.topic, request.partition)
+        if request.WhichOneof("read") == "fetch":  # within this broker's budget too
+            request.fetch.max_bytes = self.byte_budget(request.fetch.max_bytes)
         return read_on(replica, request)
 
     def meta_members_local(self) -> internal_pb2.MetaMembersResponse:
@@ -529,7 +557,7 @@ class BrokerService:
         if not request.values or not request.HasField("partition"):
             return False
         replica = self.router.local_leader(request.topic, request.partition)
-        if replica is None:
+        if replica is None or not replica.configured():  # send waits for the config
             return False
         topic = self._topic(request.topic)
         self.router.check_partition(request.topic, request.partition)
@@ -807,7 +835,7 @@ class BrokerService:
                 request, partitions, start, max(deadline, outcome_deadline), member.start_from
             )
             if out or time.monotonic() >= deadline:
-                return _poll_response(out, compact=request.compact)
+                return self._deliverable(request, out)
             with self.data_arrived:
                 self.data_arrived.wait(min(POLL_SLICE_S, max(0.0, deadline - time.monotonic())))
             if not active():
@@ -828,8 +856,11 @@ class BrokerService:
         out: list[tuple[str, int, partition_pb2.CommandResult]] = []
         got = 0
         want = request.max_records
+        # Shared by the partitions in turn: the answer carries at most the budget plus the one
+        # record that crossed it (each Lease answers at least one record, Kafka's rule).
+        budget = self.byte_budget(request.max_bytes)
         for i in range(len(partitions)):
-            if want <= 0:
+            if want <= 0 or budget <= 0:
                 break
             topic, partition = partitions[(start + i) % len(partitions)]
             lease = partition_pb2.Lease(
@@ -837,7 +868,7 @@ class BrokerService:
                 member=request.member_id,
                 max_records=want,
                 lease_ms=request.lease_ms if request.HasField("lease_ms") else 0,
-                max_bytes=request.max_bytes,
+                max_bytes=budget,
                 start_from=start_from,  # type: ignore[arg-type]
                 generation=request.generation,
                 columns=request.compact and request.columns,
@@ -865,8 +896,90 @@ class BrokerService:
             if taken:
                 out.append((topic, partition, result))
                 got += taken
+                budget -= result.ByteSize()
             want = request.max_records - got
         return out
+
+    def _deliverable(
+        self,
+        request: api_pb2.PollRequest,
+        out: list[tuple[str, int, partition_pb2.CommandResult]],
+    ) -> api_pb2.PollResponse:
+        """The poll's answer, within the gRPC message limit: a partition's leases that would
+        not fit are taken back (never the first: the budget admits it), never left leased
+        to a member that cannot receive them."""
+        response = _poll_response(out, compact=request.compact)
+        while len(out) > 1 and response.ByteSize() > self.message_bytes_max:
+            topic, partition, result = out.pop()
+            self._undeliver(topic, partition, request.group, request.member_id, result)
+            response = _poll_response(out, compact=request.compact)
+        return response
+
+    def undeliver_poll(self, request: api_pb2.PollRequest, response: api_pb2.PollResponse) -> None:
+        """A Poll's answer did not reach the client (it was gone when the answer was ready):
+        take every delivery in it back (Release.undelivered), so none of them counts toward
+        max_deliveries and the records are ready again at once."""
+        for batch in response.batches:
+            refs = _batch_refs(batch.deliveries, batch.columns)
+            self._undeliver_refs(
+                batch.topic, batch.partition, request.group, request.member_id, refs
+            )
+        by_partition: dict[tuple[str, int], list[partition_pb2.DeliveryRef]] = defaultdict(list)
+        for record in response.records:
+            by_partition[(record.topic, record.partition)].append(
+                partition_pb2.DeliveryRef(
+                    offset=record.offset, delivery_count=record.delivery_count
+                )
+            )
+        for (topic, partition), refs in by_partition.items():
+            self._undeliver_refs(topic, partition, request.group, request.member_id, refs)
+
+    def _undeliver(
+        self,
+        topic: str,
+        partition: int,
+        group: str,
+        member_id: str,
+        result: partition_pb2.CommandResult,
+    ) -> None:
+        refs = _batch_refs(result.deliveries, result.columns)
+        self._undeliver_refs(topic, partition, group, member_id, refs)
+
+    def _undeliver_refs(
+        self,
+        topic: str,
+        partition: int,
+        group: str,
+        member_id: str,
+        refs: list[partition_pb2.DeliveryRef],
+    ) -> None:
+        """Best effort: a Release.undelivered that fails leaves the leases to expire."""
+        if not refs:
+            return
+        release = partition_pb2.Release(group=group, member=member_id, undelivered=refs)
+        command = partition_pb2.PartitionCommand(release=release)
+        try:
+            response = self.router.propose(topic, partition, command, DEFAULT_TIMEOUT_S)
+        except errors.RaftqError as exc:
+            logger.warning(
+                "[group=%s topic/partition=%s/%d] %d undelivered leases of %s not taken back "
+                "(%s): they will expire",
+                group,
+                topic,
+                partition,
+                len(refs),
+                member_id,
+                exc,
+            )
+            return
+        logger.info(
+            "[group=%s topic/partition=%s/%d] took back %d undelivered leases of %s",
+            group,
+            topic,
+            partition,
+            response.result.count,
+            member_id,
+        )
 
     def _still_owns(self, request: api_pb2.PollRequest, topic: str, partition: int) -> bool:
         group = self.meta.table.group(request.group)
@@ -1029,7 +1142,9 @@ class BrokerService:
             topic=request.topic,
             partition=request.partition,
             fetch=internal_pb2.FetchRead(
-                offset=request.offset, max_records=request.max_records, max_bytes=request.max_bytes
+                offset=request.offset,
+                max_records=request.max_records,
+                max_bytes=self.byte_budget(request.max_bytes),
             ),
         )
         response = self.router.read(read, _timeout(timeout_s))
@@ -1624,6 +1739,21 @@ class BrokerService:
         response = self.router.propose(topic, partition, command, _timeout(timeout_s))
         if response.result.error:
             raise errors.error_for(response.result.error, response.result.message)
+
+
+def _batch_refs(
+    deliveries: Sequence[common_pb2.Delivery], columns: common_pb2.DeliveryColumns
+) -> list[partition_pb2.DeliveryRef]:
+    """The (offset, delivery_count) of each delivery of one partition's lease answer."""
+    if columns.offsets:
+        return [
+            partition_pb2.DeliveryRef(offset=o, delivery_count=c)
+            for o, c in zip(columns.offsets, columns.delivery_counts, strict=True)
+        ]
+    return [
+        partition_pb2.DeliveryRef(offset=d.record.offset, delivery_count=d.delivery_count)
+        for d in deliveries
+    ]
 
 
 def assigned_partitions(table: Table, group: str, member_id: str) -> list[tuple[str, int]]:

@@ -38,7 +38,13 @@ from proto import common_pb2, errors, metadata_pb2
 CONFIG_FIELDS = tuple(f.name for f in common_pb2.TopicConfig.DESCRIPTOR.fields)
 DEAD_LETTER_SUFFIX = ".dlq"
 COMMAND_BYTES_MAX = 2 * 1024 * 1024  # broker/config.py raft.max_entry_bytes default
-RECORD_BYTES_MAX = COMMAND_BYTES_MAX - 1_024  # raft.max_entry_bytes - COMMAND_FRAMING_BYTES
+# Room a dead letter needs beyond its record: the headers naming its origin (dead_letter_headers
+# in broker/service.py: topic and group names, partition, offset, reason, count).
+DEAD_LETTER_HEADERS_BYTES = 1_024
+# The largest max_record_bytes a topic may set: raft.max_entry_bytes - COMMAND_FRAMING_BYTES -
+# DEAD_LETTER_HEADERS_BYTES (BrokerConfig.record_bytes_max). A dead-letter topic gets
+# DEAD_LETTER_HEADERS_BYTES more, so every dead letter fits it.
+RECORD_BYTES_MAX = COMMAND_BYTES_MAX - 1_024 - DEAD_LETTER_HEADERS_BYTES
 
 ConfigValue = int | str
 
@@ -212,7 +218,7 @@ class MetadataFrontend:
         The dead-letter topic has the source's partition count and replication factor (fewer
         if fewer brokers are live), its retention, fifo ordering, no dead-letter topic of its
         own, unlimited deliveries (nothing is ever dropped from it) and the largest allowed
-        max_record_bytes (dead letters carry extra headers).
+        max_record_bytes plus room for the headers a dead letter carries.
 
         Raises (normal): UnknownTopic; Unavailable when no registered broker is live.
         """
@@ -229,7 +235,7 @@ class MetadataFrontend:
         config.dead_letter_topic = ""
         config.max_deliveries = 0
         config.ordering = common_pb2.FIFO
-        config.max_record_bytes = self.record_bytes_max
+        config.max_record_bytes = self.record_bytes_max + DEAD_LETTER_HEADERS_BYTES
         rf = min(source.replication_factor, live)
         return self._create(table, name, source.partition_count, rf, config, live_ids, now_ms)
 

@@ -29,6 +29,7 @@ times that comes back (expiry or nack) goes to the dead-letter outbox and ends i
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import operator
 from collections.abc import Callable, Sequence
@@ -700,10 +701,10 @@ class PartitionMachine:
         fifo = self.config.ordering == common_pb2.FIFO
         self._catch_up(group, now_ms, materialize=not fifo)
         deadline = min(now_ms + (cmd.lease_ms or self.config.lease_ms), INT64_MAX)
-        # A replica nobody waits on needs only (offset, delivery_count), unless max_bytes
-        # needs the sizes: no record columns read into Python.
+        # A replica nobody waits on needs only (offset, delivery_count, size): no record
+        # columns read into Python. The size (row[-1] in both forms) is what max_bytes counts.
         # A topic ttl_ms is judged by each record's timestamp: not slim then.
-        slim = not self._respond and not cmd.max_bytes and not self.config.ttl_ms
+        slim = not self._respond and not self.config.ttl_ms
         chosen = self._choose(group, cmd, now_ms, slim=slim, fifo=fifo)
         for rounds in range(1, EXPIRY_ROUNDS + 1):  # expired records are ended, never leased
             expired = self._expire(group, chosen, now_ms)
@@ -718,10 +719,10 @@ class PartitionMachine:
         if max_bytes:  # at least one record; stop before the one that would go over
             total, cut = 0, len(chosen)
             for i, row in enumerate(chosen):
-                if i and total + row[9] > max_bytes:
+                if i and total + row[-1] > max_bytes:
                     cut = i
                     break
-                total += row[9]
+                total += row[-1]
             chosen = chosen[:cut]
         taken = [row[0] for row in chosen]
         if fifo:
@@ -992,8 +993,36 @@ class PartitionMachine:
         group = self.store.group_get(cmd.group)
         if group is None:
             return partition_pb2.CommandResult(count=0)
+        if cmd.undelivered:
+            return partition_pb2.CommandResult(count=self._undeliver(group, cmd, now_ms))
         released = self.store.release(group.gid, cmd.member or None, now_ms)
         return partition_pb2.CommandResult(count=released)
+
+    def _undeliver(self, group: GroupRow, cmd: partition_pb2.Release, now_ms: int) -> int:
+        """End the named live leases of ``cmd.member`` and take their delivery back: due now,
+        delivery_count one lower (nothing leased that was not delivered counts as a delivery).
+        A ref that names no live lease of the member (acked, expired, redelivered) is skipped."""
+        if not cmd.member:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, "member must be set to name deliveries")
+        if len(cmd.undelivered) > MAX_REFS:
+            raise Rejected(ErrorCode.INVALID_ARGUMENT, f"name 1..{MAX_REFS} records")
+        refs = _pairs(cmd.undelivered)
+        rows = self.store.pending_get(group.gid, [offset for offset, _ in refs])
+        back: dict[int, PendingRow] = {}
+        for offset, count in refs:
+            row = rows.get(offset)
+            if (
+                row is not None
+                and row.owner == cmd.member
+                and row.delivery_count == count != 0
+                and not row.ready
+                and row.visible_at_ms > now_ms
+            ):
+                back[offset] = dataclasses.replace(
+                    row, visible_at_ms=now_ms, owner=None, delivery_count=count - 1
+                )
+        self.store.pending_put(group.gid, list(back.values()))
+        return len(back)
 
     def _on_forget_group(
         self, cmd: partition_pb2.ForgetGroup, now_ms: int

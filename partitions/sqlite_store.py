@@ -471,16 +471,21 @@ class SqliteStore:
         )
         return self._conn.changes()
 
-    def select_ready_offsets(self, gid: int, limit: int) -> list[tuple[int, int]]:
+    def select_ready_offsets(self, gid: int, limit: int) -> list[tuple[int, int, int]]:
+        # CROSS JOIN: as select_ready_records, reading only the size column of each record
         return self._rows(
-            "SELECT ofs, delivery_count FROM pending WHERE gid = ? AND ready = 1 "
-            "ORDER BY k1, k2, ofs LIMIT ?",
+            "SELECT p.ofs, p.delivery_count, r.size "
+            "FROM pending p CROSS JOIN records r ON r.ofs = p.ofs "
+            "WHERE p.gid = ? AND p.ready = 1 ORDER BY p.k1, p.k2, p.ofs LIMIT ?",
             (gid, max(limit, 0)),
         )
 
-    def fresh_offsets(self, from_offset: int, now_ms: int, limit: int) -> list[tuple[int, int]]:
+    def fresh_offsets(
+        self, from_offset: int, now_ms: int, limit: int
+    ) -> list[tuple[int, int, int]]:
         return self._rows(
-            "SELECT ofs, 0 FROM records WHERE ofs >= ? AND deliver_at_ms <= ? ORDER BY ofs LIMIT ?",
+            "SELECT ofs, 0, size FROM records WHERE ofs >= ? AND deliver_at_ms <= ? "
+            "ORDER BY ofs LIMIT ?",
             (from_offset, now_ms, max(limit, 0)),
         )
 

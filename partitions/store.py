@@ -126,10 +126,12 @@ class PartitionStore(Protocol):
     # records from from_offset on that are visible at now_ms, in offset order, as ReadyRecords
     # with delivery_count 0: what a fifo Lease takes after the group's ready rows
     def fresh_records(self, from_offset: int, now_ms: int, limit: int) -> list[ReadyRecord]: ...
-    # the same two choices as (offset, delivery_count) only: what a replica nobody waits on
-    # needs to apply a Lease (no record columns read into Python)
-    def select_ready_offsets(self, gid: int, limit: int) -> list[tuple[int, int]]: ...
-    def fresh_offsets(self, from_offset: int, now_ms: int, limit: int) -> list[tuple[int, int]]: ...
+    # the same two choices as (offset, delivery_count, size) only: what a replica nobody waits
+    # on needs to apply a Lease and its byte budget (no record columns read into Python)
+    def select_ready_offsets(self, gid: int, limit: int) -> list[tuple[int, int, int]]: ...
+    def fresh_offsets(
+        self, from_offset: int, now_ms: int, limit: int
+    ) -> list[tuple[int, int, int]]: ...
     # waiting rows due at now_ms (a leased row, by owner set: lease_grace_ms after its
     # deadline), delivered at least min_count times; promote makes the due rows ready
     def due_offsets(
@@ -473,11 +475,13 @@ class MemoryStore:
             added += 1
         return added
 
-    def select_ready_offsets(self, gid: int, limit: int) -> list[tuple[int, int]]:
-        return [(r[0], r[1]) for r in self.select_ready_records(gid, limit)]
+    def select_ready_offsets(self, gid: int, limit: int) -> list[tuple[int, int, int]]:
+        return [(r[0], r[1], r[9]) for r in self.select_ready_records(gid, limit)]
 
-    def fresh_offsets(self, from_offset: int, now_ms: int, limit: int) -> list[tuple[int, int]]:
-        return [(r[0], r[1]) for r in self.fresh_records(from_offset, now_ms, limit)]
+    def fresh_offsets(
+        self, from_offset: int, now_ms: int, limit: int
+    ) -> list[tuple[int, int, int]]:
+        return [(r[0], r[1], r[9]) for r in self.fresh_records(from_offset, now_ms, limit)]
 
     def fresh_records(self, from_offset: int, now_ms: int, limit: int) -> list[ReadyRecord]:
         found = sorted(

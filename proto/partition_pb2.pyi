@@ -149,14 +149,16 @@ class ExtendLease(_message.Message):
     def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., refs: _Optional[_Iterable[_Union[DeliveryRef, _Mapping]]] = ..., lease_ms: _Optional[int] = ...) -> None: ...
 
 class Release(_message.Message):
-    __slots__ = ("group", "member", "generation")
+    __slots__ = ("group", "member", "generation", "undelivered")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MEMBER_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    UNDELIVERED_FIELD_NUMBER: _ClassVar[int]
     group: str
     member: str
     generation: int
-    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
+    undelivered: _containers.RepeatedCompositeFieldContainer[DeliveryRef]
+    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., generation: _Optional[int] = ..., undelivered: _Optional[_Iterable[_Union[DeliveryRef, _Mapping]]] = ...) -> None: ...
 
 class UpdateRecord(_message.Message):
     __slots__ = ("offset", "priority", "deliver_at_ms")

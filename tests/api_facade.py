@@ -294,6 +294,15 @@ class ApiFacade:
 
     # -- leases ----------------------------------------------------------------------------
 
+    def undeliver_poll(self, request: api_pb2.PollRequest, response: api_pb2.PollResponse) -> None:
+        with self._locked("undeliver_poll"):
+            for r in response.records:
+                refs = [partition_pb2.DeliveryRef(offset=r.offset, delivery_count=r.delivery_count)]
+                release = partition_pb2.Release(
+                    group=request.group, member=request.member_id, undelivered=refs
+                )
+                self._apply_checked(self.topics[r.topic].partitions[r.partition], release=release)
+
     def _lease_once(self, request: api_pb2.PollRequest) -> list[api_pb2.LeasedRecord]:
         group = self._member(request.group, request.member_id, request.generation)
         out: list[api_pb2.LeasedRecord] = []

@@ -18,10 +18,17 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from broker.config import (
+    CLIENT_MESSAGE_BYTES_MAX,
+    ClientSettings,
+    RaftSettings,
+    message_bytes_max,
+)
 from proto import api_pb2, api_pb2_grpc, common_pb2
 from tests.fuzz_cluster import FuzzCluster
 from tests.rpc_fuzz import TOPIC, classify, fuzz_method, fuzz_seed, iter_methods
 from transport.raft import mux
+from transport.tls import message_size_options
 
 SEED = fuzz_seed()
 REQUESTS = int(os.environ.get("RAFTQ_FUZZ_REQUESTS", "150"))
@@ -49,17 +56,24 @@ def test_fuzzed_rpc_gets_typed_answers_and_crashes_nothing(
 def test_oversized_messages_are_refused_and_change_nothing(fuzzed: FuzzCluster) -> None:
     admin = fuzzed.cluster.admin()
     before = [(p.partition, p.end) for p in admin.list_offsets(TOPIC)]
-    for size in (5 << 20, 32 << 20):  # over gRPC's 4 MiB default receive limit
+    # the broker's configured message limit (broker/config.py message_bytes_max), not gRPC's
+    # 4 MiB default: just past it (the request's framing) and far past it
+    limit = message_bytes_max(RaftSettings().max_entry_bytes, ClientSettings().fetch_bytes_max)
+    for size in (limit, limit * 3):
         request = api_pb2.SendRequest(topic=TOPIC)
         request.records.add(value=b"x" * size)
         outcome = fuzzed.client.call("Send", [request])
         assert outcome.status == "RESOURCE_EXHAUSTED", outcome
-    # under the gRPC limit but over max_record_bytes (1 MiB): a typed per-record error
-    channel = grpc.insecure_channel(fuzzed.cluster.client_addr(2))
-    request = api_pb2.SendRequest(topic=TOPIC)
-    request.records.add(value=b"y" * ((1 << 20) + 1))
-    response = api_pb2_grpc.ProducerStub(channel).Send(request, timeout=10)
-    assert response.results[0].error == common_pb2.RECORD_TOO_LARGE, response
+    # under the message limit but over max_record_bytes (1 MiB), just past it and past gRPC's
+    # default 4 MiB: a typed per-record error
+    channel = grpc.insecure_channel(
+        fuzzed.cluster.client_addr(2), options=message_size_options(CLIENT_MESSAGE_BYTES_MAX)
+    )
+    for size in ((1 << 20) + 1, 5 << 20):
+        request = api_pb2.SendRequest(topic=TOPIC)
+        request.records.add(value=b"y" * size)
+        response = api_pb2_grpc.ProducerStub(channel).Send(request, timeout=10)
+        assert response.results[0].error == common_pb2.RECORD_TOO_LARGE, response
     channel.close()
     assert [(p.partition, p.end) for p in admin.list_offsets(TOPIC)] == before
     assert not fuzzed.problems()

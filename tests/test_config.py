@@ -159,7 +159,7 @@ VIOLATIONS = [
     # (environment, the setting the error must name)
     ({"RAFTQ_RAFT__HEARTBEAT_MS": "1000"}, "raft.heartbeat_ms"),
     ({"RAFTQ_RAFT__ELECTION_TIMEOUT_MIN_MS": "2000"}, "raft.election_timeout_min_ms"),
-    ({"RAFTQ_RAFT__MAX_ENTRY_BYTES": "9000000"}, "raft.max_entry_bytes"),
+    ({"RAFTQ_RAFT__MAX_ENTRY_BYTES": "40000000"}, "raft.max_entry_bytes"),
     ({"RAFTQ_RAFT__METADATA_VOTERS": "4"}, "raft.metadata_voters"),
     ({"RAFTQ_RAFT__FSYNC": "maybe"}, "raft.fsync"),
     ({"RAFTQ_TOPIC_DEFAULTS__MAX_RECORD_BYTES": "2096640"}, "topic_defaults.max_record_bytes"),

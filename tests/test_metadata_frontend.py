@@ -12,6 +12,7 @@ import pytest
 
 from broker import config as broker_config
 from metadata.frontend import (
+    DEAD_LETTER_HEADERS_BYTES,
     GroupLimits,
     MetadataFrontend,
     TopicDefaults,
@@ -231,7 +232,10 @@ def test_dead_letter_topic_plan(cluster: Cluster) -> None:
     assert cmd.name == "orders.dlq" and cmd.replication_factor == 2 and len(cmd.replicas) == 8
     assert cmd.config.dead_letter_topic == "" and cmd.config.max_deliveries == 0
     assert cmd.config.ordering == common_pb2.FIFO and cmd.config.lease_ms == 7
-    assert cmd.config.max_record_bytes == cluster.frontend.record_bytes_max
+    # room for the dead letter's origin headers beyond the largest record a topic may hold
+    assert (
+        cmd.config.max_record_bytes == cluster.frontend.record_bytes_max + DEAD_LETTER_HEADERS_BYTES
+    )
     cluster.apply(plan)
     assert (
         cluster.frontend.dead_letter_topic(cluster.table, "orders", live_ids={1}, now_ms=1) is None

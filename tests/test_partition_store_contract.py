@@ -722,13 +722,16 @@ def test_materialize_can_write_a_visible_prefix_already_leased(store: PartitionS
     assert rows[3] == pend(3, visible=900, ready=False, owner="m", count=1)
     assert rows[4] == pend(4, visible=0, ready=True, count=0)  # materialized unleased: ready
     assert store.pending_leases(g1, [0, 2, 3, 4], "m", 100) == {0: 1, 2: 1, 3: 1}
-    # the slim forms answer the same choices as (offset, delivery_count)
+    # the slim forms answer the same choices as (offset, delivery_count, size)
     assert (
         store.select_ready_offsets(g1, 10)
-        == [(r[0], r[1]) for r in store.select_ready_records(g1, 10)]
-        == [(4, 0)]
+        == [(r[0], r[1], r[9]) for r in store.select_ready_records(g1, 10)]
+        == [(4, 0, store.fresh_records(4, 100, 1)[0][9])]
     )
-    assert store.fresh_offsets(0, 100, 3) == [(0, 0), (2, 0), (3, 0)]
+    assert [r[:2] for r in store.fresh_offsets(0, 100, 3)] == [(0, 0), (2, 0), (3, 0)]
+    assert [r[2] for r in store.fresh_offsets(0, 100, 3)] == [
+        r[9] for r in store.fresh_records(0, 100, 3)
+    ]
 
 
 def test_pending_leases_names_only_live_leases_of_the_owner(store: PartitionStore) -> None:

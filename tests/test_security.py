@@ -23,7 +23,13 @@ import grpc
 import pytest
 
 from broker.client import Admin, Consumer, Producer
-from broker.config import BrokerSettings, ConfigError, SecuritySettings, load_auth_policy
+from broker.config import (
+    CLIENT_MESSAGE_BYTES_MAX,
+    BrokerSettings,
+    ConfigError,
+    SecuritySettings,
+    load_auth_policy,
+)
 from broker.devca import DevPki, ensure_dev_pki
 from proto import api_pb2, api_pb2_grpc, errors
 from tests.cluster import ProcessCluster
@@ -296,7 +302,9 @@ def test_tokens_without_the_acl_are_refused_and_change_nothing(secured: Secured)
             security = ChannelSecurity.from_files(
                 tls_ca_file=str(secured.pki.ca), token=secured.tokens[principal]
             )
-            channel = open_channel(secured.cluster.client_addr(1), security)
+            channel = open_channel(
+                secured.cluster.client_addr(1), security, message_bytes_max=CLIENT_MESSAGE_BYTES_MAX
+            )
             try:
                 with pytest.raises(grpc.RpcError) as caught:
                     api_pb2_grpc.ConsumerStub(channel).Ack(ack, timeout=10)
@@ -326,7 +334,9 @@ def _raw(secured: Secured, principal: str, broker: int, rpc: str, request: Any) 
     security = ChannelSecurity.from_files(
         tls_ca_file=str(secured.pki.ca), token=secured.tokens[principal]
     )
-    channel = open_channel(secured.cluster.client_addr(broker), security)
+    channel = open_channel(
+        secured.cluster.client_addr(broker), security, message_bytes_max=CLIENT_MESSAGE_BYTES_MAX
+    )
     try:
         stub = getattr(api_pb2_grpc, f"{service}Stub")(channel)
         return getattr(stub, method)(request, timeout=15)

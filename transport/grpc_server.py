@@ -106,6 +106,10 @@ class BrokerFacade(Protocol):
         """``active()`` turns False when the caller cancelled: a waiting poll ends early."""
         ...
 
+    def undeliver_poll(
+        self, request: api_pb2.PollRequest, response: api_pb2.PollResponse
+    ) -> None: ...
+
     def ack(
         self, request: api_pb2.AckRequest, *, timeout_s: float | None
     ) -> api_pb2.SettleResponse: ...
@@ -658,10 +662,11 @@ class ConsumerServicer(_Servicer, api_pb2_grpc.ConsumerServicer):
 
     def Poll(self, request: api_pb2.PollRequest, context: grpc.ServicerContext) -> Any:
         """A unary long poll; it stops waiting when the caller cancels (transport/admission.py
-        caps how many wait at once)."""
+        caps how many wait at once). An answer whose caller left meanwhile is taken back
+        (``undeliver_poll``): nothing stays leased that was not delivered."""
         try:
             check_poll(request)
-            return self.facade.poll(
+            response = self.facade.poll(
                 request, timeout_s=_time_left(context), active=context.is_active
             )
         except errors.RaftqError as error:
@@ -669,6 +674,9 @@ class ConsumerServicer(_Servicer, api_pb2_grpc.ConsumerServicer):
         except Exception as exc:
             log.exception("poll failed")
             abort(context, errors.Internal(f"poll: {exc!r}"))
+        if not context.is_active():
+            self.facade.undeliver_poll(request, response)
+        return response
 
     def PollStream(
         self, request_iterator: Iterator[api_pb2.PollStreamRequest], context: grpc.ServicerContext
@@ -712,6 +720,9 @@ class ConsumerServicer(_Servicer, api_pb2_grpc.ConsumerServicer):
             except Exception as exc:
                 log.exception("poll (stream) failed")
                 abort(context, errors.Internal(f"poll: {exc!r}"))
+            if not context.is_active():  # nothing leased stays undelivered
+                self.facade.undeliver_poll(poll, response)
+                return
             if response.records:
                 with credits.cond:
                     credits.available -= len(response.records)

@@ -4,7 +4,8 @@ Every call carries ``raftq-internal`` metadata: a per-broker, per-call credentia
 method, a timestamp and a never-repeated counter (transport/internal_auth.py), checked before
 the request reaches the broker; a missing, forged, stale or replayed one is refused with
 UNAUTHENTICATED. A broker that does not lead the partition answers NOT_LEADER with a leader
-hint; forwarded calls are never forwarded again, so a stale view cannot loop.
+hint; forwarded calls are never forwarded again, so a stale view cannot loop. A forwarded
+Lease whose caller is gone by the time it applied is taken back (``undeliver_local``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,14 @@ class PartitionHost(Protocol):
         skip_if_idle: bool,
         timeout_s: float,
     ) -> internal_pb2.ProposeResponse: ...
+
+    def undeliver_local(
+        self,
+        topic: str,
+        partition: int,
+        lease: partition_pb2.Lease,
+        answer: internal_pb2.ProposeResponse,
+    ) -> None: ...
 
     def read_local(self, request: internal_pb2.ReadRequest) -> internal_pb2.ReadResponse: ...
 
@@ -79,7 +88,7 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
     ) -> internal_pb2.ProposeResponse:
         self._authenticate(context, "Propose")
         try:
-            return self._host.propose_local(
+            answer = self._host.propose_local(
                 request.topic,
                 request.partition,
                 request.command,
@@ -88,6 +97,13 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
             )
         except errors.RaftqError as exc:
             abort(context, exc)
+        if request.command.WhichOneof("op") == "lease" and not context.is_active():
+            # The forwarding broker gave up (deadline, cancelled) while the Lease applied:
+            # nothing may stay leased that is not delivered.
+            self._host.undeliver_local(
+                request.topic, request.partition, request.command.lease, answer
+            )
+        return answer
 
     def Read(
         self, request: internal_pb2.ReadRequest, context: grpc.ServicerContext

@@ -7,6 +7,9 @@ given too), and ``authorization: Bearer <token>`` metadata on every call when a 
 Certificates are read once, when the ``ChannelSecurity`` is made, so a missing file fails at
 construction with InvalidArgument, and the object pickles with the PEM bytes (a Spark executor
 needs no local copy of the files).
+
+Every channel and server states its message-size limit (:func:`message_size_options`): no hop
+keeps gRPC's 4 MiB default (broker/config.py ``message_bytes_max`` derives the limit).
 """
 
 from __future__ import annotations
@@ -150,16 +153,32 @@ KEEPALIVE_SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
 )
 
 
+def message_size_options(message_bytes_max: int) -> tuple[tuple[str, int], ...]:
+    """gRPC channel/server options: send and receive messages up to ``message_bytes_max``."""
+    assert message_bytes_max > 0, message_bytes_max
+    return (
+        ("grpc.max_send_message_length", message_bytes_max),
+        ("grpc.max_receive_message_length", message_bytes_max),
+    )
+
+
 def open_channel(
     address: str,
     security: ChannelSecurity | None = None,
     options: Sequence[tuple[str, Any]] = (),
+    *,
+    message_bytes_max: int,
 ) -> grpc.Channel:
     """A channel to ``address`` (host:port): TLS when ``security`` has a CA, the token on every
     call when it has one. The server's certificate must name the host (SAN IP or DNS).
-    ``KEEPALIVE_OPTIONS`` apply unless ``options`` names them."""
+    ``KEEPALIVE_OPTIONS`` apply unless ``options`` names them. Messages up to
+    ``message_bytes_max`` travel both ways."""
     named = {name for name, _ in options}
-    options = (*(o for o in KEEPALIVE_OPTIONS if o[0] not in named), *options)
+    options = (
+        *(o for o in KEEPALIVE_OPTIONS if o[0] not in named),
+        *message_size_options(message_bytes_max),
+        *options,
+    )
     if security is None or not security.tls:
         channel = grpc.insecure_channel(address, options=tuple(options))
     else:
@@ -198,10 +217,16 @@ def open_aio_channel(
     address: str,
     security: ChannelSecurity | None = None,
     options: Sequence[tuple[str, Any]] = (),
+    *,
+    message_bytes_max: int,
 ) -> grpc.aio.Channel:
-    """:func:`open_channel` for asyncio (``grpc.aio``): the same options, TLS and token."""
+    """:func:`open_channel` for asyncio (``grpc.aio``): the same options, limits, TLS, token."""
     named = {name for name, _ in options}
-    options = (*(o for o in KEEPALIVE_OPTIONS if o[0] not in named), *options)
+    options = (
+        *(o for o in KEEPALIVE_OPTIONS if o[0] not in named),
+        *message_size_options(message_bytes_max),
+        *options,
+    )
     interceptors = (
         [_AioTokenInterceptor(security.token)] if security is not None and security.token else None
     )
@@ -236,6 +261,7 @@ __all__ = [
     "KEEPALIVE_OPTIONS",
     "KEEPALIVE_SERVER_OPTIONS",
     "ChannelSecurity",
+    "message_size_options",
     "open_aio_channel",
     "open_channel",
     "read_pem",

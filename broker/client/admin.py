@@ -154,7 +154,9 @@ class Admin:
     def fetch(
         self, topic: str, partition: int, offset: int, max_records: int = 500, max_bytes: int = 0
     ) -> api_pb2.FetchResponse:
-        """Read the log without touching group state (replay, backfill)."""
+        """Read the log without touching group state (replay, backfill): up to ``max_records``
+        records and ``max_bytes`` record bytes (0: the broker's ``client.fetch_bytes_max``);
+        at least one record when any exists at ``offset``, however large."""
         return self._run(calls.fetch(topic, partition, offset, max_records, max_bytes))
 
     def producer_state(

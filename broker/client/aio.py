@@ -47,6 +47,7 @@ from broker.client.member import (
     start_from_value,
 )
 from broker.client.producer import Producer
+from broker.config import CLIENT_MESSAGE_BYTES_MAX
 from broker.send_future import RecordMetadata, SendFuture
 from proto import api_pb2, errors
 from transport.grpc_errors import from_rpc_error
@@ -75,7 +76,9 @@ class _AsyncChannels:
     def stubs(self, address: str) -> _Stubs:
         entry = self._channels.get(address)
         if entry is None:
-            channel = open_aio_channel(address, self.security)
+            channel = open_aio_channel(
+                address, self.security, message_bytes_max=CLIENT_MESSAGE_BYTES_MAX
+            )
             entry = (channel, _Stubs(channel))  # the generated stubs take aio channels too
             self._channels[address] = entry
         return entry[1]
@@ -284,6 +287,7 @@ class AsyncConsumer:
         session_timeout_ms: int = 0,
         heartbeat_interval_ms: int = 0,
         max_poll_records: int = 500,
+        max_poll_bytes: int = 0,
         lease_ms: int | None = None,
         request_timeout_ms: int = _DEFAULTS.request_timeout_ms,
         start_from: str = "earliest",
@@ -300,6 +304,7 @@ class AsyncConsumer:
             session_timeout_ms=session_timeout_ms,
             start_from=start_from_value(start_from),
             max_poll_records=max_poll_records,
+            max_poll_bytes=max_poll_bytes,
             lease_ms=lease_ms,
         )
         self._heartbeat_interval_ms = heartbeat_interval_ms

@@ -6,8 +6,9 @@ gRPC errors into the typed :mod:`proto.errors` (:func:`transport.grpc_errors.fro
 tries the bootstrap brokers in turn for calls any broker can answer (``call_any``: UNAVAILABLE
 and RESOURCE_EXHAUSTED move on, starting with the last broker that answered; when brokers
 refused for capacity it backs off their retry hint, with jitter, and tries again), and
-remembers brokers that did not answer so sends avoid them for ``DOWN_S``. It pickles as its
-bootstrap and security only: channels never travel.
+remembers brokers that did not answer so sends avoid them for ``DOWN_S``. Its channels carry
+messages up to ``CLIENT_MESSAGE_BYTES_MAX``, the largest answer any broker's limits allow
+(broker/config.py). It pickles as its bootstrap and security only: channels never travel.
 
 Security: every client takes ``tls_ca_file`` (TLS, verifying the brokers' certificates against
 that CA; their certificates must name the bootstrap hosts), ``tls_cert_file`` and
@@ -29,7 +30,7 @@ from typing import Any, TypeVar
 import grpc
 
 from broker.client import steps
-from broker.config import ClientSettings
+from broker.config import CLIENT_MESSAGE_BYTES_MAX, ClientSettings
 from proto import api_pb2_grpc, errors
 from proto.common_pb2 import ErrorCode
 from transport.grpc_errors import from_rpc_error
@@ -151,7 +152,9 @@ class _Channels:
         with self._lock:
             entry = self._channels.get(address)
             if entry is None:
-                channel = open_channel(address, self.security)
+                channel = open_channel(
+                    address, self.security, message_bytes_max=CLIENT_MESSAGE_BYTES_MAX
+                )
                 entry = (channel, _Stubs(channel))
                 self._channels[address] = entry
             return entry[1]

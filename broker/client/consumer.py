@@ -91,6 +91,7 @@ class Consumer:
         session_timeout_ms: int = 0,
         heartbeat_interval_ms: int = 0,
         max_poll_records: int = 500,
+        max_poll_bytes: int = 0,
         lease_ms: int | None = None,
         request_timeout_ms: int = _DEFAULTS.request_timeout_ms,
         start_from: str = "earliest",
@@ -101,7 +102,9 @@ class Consumer:
     ) -> None:
         """Joins the group now (raises UnknownTopic, InvalidArgument, Unavailable...).
         ``session_timeout_ms`` 0 takes the broker's; ``heartbeat_interval_ms`` 0 takes the
-        interval the broker suggests."""
+        interval the broker suggests. ``max_poll_bytes`` bounds the record bytes of one poll
+        (0: the broker's ``client.fetch_bytes_max``, 4 MiB by default; a record larger on its own
+        still comes alone, Kafka's fetch.max.bytes rule)."""
         self.group = group
         self.topics = tuple(topics)
         self._member = Member(
@@ -110,6 +113,7 @@ class Consumer:
             session_timeout_ms=session_timeout_ms,
             start_from=start_from_value(start_from),
             max_poll_records=max_poll_records,
+            max_poll_bytes=max_poll_bytes,
             lease_ms=lease_ms,
         )
         security = channel_security(tls_ca_file, tls_cert_file, tls_key_file, token)

@@ -112,12 +112,14 @@ def poll_request(
     max_records: int,
     wait_ms: int,
     lease_ms: int | None,
+    max_bytes: int = 0,
 ) -> api_pb2.PollRequest:
     request = api_pb2.PollRequest(
         group=group,
         member_id=member_id,
         generation=generation,
         max_records=max_records,
+        max_bytes=max_bytes,
         max_wait_ms=min(max(0, wait_ms), POLL_WAIT_MS_MAX),
         compact=True,
         columns=True,
@@ -270,13 +272,20 @@ class Member:
         start_from: int,
         max_poll_records: int,
         lease_ms: int | None,
+        max_poll_bytes: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``max_poll_bytes``: the record bytes of one poll (0: the broker's
+        ``client.fetch_bytes_max``; a record larger on its own still comes alone). Raises
+        InvalidArgument when it is negative."""
+        if max_poll_bytes < 0:
+            raise errors.InvalidArgument("max_poll_bytes must be >= 0 (0 = the broker's)")
         self.group = group
         self.topics = tuple(topics)
         self.session_timeout_ms = session_timeout_ms
         self.start_from = start_from
         self.max_poll_records = max_poll_records
+        self.max_poll_bytes = max_poll_bytes
         self.lease_ms = lease_ms
         self.clock = clock
         self._lock = threading.Lock()
@@ -354,6 +363,7 @@ class Member:
                 max_records or self.max_poll_records,
                 int((deadline - self.clock()) * 1000),
                 self.lease_ms,
+                self.max_poll_bytes,
             )
 
             def call(s: Any, t: float, r: api_pb2.PollRequest = request) -> Any:

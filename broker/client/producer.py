@@ -4,13 +4,14 @@
 ``add_done_callback`` as a ``concurrent.futures.Future``; the records of a batch share its
 waiting: :mod:`broker.send_future`); ``send_many`` queues many values at once. Records are
 batched per partition for up to ``linger_ms`` (or until ``batch_records_max`` /
-``batch_bytes_max``) and sent to the partition leader by one background thread, one batch in
-flight per partition, so records of a partition are appended in ``send`` order. A batch of
-bare records only (a value each: no key, headers, priority, delay or idempotency key) goes
-as ``SendRequest.values``, with no ``Record`` message per record, and is answered by one
-offset range; a batch with any other record goes as records. A future resolves to
-:class:`RecordMetadata` once a majority of the partition's replicas committed the record, or
-to the typed error.
+``batch_bytes_max`` encoded bytes: headers, keys and idempotency keys count, so a batch always
+fits the broker's raft entry; a record larger on its own goes alone) and sent to the partition
+leader by one background thread, one batch in flight per partition, so records of a partition
+are appended in ``send`` order. A batch of bare records only (a value each: no key, headers,
+priority, delay or idempotency key) goes as ``SendRequest.values``, with no ``Record`` message
+per record, and is answered by one offset range; a batch with any other record goes as
+records. A future resolves to :class:`RecordMetadata` once a majority of the partition's
+replicas committed the record, or to the typed error.
 
 With ``idempotent=True`` (the default) each batch carries the producer id and a
 per-partition sequence; retriable failures (NOT_LEADER: refresh metadata and go to the
@@ -48,6 +49,7 @@ import grpc
 from assignors.partitioner import partition_for
 from broker.client.channels import _DEFAULTS, _OK, DEFAULT_BOOTSTRAP, _Channels, channel_security
 from broker.client.streams import Refused, SendStreams
+from broker.config import RECORD_FRAMING_BYTES
 from broker.send_future import BatchOutcome, RecordMetadata, SendFuture
 from proto import api_pb2, common_pb2, errors
 from proto.common_pb2 import ErrorCode
@@ -80,6 +82,7 @@ class _Batch:
         "address",
         "attempts",
         "bare",
+        "buffered",
         "created_s",
         "items",
         "outcome",
@@ -98,7 +101,8 @@ class _Batch:
         self.created_s = created_s
         self.bare = bare
         self.items: list[Any] = []  # bytes when bare, else common_pb2.Record
-        self.size = 0
+        self.size = 0  # encoded bytes of the items in a SendRequest (_encoded_size)
+        self.buffered = 0  # record bytes (as max_record_bytes counts) held in the buffer
         self.outcome = BatchOutcome(topic, partition)  # what the batch's futures wait on
         self.producer_id: str | None = None
         self.sequence: int | None = None
@@ -112,6 +116,18 @@ class _Batch:
         assert self.bare and self.request is None and self.sequence is None, "batch already sent"
         self.items = [common_pb2.Record(value=v) for v in self.items]
         self.bare = False
+
+
+# What a bare value costs in a SendRequest, either as a value or (joining a records batch)
+# as Record(value=...): its bytes, the value field's tag and length, and a repeated element's.
+BARE_FRAMING_BYTES = 2 * RECORD_FRAMING_BYTES
+
+
+def _encoded_size(record: common_pb2.Record) -> int:
+    """What a record costs in a SendRequest: its protobuf encoding (value, key, headers,
+    priority, delay, idempotency key) and its element framing. Batches are cut by this, so the
+    broker's Append fits one raft entry whatever the records carry."""
+    return record.ByteSize() + RECORD_FRAMING_BYTES
 
 
 def _record(
@@ -203,7 +219,7 @@ class Producer:
         self._room = threading.Condition(self._lock)  # send() waits for buffer room
         self.buffer_memory_bytes = buffer_memory_bytes
         self.max_block_s = max_block_ms / 1000
-        self._buffered = 0  # bytes of the records counted in _outstanding
+        self._buffered = 0  # record bytes of the records counted in _outstanding
         self._queues: dict[tuple[str, int], deque[_Batch]] = {}
         self._in_flight: set[tuple[str, int]] = set()
         self._next_sequence: dict[tuple[str, int], int] = {}
@@ -283,12 +299,14 @@ class Producer:
         item: bytes | common_pb2.Record
         if bare:  # the fast path: no Record message, a batch of these goes as values
             item, size = value, len(value)
+            encoded = size + BARE_FRAMING_BYTES
             if partition is None:
                 partition = next(self._spread) % meta.partitions  # partition_for(None, ...)
         else:
             item, size = _record(
                 value, key, headers, priority, deliver_at_ms, idempotency_key, ttl_ms
             )
+            encoded = _encoded_size(item)
             if partition is None:
                 partition = partition_for(key, meta.partitions, next(self._spread))
         if not 0 <= partition < meta.partitions:
@@ -328,8 +346,8 @@ class Producer:
                 batch is None
                 or batch.sequence is not None
                 or batch.attempts
-                or len(batch.items) >= self.batch_records_max  # self._full(batch, size)
-                or batch.size + size > self.batch_bytes_max
+                or len(batch.items) >= self.batch_records_max  # self._full(batch, encoded)
+                or batch.size + encoded > self.batch_bytes_max
             ):
                 batch = _Batch(topic, partition, time.monotonic(), bare)
                 queue.append(batch)
@@ -342,7 +360,8 @@ class Producer:
             items = batch.items
             index = len(items)
             items.append(item)
-            batch.size += size
+            batch.size += encoded
+            batch.buffered += size
             self._buffered += size
             self._outstanding += 1
             if index + 1 >= self.batch_records_max or batch.size > self.batch_bytes_max:
@@ -385,7 +404,8 @@ class Producer:
     def _queue_values(self, topic: str, partition: int, values: list[bytes]) -> list[SendFuture]:
         """Append bare values to the partition's queue, one lock hold per batch they fill."""
         futures: list[SendFuture] = []
-        ends = list(itertools.accumulate(map(len, values), initial=0))  # ends[k]: bytes of [:k]
+        # ends[k]: encoded bytes of values[:k] (_Batch.size counts the same)
+        ends = list(itertools.accumulate((len(v) + BARE_FRAMING_BYTES for v in values), initial=0))
         i, n = 0, len(values)
         while i < n:
             with self._cond:
@@ -408,7 +428,9 @@ class Producer:
                 index = len(batch.items)
                 batch.items.extend(values[i : i + fit])
                 batch.size += ends[i + fit] - ends[i]
-                self._buffered += ends[i + fit] - ends[i]
+                payload = ends[i + fit] - ends[i] - fit * BARE_FRAMING_BYTES
+                batch.buffered += payload
+                self._buffered += payload
                 self._outstanding += fit
                 self._cond.notify_all()
             outcome = batch.outcome
@@ -789,7 +811,7 @@ class Producer:
             outcome.resolve_each(each)
         with self._lock:  # only now: flush() returns with every future done
             self._outstanding -= len(batch.items)
-            self._buffered -= batch.size
+            self._buffered -= batch.buffered
             self._room.notify_all()
             if self._outstanding == 0:
                 self._drained.notify_all()

@@ -36,6 +36,7 @@ import grpc
 
 from assignors.partitioner import partition_for
 from broker.client import Admin, parse_bootstrap
+from broker.config import CLIENT_MESSAGE_BYTES_MAX
 from partitions.machine import record_size
 from proto import api_pb2, api_pb2_grpc, common_pb2, errors
 from proto.common_pb2 import ErrorCode
@@ -49,10 +50,10 @@ PRODUCER_ID_CHARS_MAX = 255
 SEND_ATTEMPTS_MAX = 12
 BACKOFF_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
 QUEUED_BATCHES_MAX = 4  # per raftq partition, before the task waits for acknowledgements
-# A batch is one Append in one partition Raft entry (broker/replica.py MAX_ENTRY_BYTES, 1 MiB,
-# refused whole when over: RECORD_TOO_LARGE): batches are cut by encoded size, a record's bytes
-# plus its tag and length, with room left for the command around them (topic, producer id,
-# sequence, stamps). A record within max_record_bytes always fits an entry on its own.
+# A batch is one Append in one partition Raft entry (the brokers' raft.max_entry_bytes, 2 MiB
+# by default; refused whole when over: RECORD_TOO_LARGE): batches are cut by encoded size, a
+# record's bytes plus its tag and length, with room left for the command around them (topic,
+# producer id, sequence, stamps). A record within max_record_bytes always fits an entry on its own.
 BATCH_BYTES_MAX = (1 << 20) - 4096
 RECORD_FRAMING_BYTES = 6
 
@@ -280,7 +281,9 @@ class Connection:
     def _channel(self, address: str) -> grpc.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = open_channel(address, self._security)
+            channel = self._channels[address] = open_channel(
+                address, self._security, message_bytes_max=CLIENT_MESSAGE_BYTES_MAX
+            )
         return channel
 
     def producer(self, address: str) -> api_pb2_grpc.ProducerStub:
