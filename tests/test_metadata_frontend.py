@@ -177,6 +177,10 @@ def _fields(config: common_pb2.TopicConfig) -> dict[str, Any]:
         ("t", 1, 1, {"dead_letter_topic": "bad name"}, errors.InvalidArgument),
         ("t", 1, 1, {"dead_letter_topic": 5}, errors.InvalidArgument),
         ("t", 1, 1, {"nack_backoff_base_ms": 10, "nack_backoff_max_ms": 5}, errors.InvalidArgument),
+        ("t", 1, 1, {"ttl_ms": -1}, errors.InvalidArgument),
+        ("t", 1, 1, {"ttl_action": "expire"}, errors.InvalidArgument),
+        ("t", 1, 1, {"ttl_action": 2}, errors.InvalidArgument),
+        ("t", 1, 1, {"ttl_action": True}, errors.InvalidArgument),
         ("x" * 246, 1, 1, {}, errors.InvalidArgument),  # x*246 + ".dlq" is over 249
         ("exists", 1, 1, {}, errors.TopicExists),
     ],
@@ -193,6 +197,17 @@ def test_create_topic_rejects_before_proposing(
     with pytest.raises(error) as caught:
         cluster.create(name, partitions, rf, **config)
     assert type(caught.value) is error and caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("given", "action"),
+    [("drop", common_pb2.TTL_DROP), ("DEAD_LETTER", common_pb2.TTL_DEAD_LETTER), (1, 1)],
+)
+def test_create_topic_takes_a_ttl(cluster: Cluster, given: str | int, action: int) -> None:
+    cluster.apply(cluster.create("t", 1, 1, ttl_ms=5000, ttl_action=given))
+    topic = cluster.table.topic("t")
+    assert topic is not None
+    assert (topic.config.ttl_ms, topic.config.ttl_action) == (5000, action)
 
 
 def test_a_long_name_works_with_an_explicit_dead_letter_topic(cluster: Cluster) -> None:

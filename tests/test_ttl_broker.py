@@ -1,15 +1,16 @@
 """Per-record time to live through real broker processes (issue 19).
 
-Three brokers; the consumer and producer talk to whichever broker they reach (forwarding to
-the leader when it is another). Topic ``short``: a record sent with ``Producer.send(ttl_ms=...)``
-next to one without; once the ttl (plus the partition's ``max_clock_skew_ms`` grace) has passed,
-a poll gets only the record without a ttl. Topic ``perish``, made by the CLI with ``--ttl-ms``
-and ``--ttl-action dead_letter``: its expired record is never delivered and lands in
-``perish.dlq`` with reason ``expired``. The expiries show in ``raftq_partition_expired``.
+Three brokers; the consumers and producers talk to whichever broker they reach (forwarding to
+the leader when it is another). Topic ``short``: records sent with ``Producer.send(ttl_ms=...)``
+and ``AsyncProducer.send(ttl_ms=...)`` next to one without; once the ttl (plus the partition's
+``max_clock_skew_ms`` grace) has passed, a poll gets only the record without a ttl. Topic
+``perish``, made by the CLI with ``--ttl-ms`` and ``--ttl-action dead_letter``: its expired
+record is never delivered and lands in ``perish.dlq`` with reason ``expired``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -17,6 +18,8 @@ import time
 from pathlib import Path
 
 from broker.client import Consumer, Producer
+from broker.client.aio import AsyncProducer
+from broker.send_future import RecordMetadata
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 
@@ -50,9 +53,15 @@ def test_expired_records_are_never_delivered_and_dead_lettered_on_request(
             doomed = producer.send("short", b"doomed", ttl_ms=TTL_MS).result(60)
             kept = producer.send("short", b"kept").result(60)
             perished = producer.send("perish", b"perished").result(60)
+
+        async def send_async() -> RecordMetadata:
+            async with AsyncProducer(cluster.bootstrap) as aio:
+                return await aio.send("short", b"doomed too", ttl_ms=TTL_MS)
+
+        doomed_too = asyncio.run(send_async())
         stamped_ms = max(
             admin.fetch(topic, 0, sent.offset, 1).records[0].timestamp_ms
-            for topic, sent in (("short", doomed), ("perish", perished))
+            for topic, sent in (("short", doomed), ("short", doomed_too), ("perish", perished))
         )
 
         def expired_by_now() -> bool:  # partition time follows the brokers' clocks
