@@ -333,3 +333,18 @@ def test_randomized_nothing_expired_is_delivered_nothing_is_lost(
         assert dropped == sum(map(len, ended.values()))
     else:
         assert dropped == 2 * len(stamped) - len(acked["g1"]) - len(acked["g2"])
+
+
+@pytest.mark.parametrize("topic_ttl_ms", [0, TTL_MS])
+def test_byte_budgeted_lease_skips_expired_records(
+    new_store: Callable[[], PartitionStore], topic_ttl_ms: int
+) -> None:
+    """A follower reads slim rows (offset, count, size) when the topic has no ttl_ms: the
+    records' own expiries still end the same records there as on the leader."""
+    pair = Pair(new_store, ttl_ms=topic_ttl_ms)
+    pair.append(T0_MS, rec(b"x" * 10, TTL_MS), rec(b"y" * 10, 100 * TTL_MS), rec(b"z" * 10, 0))
+    lease = partition_pb2.Lease(group="g", member="m", max_records=10, max_bytes=15)
+    result = pair.apply(EXPIRES_MS, lease=lease)  # Pair compares leader and follower dumps
+    assert [d.record.offset for d in result.deliveries] == [1]
+    expired = 2 if topic_ttl_ms else 1  # offset 2 takes the topic's ttl
+    assert pair.follower.expired_total == pair.leader.expired_total == expired
