@@ -499,6 +499,9 @@ class ClientSettings(_Section):
     # topic's first metadata fetch is retried this long while no broker answers, and a batch
     # is retried until its retries are spent or it is this old.
     delivery_timeout_ms: int = _setting(120_000, min=1)
+    # A Producer refetches a topic's metadata (leaders, partition count) at least this often
+    # (Kafka's metadata.max.age.ms), so it sees partitions added to a topic it writes.
+    metadata_max_age_ms: int = _setting(300_000, min=0)
 
     def _relations(self) -> list[Problem]:
         return (

@@ -38,14 +38,13 @@ def run_cli(bootstrap: str, capsys: pytest.CaptureFixture[str], *argv: str) -> t
     return code, out, err
 
 
-def produce_keyed(bootstrap: str, batch: str) -> dict[bytes, int]:
+def produce_keyed(producer: Producer, batch: str) -> dict[bytes, int]:
     """KEYS records keyed k0..; value -> the partition the producer put it in."""
-    with Producer(bootstrap, linger_ms=1) as producer:
-        futures = {
-            f"{batch}-{i}".encode(): producer.send(TOPIC, f"{batch}-{i}".encode(), key=b"k%d" % i)
-            for i in range(KEYS)
-        }
-        return {value: future.result(timeout=30).partition for value, future in futures.items()}
+    futures = {
+        f"{batch}-{i}".encode(): producer.send(TOPIC, f"{batch}-{i}".encode(), key=b"k%d" % i)
+        for i in range(KEYS)
+    }
+    return {value: future.result(timeout=30).partition for value, future in futures.items()}
 
 
 def consume_all(consumer: Consumer, wanted: set[bytes], timeout_s: float = 60.0) -> list[bytes]:
@@ -73,8 +72,14 @@ def test_add_partitions_places_new_keys_and_rebalances_the_group_losing_nothing(
         leader = admin.describe_cluster().metadata_leader
         other = next(b for b in (1, 2, 3) if b != leader)
         via = cluster.admin(cluster.client_addr(other))
-        with Consumer(cluster.bootstrap, "g", [TOPIC], session_timeout_ms=SESSION_MS) as member:
-            before = produce_keyed(cluster.bootstrap, "before")
+        # a Producer running across the growth refetches metadata older than its max age (0:
+        # before every batch, for the test; 5 minutes by default)
+        running = Producer(cluster.bootstrap, linger_ms=1, metadata_max_age_ms=0)
+        with (
+            running,
+            Consumer(cluster.bootstrap, "g", [TOPIC], session_timeout_ms=SESSION_MS) as member,
+        ):
+            before = produce_keyed(running, "before")
             assert all(p == partition_for(b"k%d" % i, 2, 0) for i, p in enumerate(before.values()))
             generation = admin.describe_group("g").generation
 
@@ -110,14 +115,21 @@ def test_add_partitions_places_new_keys_and_rebalances_the_group_losing_nothing(
             assert [p.partition for p in grown.partitions] == [0, 1, 2, 3, 4]
             assert all(len(p.replicas) == 2 for p in grown.partitions)
 
-            # keyed records produced now go to murmur2(key) mod 5, the new partitions included
-            after = produce_keyed(cluster.bootstrap, "after")
+            # keyed records produced now go to murmur2(key) mod 5, the new partitions included:
+            # a new Producer's at once, the running one's once its next batch refetched
+            probe = running.send(TOPIC, b"probe", key=b"k0").result(timeout=30)
+            # chosen from the count it had cached; sending its batch refetched the metadata
+            assert probe.partition == partition_for(b"k0", 2, 0)
+            after = produce_keyed(running, "after")
+            with Producer(cluster.bootstrap, linger_ms=1) as fresh:
+                new = produce_keyed(fresh, "new")
+            assert list(new.values()) == list(after.values())
             assert all(p == partition_for(b"k%d" % i, 5, 0) for i, p in enumerate(after.values()))
             assert set(after.values()) & {2, 3, 4}
-            counts = {p: list(after.values()).count(p) for p in set(after.values())}
+            placed = [*before.values(), *after.values(), *new.values(), probe.partition]
             wait_until(  # the leaders' reports (twice a second) show what they stored
                 lambda: all(
-                    p.end >= counts.get(p.partition, 0) + list(before.values()).count(p.partition)
+                    p.end >= placed.count(p.partition)
                     for p in admin.describe_topic(TOPIC).partitions
                 ),
                 30,
@@ -125,8 +137,8 @@ def test_add_partitions_places_new_keys_and_rebalances_the_group_losing_nothing(
             )
 
             # the live member was rebalanced onto all five partitions and gets everything
-            got = consume_all(member, set(before) | set(after))
-            assert len(got) == len(set(got)) == 2 * KEYS
+            got = consume_all(member, {*before, *after, *new, b"probe"})
+            assert len(got) == len(set(got)) == 3 * KEYS + 1
             described = admin.describe_group("g")
             assert described.generation > generation
             owned = [p for m in described.members for t in m.assignment for p in t.partitions]

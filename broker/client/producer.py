@@ -68,6 +68,7 @@ class _TopicMeta:
     leaders: list[str]  # per partition, the leader's client address ("" = unknown)
     max_record_bytes: int
     stale: bool = False
+    fetched_s: float = 0.0  # time.monotonic() of the fetch
 
 
 class _Batch:
@@ -190,6 +191,7 @@ class Producer:
         buffer_memory_bytes: int = _DEFAULTS.buffer_memory_bytes,
         max_block_ms: int = _DEFAULTS.max_block_ms,
         delivery_timeout_ms: int = _DEFAULTS.delivery_timeout_ms,
+        metadata_max_age_ms: int = _DEFAULTS.metadata_max_age_ms,
     ) -> None:
         if linger_ms < 0 or batch_records_max < 1 or batch_bytes_max < 1 or retries < 0:
             raise errors.InvalidArgument(
@@ -197,8 +199,9 @@ class Producer:
             )
         if buffer_memory_bytes < 1 or max_block_ms < 0:
             raise errors.InvalidArgument("need buffer_memory_bytes >= 1, max_block_ms >= 0")
-        if delivery_timeout_ms < 1:
-            raise errors.InvalidArgument("need delivery_timeout_ms >= 1")
+        if delivery_timeout_ms < 1 or metadata_max_age_ms < 0:
+            raise errors.InvalidArgument("need delivery_timeout_ms >= 1, metadata_max_age_ms >= 0")
+        self.metadata_max_age_s = metadata_max_age_ms / 1000
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         security = channel_security(tls_ca_file, tls_cert_file, tls_key_file, token)
         self._channels = _Channels(bootstrap, request_timeout_ms, security)
@@ -515,22 +518,41 @@ class Producer:
     # -- metadata --------------------------------------------------------------------------
 
     def _metadata(self, topic: str) -> _TopicMeta:
+        """The topic's metadata, fetched when missing, stale (a leader moved) or older than
+        metadata_max_age_s (partitions may have been added). A failed refetch of metadata
+        that is only old keeps it for another metadata_max_age_s."""
         with self._meta_lock:
             meta = self._meta.get(topic)
-            if meta is not None and not meta.stale:
+            old = meta is not None and not meta.stale  # right but perhaps old
+            if meta is not None and old and not self._aged(meta):
                 return meta
         request = api_pb2.DescribeTopicRequest(name=topic)
-        description = self._channels.call_any(
-            lambda s, t: s.admin.DescribeTopic(request, timeout=t)
-        )
+        try:
+            description = self._channels.call_any(
+                lambda s, t: s.admin.DescribeTopic(request, timeout=t)
+            )
+        except errors.RaftqError:
+            if meta is None or not old:
+                raise
+            with self._meta_lock:
+                meta.fetched_s = time.monotonic()
+            return meta
         leaders = [""] * len(description.partitions)
         for p in description.partitions:
             if 0 <= p.partition < len(leaders):
                 leaders[p.partition] = p.leader_addr
-        fresh = _TopicMeta(len(leaders), leaders, description.config.max_record_bytes or 2**62)
+        fresh = _TopicMeta(
+            len(leaders),
+            leaders,
+            description.config.max_record_bytes or 2**62,
+            fetched_s=time.monotonic(),
+        )
         with self._meta_lock:
             self._meta[topic] = fresh
         return fresh
+
+    def _aged(self, meta: _TopicMeta) -> bool:
+        return time.monotonic() - meta.fetched_s >= self.metadata_max_age_s
 
     def _cached_metadata(self, topic: str) -> _TopicMeta:
         """For ``send``: the cached metadata even when stale (partition counts only grow, and
