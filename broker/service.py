@@ -1277,7 +1277,8 @@ class BrokerService:
         """On the metadata leader: each broker leading a partition off its preferred replica
         hands it over (``lead_preferred_here``), then the reports are awaited (within the call,
         at most LEADER_WAIT_S). Raises Timeout/Unavailable only when no broker was reached."""
-        deadline = time.monotonic() + min(timeout_s, LEADER_WAIT_S)
+        # a second of the call's time is left for the answer to travel back (forwarded calls)
+        deadline = time.monotonic() + max(0.1, min(timeout_s - 1.0, LEADER_WAIT_S))
         table = self.meta.table
         before = self._off_preferred(table)
         views = self.reports.partitions(table)
