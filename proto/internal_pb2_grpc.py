@@ -99,6 +99,7 @@ class InternalServicer:
     def Forward(self, request, context):
         """Run one public API call here, never forwarding it again (the caller thought this broker
         leads the metadata group): `method` names the facade method, `request` is its request.
+        Also the metadata leader's per-broker calls (lead_preferred_here: RebalanceLeaders).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
