@@ -27,6 +27,7 @@ BENCHMARKS = [
     "bench.aio_client",
     "bench.overload",
     "bench.vs_nats",
+    "bench.snapshot_stall",
 ]
 
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -36,3 +38,18 @@ def test_group_join_quick_run_prints_the_table() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "join at 10 groups" in done.stdout and "join at 1,000 / at 10 groups" in done.stdout
+
+
+@pytest.mark.slow
+def test_snapshot_stall_quick_run_prints_the_table() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "snapshot_stall", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for metric in ("snapshot: all 3 replicas written", "snapshot: longest driver stall"):
+        assert metric in done.stdout, done.stdout
+    assert "snapshot: groups that changed term or leader" in done.stdout, done.stdout
