@@ -6,7 +6,8 @@ padded to ``--snap-mb`` MiB before its replicas start (a table of random blobs, 
 on all three brokers: the snapshot copies whole files, so its size is what costs). Timings are
 the broker's defaults (RaftTimings(), quiescence on), fsync on. Once every group has a leader,
 the big partition is driven past its compaction threshold and every replica snapshots it;
-meanwhile a probe runs a no-op on each broker's driver thread every 20 ms.
+meanwhile a probe runs a no-op on each broker's driver thread every 20 ms (and for 5 s
+before, for the stall the loaded machine shows without a snapshot).
 
 Reported: how long the snapshots took (first pin to last journal compaction), the longest
 the probe waited for a driver during that time (the driver stall), and how many groups
@@ -27,10 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import apsw
-
 from bench.common import Result, format_number
 from broker.replica import PartitionReplica
+from partitions.sqlite_store import SqliteStore
 from proto import common_pb2, errors
 from transport.raft import RaftTimings
 from transport.raft.driver import RaftDriver
@@ -40,6 +40,7 @@ NAME = "snapshot_stall"
 SECRET = b"raftq-bench-snapshot-stall-secret-0123"
 BIG_TOPIC_ID = 1
 COMPACT_AFTER = 50  # entries of the big partition before it snapshots
+BASELINE_S = 5.0  # the probe runs this long before the snapshot starts
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
@@ -50,17 +51,17 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
 
 
 def _pad(path: Path, megabytes: int) -> None:
-    """A SQLite file of ``megabytes`` MiB of random blobs (the replica adds its schema)."""
-    conn = apsw.Connection(str(path))
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=OFF")
-    conn.execute("CREATE TABLE padding(id INTEGER PRIMARY KEY, blob BLOB)")
-    chunk = 1 << 20
-    with conn:
-        for i in range(megabytes):
-            conn.execute("INSERT INTO padding VALUES(?, randomblob(?))", (i, chunk))
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
+    """A partition's SQLite file with ``megabytes`` MiB of random blobs in a padding table."""
+    store = SqliteStore(str(path), synchronous="OFF")
+    conn = store._conn  # the partition's schema, plus a table no replica reads
+    try:
+        conn.execute("CREATE TABLE padding(id INTEGER PRIMARY KEY, blob BLOB)")
+        with conn:
+            for i in range(megabytes):
+                conn.execute("INSERT INTO padding VALUES(?, randomblob(?))", (i, 1 << 20))
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        store.close()
 
 
 class _Probe(threading.Thread):
@@ -171,6 +172,9 @@ def measure(root: Path, megabytes: int, groups: int, sync: bool) -> dict[str, fl
         before = _leaders_and_terms(everyone)
         probe = _Probe(drivers)
         probe.start()
+        quiet_end = time.monotonic() + BASELINE_S  # the stall without a snapshot, for scale
+        _wait(lambda: time.monotonic() > quiet_end, BASELINE_S + 1, "baseline window")
+        baseline_s, probe.longest_s = probe.longest_s, 0.0
         snap_started = time.monotonic()
         for i in range(COMPACT_AFTER + 5):
             _send(big, i)
@@ -180,7 +184,12 @@ def measure(root: Path, megabytes: int, groups: int, sync: bool) -> dict[str, fl
         probe.join()
         after = _leaders_and_terms(everyone)
         changed = {k.split("@")[0] for k in before if before[k] != after[k]}
-        return {"snapshot_s": snap_s, "stall_s": probe.longest_s, "changed": float(len(changed))}
+        return {
+            "snapshot_s": snap_s,
+            "stall_s": probe.longest_s,
+            "baseline_stall_s": baseline_s,
+            "changed": float(len(changed)),
+        }
     finally:
         for r in big + replicas:
             r.close()
@@ -207,6 +216,12 @@ def run(options: argparse.Namespace) -> list[Result]:
             "< 0.4 (election min)",
             figures["stall_s"] < 0.4,
             note,
+        ),
+        Result(
+            "no snapshot: longest driver stall (5 s before it)",
+            figures["baseline_stall_s"],
+            "s",
+            note="the same probe before the snapshot: the loaded machine's own noise",
         ),
         Result(
             "snapshot: groups that changed term or leader",
