@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 MAGIC = b"RAFTQS1\n"
 _LEN = struct.Struct("<I")
 _COPY_BYTES = 1 << 20
+_SYNC_EVERY_BYTES = 64 << 20  # a snapshot being written is fdatasync'd this often
 
 Entry = tuple[bytes, int, int]
 
@@ -85,7 +86,15 @@ def write_snapshot(
     ).encode()
     with open(tmp_path, "wb") as out, open(user_path, "rb") as state:
         out.write(MAGIC + _LEN.pack(len(header)) + header)
-        shutil.copyfileobj(state, out, _COPY_BYTES)
+        copied = 0
+        while chunk := state.read(_COPY_BYTES):
+            out.write(chunk)
+            copied += len(chunk)
+            if fsync and copied % _SYNC_EVERY_BYTES == 0:
+                # Never gigabytes of dirty pages at once: the kernel would throttle every
+                # writer on the machine (the driver's journal appends too) to flush them.
+                out.flush()
+                os.fdatasync(out.fileno())
         out.flush()
         if fsync:
             os.fsync(out.fileno())
