@@ -17,12 +17,20 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago. Bind it soon: another process may take it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port that was free a moment ago, and never one this process was given before:
+    the kernel may answer the same free port to two binds in a row (a cluster's brokers then
+    got one port twice). Bind it soon: another process may take it."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port: int = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def wait_until(

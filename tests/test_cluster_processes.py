@@ -63,7 +63,11 @@ def test_sigkill_every_broker_and_restart_loses_no_acknowledged_record(tmp_path:
         cluster.admin().create_topic("durable", partitions=2)
         cluster.wait_leaders("durable")
         acked: set[bytes] = set()
-        with Producer(cluster.bootstrap, linger_ms=1, request_timeout_ms=5000) as producer:
+        # A send is retried until its delivery timeout (Kafka's delivery.timeout.ms): 8 s
+        # here, so the sends cut off by the power loss give up within the 30 s waited below.
+        with Producer(
+            cluster.bootstrap, linger_ms=1, request_timeout_ms=5000, delivery_timeout_ms=8000
+        ) as producer:
             futures = {producer.send("durable", b"r%d" % i): b"r%d" % i for i in range(2000)}
             for i in (1, 2, 3):  # power loss of the whole cluster while sends are in flight
                 cluster.kill(i)
