@@ -136,7 +136,12 @@ class Broker:
         self.backend = Backend(self)
         self.service.prefer_leader = self.backend.prefer_leader
         self.meta.on_change(self.backend.wake)
-        internal = InternalServicer(self.service, secret, default_timeout_s=10.0)
+        internal = InternalServicer(
+            self.service,
+            secret,
+            default_timeout_s=10.0,
+            own_addresses=(config.broker.client_addr,),
+        )
         # Prometheus /metrics on broker.metrics_addr ("" = off); the bound address, port 0 kept.
         self.metrics: BrokerMetrics | None = None
         self.metrics_addr = ""

@@ -124,3 +124,39 @@ def test_a_broker_refuses_replayed_and_fixed_internal_credentials(tmp_path: Path
                 assert client.meta_members(address, 10).members == [cluster.raft_addr(1)]
         finally:
             client.close()
+
+
+def test_a_credential_is_good_only_at_the_broker_it_was_made_for() -> None:
+    clock = Clock()
+    signer = CredentialSigner(SECRET, 7, clock=clock)
+    at_a = CredentialVerifier(SECRET, clock=clock, own_addresses=("127.0.0.1:7001",))
+    at_b = CredentialVerifier(SECRET, clock=clock, own_addresses=("127.0.0.1:7002",))
+    for_a = signer.credential("Forward", "127.0.0.1:7001")
+    assert "does not verify" in str(at_b.check("Forward", for_a))  # read off A's link, shown to B
+    assert at_a.check("Forward", for_a) is None
+    assert "not bound" in str(at_a.check("Forward", signer.credential("Forward")))
+    # the calls made to the operator's join_addrs before a broker knows the cluster
+    assert at_a.check("JoinCluster", signer.credential("JoinCluster")) is None
+    assert at_b.check("MetaMembers", signer.credential("MetaMembers")) is None
+
+
+def _raw_read(address: str, credential: str) -> grpc.StatusCode:
+    with grpc.insecure_channel(address) as channel:
+        stub = internal_pb2_grpc.InternalStub(channel)
+        try:
+            stub.Read(internal_pb2.ReadRequest(), timeout=10, metadata=((AUTH_KEY, credential),))
+        except grpc.RpcError as exc:
+            return exc.code()
+        return grpc.StatusCode.OK
+
+
+def test_a_credential_read_off_one_brokers_link_is_refused_by_another(tmp_path: Path) -> None:
+    with ProcessCluster(tmp_path, brokers=2) as cluster:
+        cluster.wait_ready()
+        signer = CredentialSigner(DEV_CLUSTER_SECRET, 1)
+        first, second = cluster.client_addr(1), cluster.client_addr(2)
+        captured = signer.credential("Read", first)  # made for broker 1, never sent there
+        assert _raw_read(second, captured) == grpc.StatusCode.UNAUTHENTICATED
+        assert _raw_read(second, signer.credential("Read")) == grpc.StatusCode.UNAUTHENTICATED
+        answered = _raw_read(second, signer.credential("Read", second))
+        assert answered != grpc.StatusCode.UNAUTHENTICATED  # past authentication

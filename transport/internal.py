@@ -19,7 +19,7 @@ import grpc
 
 from proto import errors, internal_pb2, internal_pb2_grpc, metadata_pb2, partition_pb2
 from transport.grpc_errors import abort, raise_from_rpc_error
-from transport.internal_auth import CredentialSigner, CredentialVerifier
+from transport.internal_auth import UNBOUND_METHODS, CredentialSigner, CredentialVerifier
 
 logger = logging.getLogger("raftq.transport.internal")
 
@@ -67,9 +67,17 @@ class PartitionHost(Protocol):
 
 
 class InternalServicer(internal_pb2_grpc.InternalServicer):
-    def __init__(self, host: PartitionHost, secret: str, *, default_timeout_s: float) -> None:
+    def __init__(
+        self,
+        host: PartitionHost,
+        secret: str,
+        *,
+        default_timeout_s: float,
+        own_addresses: tuple[str, ...] = (),
+    ) -> None:
+        """``own_addresses``: the broker's client addresses, which credentials must name."""
         self._host = host
-        self._verifier = CredentialVerifier(secret)
+        self._verifier = CredentialVerifier(secret, own_addresses=own_addresses)
         self._timeout_s = default_timeout_s
 
     def _authenticate(self, context: grpc.ServicerContext, method: str) -> None:
@@ -201,7 +209,8 @@ class InternalClient:
 
     def _call(self, address: str, name: str, request: Any, timeout_s: float) -> Any:
         method = getattr(self._stub(address), name)
-        metadata = ((AUTH_KEY, self._signer.credential(name)),)
+        target = None if name in UNBOUND_METHODS else address
+        metadata = ((AUTH_KEY, self._signer.credential(name, target)),)
         try:
             return method(request, timeout=timeout_s, metadata=metadata)
         except grpc.RpcError as exc:

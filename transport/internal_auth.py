@@ -1,9 +1,16 @@
 """The credential one broker shows another on every Internal call: per broker, per call, fresh.
 
-A caller sends ``raftq-internal: 2.<broker id>.<boot>.<ts ms>.<counter>.<mac>`` where
+A caller sends ``raftq-internal: 3.<broker id>.<boot>.<ts ms>.<counter>.<mac>`` where
 
     key = HMAC-SHA256(cluster secret, "raftq-internal-key-v2:" + broker id)
-    mac = HMAC-SHA256(key, method + "\\n" + "<broker id>.<boot>.<ts ms>.<counter>")
+    mac = HMAC-SHA256(key, method + "\\n" + target + "\\n" + "<broker id>.<boot>.<ts ms>.<counter>")
+
+and ``target`` is the address the caller dialed: the receiving broker's ``client_addr``, which
+every broker learns from the metadata table. A receiver accepts only credentials made for one
+of its own addresses, so a credential read off the wire is worth nothing at another broker
+either. Version ``2`` (no target) is accepted only for the two calls a broker makes before it
+knows the cluster, to the operator's ``join_addrs`` (JoinCluster: its own join; MetaMembers:
+a read of the voters).
 
 ``boot`` is 16 random hex digits chosen when the caller's :class:`CredentialSigner` is built,
 ``counter`` rises by one per call. The receiver (:class:`CredentialVerifier`) accepts a
@@ -29,7 +36,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-VERSION = "2"
+VERSION = "3"  # bound to the receiving broker's address
+UNBOUND_VERSION = "2"
+UNBOUND_METHODS = frozenset({"JoinCluster", "MetaMembers"})  # dialed at join_addrs
 FRESHNESS_S = 300.0  # Kerberos' default clock-skew allowance
 WINDOW_CALLS = 1 << 16
 
@@ -40,8 +49,9 @@ def broker_key(secret: str, broker_id: int) -> bytes:
     return hmac.new(secret.encode(), label, hashlib.sha256).digest()
 
 
-def _mac(key: bytes, method: str, body: str) -> str:
-    return hmac.new(key, f"{method}\n{body}".encode(), hashlib.sha256).hexdigest()
+def _mac(key: bytes, method: str, body: str, target: str | None = None) -> str:
+    text = f"{method}\n{body}" if target is None else f"{method}\n{target}\n{body}"
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
 class CredentialSigner:
@@ -55,9 +65,12 @@ class CredentialSigner:
         self._counter = itertools.count(1)  # next() is atomic under the GIL
         self._clock = clock
 
-    def credential(self, method: str) -> str:
+    def credential(self, method: str, target: str | None = None) -> str:
+        """The credential of one call of ``method`` to the broker at ``target`` (its client
+        address); ``None``: bound to no receiver (accepted only for UNBOUND_METHODS)."""
         body = f"{self._prefix}.{int(self._clock() * 1000)}.{next(self._counter)}"
-        return f"{VERSION}.{body}.{_mac(self._key, method, body)}"
+        version = UNBOUND_VERSION if target is None else VERSION
+        return f"{version}.{body}.{_mac(self._key, method, body, target)}"
 
 
 @dataclass
@@ -78,7 +91,11 @@ class CredentialVerifier:
         clock: Callable[[], float] = time.time,
         freshness_s: float = FRESHNESS_S,
         window_calls: int = WINDOW_CALLS,
+        own_addresses: tuple[str, ...] = (),
     ) -> None:
+        """``own_addresses``: this broker's addresses; credentials must be made for one of
+        them (empty: a verifier that accepts unbound credentials, for tests and tools)."""
+        self._own = own_addresses
         self._secret = secret
         self._clock = clock
         self._freshness_ms = int(freshness_s * 1000)
@@ -90,9 +107,11 @@ class CredentialVerifier:
 
     def check(self, method: str, shown: object) -> str | None:
         parts = shown.split(".") if isinstance(shown, str) else []
-        if len(parts) != 6 or parts[0] != VERSION:
+        if len(parts) != 6 or parts[0] not in (VERSION, UNBOUND_VERSION):
             return "internal call without a broker credential"
-        _version, broker, boot, ts, counter, mac = parts
+        version, broker, boot, ts, counter, mac = parts
+        if version == UNBOUND_VERSION and self._own and method not in UNBOUND_METHODS:
+            return f"broker credential for {method} is not bound to this broker"
         if not (
             broker.isdigit()
             and ts.isdigit()
@@ -106,8 +125,12 @@ class CredentialVerifier:
         broker_id, ts_ms, count = int(broker), int(ts), int(counter)
         key = self._keys.get(broker_id) or broker_key(self._secret, broker_id)
         body = f"{broker}.{boot}.{ts}.{counter}"
-        if not hmac.compare_digest(mac, _mac(key, method, body)):
-            return f"broker credential for {method} does not verify under the cluster secret"
+        targets: tuple[str | None, ...] = (None,) if version == UNBOUND_VERSION else self._own
+        if not any(hmac.compare_digest(mac, _mac(key, method, body, t)) for t in targets):
+            return (
+                f"broker credential for {method} does not verify under the cluster secret "
+                "for this broker's address"
+            )
         self._keys[broker_id] = key  # cached only once verified: no growth from forgeries
         now_ms = int(self._clock() * 1000)
         if abs(now_ms - ts_ms) > self._freshness_ms:
