@@ -112,6 +112,7 @@ class Proposer:
         self.name = name
         self._lock = threading.Lock()  # queue, in-flight set, stats
         self._propose_lock = threading.Lock()  # order of proposals = order of the queue
+        self._pumping: int | None = None  # the thread inside pump's loop (under _propose_lock)
         self._queue: collections.deque[_Send] = collections.deque()
         self._queued_bytes = 0
         self._inflight: set[_Entry] = set()
@@ -168,19 +169,33 @@ class Proposer:
         self.pump()
 
     def pump(self) -> None:
-        """Propose what is queued while in-flight entries are under the cap."""
+        """Propose what is queued while in-flight entries are under the cap.
+
+        A proposal refused at once (not leader, raft queue full) answers through its callback
+        inside ``_propose``, and that callback pumps: in the thread already pumping, that
+        inner call returns at once and this loop carries on (the lock is not reentrant: it
+        used to deadlock the thread, the broker's raft driver included)."""
+        if self._pumping == threading.get_ident():
+            return
         with self._propose_lock:
-            while True:
-                with self._lock:
-                    if not self._queue or len(self._inflight) >= self.max_inflight_entries:
-                        return
-                    sends = self._take_batch()
-                    if not sends:
-                        continue
-                    entry = _Entry(sends, self._clock_s())
-                    self._inflight.add(entry)
-                    self._count_entry(len(sends))
-                self._propose(self._encode(sends), functools.partial(self._on_outcome, entry))
+            self._pumping = threading.get_ident()
+            try:
+                self._pump_locked()
+            finally:
+                self._pumping = None
+
+    def _pump_locked(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue or len(self._inflight) >= self.max_inflight_entries:
+                    return
+                sends = self._take_batch()
+                if not sends:
+                    continue
+                entry = _Entry(sends, self._clock_s())
+                self._inflight.add(entry)
+                self._count_entry(len(sends))
+            self._propose(self._encode(sends), functools.partial(self._on_outcome, entry))
 
     def busy(self) -> bool:
         """Sends queued or entries in flight (read unlocked: a hint for housekeeping)."""

@@ -467,3 +467,25 @@ def test_proposer_bounds_the_queue_and_refuses_when_not_leader() -> None:
     assert isinstance(got[-1], errors.NotLeader) and got[-1].leader_hint == "10.0.0.9:1"
     p.close(errors.Unavailable("closed"))
     assert isinstance(got[-1], errors.Unavailable)
+
+
+def test_a_proposal_refused_at_once_while_pumping_does_not_deadlock_the_pump() -> None:
+    """The raft node answers a proposal it cannot take (not leader, queue full) through the
+    callback, inside the proposer's own ``propose`` call; that callback pumps again. Seen in
+    a simulated schedule: the non-reentrant pump lock then hung the raft driver thread."""
+    raft = FakeRaft()
+    p = make_proposer(raft, max_inflight_entries=1)
+    got: list[Any] = []
+    for i in range(4):  # one in flight, three queued behind it
+        p.submit(partition_pb2.Append(records=[rec(f"v{i}")]), lambda r, e: got.append(e))
+    refusing = errors.NotLeader("leadership lost")
+
+    def refuse(data: bytes, callback: Any) -> None:
+        callback(None, refusing)  # synchronously, as RaftNode.propose does
+
+    p._propose = refuse
+    finished = threading.Thread(target=raft.apply_next, daemon=True)  # pumps the queued three
+    finished.start()
+    finished.join(10)
+    assert not finished.is_alive(), "the pump deadlocked on its own lock"
+    assert got[0] is None and got[1:] == [refusing] * 3
