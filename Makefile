@@ -61,10 +61,11 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy broker metadata partitions assignors transport bench tests
+	$(PY) scripts/typecheck_tree.py >/dev/null  # mypy sees broker/ as the raftq package
+	MYPYPATH=.typecheck $(PY) -m mypy .typecheck/raftq bench tests scripts
 
 run: $(STAMP)
-	$(PY) -m broker.cli dev up --brokers 3 --demo
+	$(PY) -m raftq.cli dev up --brokers 3 --demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache data

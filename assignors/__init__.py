@@ -5,7 +5,7 @@ Imports no grpc, apsw or pysyncobj (tests/test_layering.py enforces it).
 
 from __future__ import annotations
 
-from assignors.placement import (
+from raftq.assignors.placement import (
     Broker,
     BrokerId,
     ClusterPlacement,
@@ -16,7 +16,7 @@ from assignors.placement import (
     place_replicas,
     reassign_without,
 )
-from assignors.sticky import Assignment, TopicPartition, assign, moved, owners
+from raftq.assignors.sticky import Assignment, TopicPartition, assign, moved, owners
 
 __all__ = [
     "Assignment",

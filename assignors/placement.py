@@ -46,7 +46,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proto.errors import InvalidArgument
+from raftq.proto.errors import InvalidArgument
 
 BrokerId = int
 Placement = Sequence[Sequence[BrokerId]]  # partition -> ordered replicas, preferred leader first
@@ -335,7 +335,7 @@ def _even_out(
     everything on a broker, including what cannot move. A cost-reducing path hands one item from
     a broker to another along a chain ending at a broker with at least two less load. With none
     left the assignment is an optimal semi-matching: the loads are as even as the options allow
-    (the argument of ``assignors.sticky``).
+    (the argument of ``raftq.assignors.sticky``).
     """
     holding: dict[BrokerId, set[int]] = {}
     for item, broker_id in enumerate(choice):

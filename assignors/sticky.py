@@ -43,7 +43,7 @@ import heapq
 from collections.abc import Collection, Iterable, Mapping, Set
 from dataclasses import dataclass
 
-from proto.errors import InvalidArgument
+from raftq.proto.errors import InvalidArgument
 
 TopicPartition = tuple[str, int]
 Assignment = dict[str, list[TopicPartition]]

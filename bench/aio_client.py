@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from bench.common import Result, median
-from broker.client import Consumer, Producer
-from broker.client.aio import AsyncConsumer, AsyncProducer
+from raftq.client import Consumer, Producer
+from raftq.client.aio import AsyncConsumer, AsyncProducer
 from tests.cluster import ProcessCluster
 
 NAME = "aio_client"

@@ -4,7 +4,7 @@ Three real broker processes (tests/cluster.py ``ProcessCluster``, default raft t
 fsync on, SQLite ``synchronous=NORMAL``) on 127.0.0.1, one topic at RF 3. Issue 3's figures:
 
 - **throughput on 1 and on 8 partitions**: ``--ca-clients`` client PROCESSES (the Python
-  client's CPU is a bottleneck of its own), each with one ``broker.client.Producer``
+  client's CPU is a bottleneck of its own), each with one ``raftq.client.Producer``
   (idempotent, ``linger_ms=5``, batches of up to 10,000 records / 1 MiB: the Producer's
   defaults), send
   ``--ca-records`` records of 100 B in all, round-robin over the topic's partitions, then
@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 from bench.common import Result, at_least
-from broker.client import Producer
-from broker.config import ClientSettings
+from raftq.client import Producer
+from raftq.config import ClientSettings
 from tests.cluster import ProcessCluster
 
 NAME = "cluster_append"

@@ -105,7 +105,7 @@ def fsync_latency(samples: int = 200) -> str:
 
 def machine_description() -> dict[str, str]:
     """CPU, cores, OS, Python and SQLite versions, and the load when asked."""
-    from partitions.sqlite_store import sqlite_versions  # the one module that imports apsw
+    from raftq.partitions.sqlite_store import sqlite_versions  # the one module that imports apsw
 
     versions = sqlite_versions()
     try:

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Result, at_least, median
-from broker.client import Consumer, Producer
-from broker.config import ClientSettings
+from raftq.client import Consumer, Producer
+from raftq.config import ClientSettings
 from tests.cluster import ProcessCluster
 
 NAME = "e2e"

@@ -4,8 +4,8 @@ acknowledged again and until a record sent after it is consumed.
 Three real broker processes (tests/cluster.py ``ProcessCluster``) on 127.0.0.1 with the
 broker's DEFAULT raft timings (``fast=False``: heartbeat 250 ms, elections 800-1300 ms), one
 topic of 3 partitions at RF 3, fsync on. Per trial one thread sends single records to one
-partition through ``broker.client.Producer`` (``linger_ms=0``, one send in flight, each waited
-for) and one ``broker.client.Consumer`` (the group's only member) polls and acks; the bench
+partition through ``raftq.client.Producer`` (``linger_ms=0``, one send in flight, each waited
+for) and one ``raftq.client.Consumer`` (the group's only member) polls and acks; the bench
 waits until the partition is led by its preferred leader, SIGKILLs (SIGSTOPs) that broker
 process, and measures from the signal to the first acknowledgement that arrives after the
 process is gone, and to the first delivery of a record acknowledged after it. Then it
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import Result
-from broker.client import Consumer, Producer
-from proto import errors
+from raftq.client import Consumer, Producer
+from raftq.proto import errors
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 

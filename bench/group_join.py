@@ -19,9 +19,9 @@ from typing import Any
 import immutables
 
 from bench.common import Result, format_number, median
-from metadata.machine import MetadataMachine
-from metadata.table import GroupInfo, MemberInfo, PartitionInfo, Table, TopicInfo, frozen_map
-from proto import common_pb2, metadata_pb2
+from raftq.metadata.machine import MetadataMachine
+from raftq.metadata.table import GroupInfo, MemberInfo, PartitionInfo, Table, TopicInfo, frozen_map
+from raftq.proto import common_pb2, metadata_pb2
 
 NAME = "group_join"
 

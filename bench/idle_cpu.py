@@ -63,8 +63,8 @@ class Settings:
 
 
 def _child(args: argparse.Namespace) -> None:
-    from transport.raft.driver import ListGroup, RaftDriver
-    from transport.raft.mux import MuxEndpoint
+    from raftq.transport.raft.driver import ListGroup, RaftDriver
+    from raftq.transport.raft.mux import MuxEndpoint
 
     addrs = args.addrs.split(",")
     me = addrs[args.index]
@@ -335,7 +335,7 @@ def create_topics(
 
 def leaders_per_broker(cluster: ProcessCluster, topics: list[str]) -> dict[int, int] | None:
     """Partitions each broker leads, once every partition of ``topics`` has a live leader."""
-    from proto import errors
+    from raftq.proto import errors
 
     admin = cluster.admin(cluster.live_bootstrap())
     counts = dict.fromkeys((i for i in cluster.procs if cluster.alive(i)), 0)
@@ -353,7 +353,7 @@ def leaders_per_broker(cluster: ProcessCluster, topics: list[str]) -> dict[int, 
 
 def wait_preferred_leaders(cluster: ProcessCluster, topics: list[str], timeout_s: float) -> bool:
     """Until every partition is led by its preferred (first) replica; False on timeout."""
-    from proto import errors
+    from raftq.proto import errors
 
     admin = cluster.admin(cluster.live_bootstrap())
 

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from bench.common import Result
-from proto import errors
+from raftq.proto import errors
 from tests.cluster import ProcessCluster
 from tests.poll_load import HeldPolls
 

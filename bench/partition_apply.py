@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Result, at_least, format_number, median
-from partitions.machine import PartitionMachine
-from partitions.sqlite_store import SqliteStore, raw_insert_benchmark
-from proto import common_pb2, partition_pb2
+from raftq.partitions.machine import PartitionMachine
+from raftq.partitions.sqlite_store import SqliteStore, raw_insert_benchmark
+from raftq.proto import common_pb2, partition_pb2
 
 NAME = "partition_apply"
 

@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from broker.replica import PartitionReplica
-from proto import common_pb2, errors
-from transport.raft import RaftTimings
-from transport.raft.driver import RaftDriver
-from transport.raft.mux import MuxEndpoint
+from raftq.proto import common_pb2, errors
+from raftq.replica import PartitionReplica
+from raftq.transport.raft import RaftTimings
+from raftq.transport.raft.driver import RaftDriver
+from raftq.transport.raft.mux import MuxEndpoint
 
 NAME = "replicated_append"
 SECRET = b"raftq-bench-cluster-secret-0123456789"

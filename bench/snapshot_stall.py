@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Result, format_number
-from broker.replica import PartitionReplica
-from partitions.sqlite_store import SqliteStore
-from proto import common_pb2, errors
-from transport.raft import RaftTimings
-from transport.raft.driver import RaftDriver
-from transport.raft.mux import MuxEndpoint
+from raftq.partitions.sqlite_store import SqliteStore
+from raftq.proto import common_pb2, errors
+from raftq.replica import PartitionReplica
+from raftq.transport.raft import RaftTimings
+from raftq.transport.raft.driver import RaftDriver
+from raftq.transport.raft.mux import MuxEndpoint
 
 NAME = "snapshot_stall"
 SECRET = b"raftq-bench-snapshot-stall-secret-0123"

@@ -1,8 +1,8 @@
 """Spark ↔ raftq rows per second beside the raw Python client, in one run against one cluster:
-writes (``df.write.format("raftq")``, exactly-once, vs ``broker.client.Producer``) and reads
+writes (``df.write.format("raftq")``, exactly-once, vs ``raftq.client.Producer``) and reads
 (the streaming source, ``spark.readStream.format("raftq")`` under Trigger.AvailableNow into
 Spark's ``noop`` sink, vs a ``Log.Fetch`` loop over every partition through
-``broker.client.Admin``), with 100-byte and 10-KB rows.
+``raftq.client.Admin``), with 100-byte and 10-KB rows.
 
 Three real broker processes (tests/cluster.py ``ProcessCluster``, broker default raft timings,
 fsync on), a fresh topic of 3 partitions at RF 3 per measurement. Rows: a string key (1,000
@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Result, at_least, median
-from broker.client import Admin, Producer
-from broker.spark.source import FETCH_BYTES_DEFAULT
+from raftq.client import Admin, Producer
+from raftq.spark.source import FETCH_BYTES_DEFAULT
 from tests.cluster import ProcessCluster
 
 NAME = "spark_write"
@@ -67,7 +67,7 @@ def _session() -> Any:
     )
     from pyspark.sql import SparkSession
 
-    from broker.spark import register
+    from raftq.spark import register
 
     session = (
         SparkSession.builder.master("local[2]")

@@ -3,7 +3,7 @@
 Two real 3-broker clusters (tests/cluster.py ``ProcessCluster``), one after the other: plaintext
 without auth, then TLS with tokens and ACLs on (the ``raftq dev up --tls`` setup: dev CA,
 broker/devca.py). Each gets one topic of 3 partitions at RF 3, fsync on, and one
-``broker.client.Producer`` sends the same records (100 B values, default batching); the
+``raftq.client.Producer`` sends the same records (100 B values, default batching); the
 figure is acknowledged records per second. The raft port is encrypted in both runs (always
 on), so the ratio isolates the client port: TLS + the ACL interceptor.
 
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Result, median
-from broker.client import Producer
-from broker.devca import ensure_dev_pki
+from raftq.client import Producer
+from raftq.devca import ensure_dev_pki
 from tests.cluster import ProcessCluster
 
 NAME = "tls"

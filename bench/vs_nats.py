@@ -34,7 +34,7 @@ from typing import Any
 
 from bench.common import Result
 from bench.e2e import cpu_seconds, percentile
-from broker.client import Consumer, Producer
+from raftq.client import Consumer, Producer
 from tests.cluster import ProcessCluster
 from tests.helpers import free_port, stop_processes
 

@@ -16,11 +16,11 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from proto import api_pb2, errors, partition_pb2
+from raftq.proto import api_pb2, errors, partition_pb2
 
 if TYPE_CHECKING:
-    from broker.service import BrokerService
-    from metadata.table import TopicInfo
+    from raftq.metadata.table import TopicInfo
+    from raftq.service import BrokerService
 
 logger = logging.getLogger("raftq.broker.admin_ops")
 

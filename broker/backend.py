@@ -43,16 +43,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker.config import RECORD_FRAMING_BYTES
-from broker.replica import PartitionReplica, group_name
-from broker.service import dead_letter_partition, dead_letter_record
-from metadata.machine import EXPIRE_TXNS_MAX
-from metadata.table import Table
-from partitions.rows import OutboxRow
-from proto import api_pb2, common_pb2, errors, internal_pb2, partition_pb2
+from raftq.config import RECORD_FRAMING_BYTES
+from raftq.metadata.machine import EXPIRE_TXNS_MAX
+from raftq.metadata.table import Table
+from raftq.partitions.rows import OutboxRow
+from raftq.proto import api_pb2, common_pb2, errors, internal_pb2, partition_pb2
+from raftq.replica import PartitionReplica, group_name
+from raftq.service import dead_letter_partition, dead_letter_record
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from raftq.server import Broker
 
 logger = logging.getLogger("raftq.broker.backend")
 

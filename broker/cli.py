@@ -1,4 +1,4 @@
-"""The ``raftq`` command line (console script ``raftq = broker.cli:main``).
+"""The ``raftq`` command line (console script ``raftq = raftq.cli:main``).
 
 Client commands, each taking ``--bootstrap HOST:PORT[,HOST:PORT...]`` (default: the
 ``RAFTQ_BOOTSTRAP`` environment variable, else the three brokers of ``raftq dev up``) and
@@ -48,12 +48,12 @@ from typing import Any, TextIO
 from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 
-from broker import cli_server, inspector
-from broker.client import Admin, Consumer, Message, Producer, SendFuture
-from broker.client.redrive import REDRIVE_GROUP, RedriveProgress, redrive
-from broker.config import ClientSettings
-from broker.spark import sink as spark_sink
-from proto import api_pb2, errors
+from raftq import cli_server, inspector
+from raftq.client import Admin, Consumer, Message, Producer, SendFuture
+from raftq.client.redrive import REDRIVE_GROUP, RedriveProgress, redrive
+from raftq.config import ClientSettings
+from raftq.proto import api_pb2, errors
+from raftq.spark import sink as spark_sink
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:7070,127.0.0.1:7071,127.0.0.1:7072"  # raftq dev up's brokers
 BOOTSTRAP_ENV = "RAFTQ_BOOTSTRAP"

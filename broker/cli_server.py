@@ -29,9 +29,9 @@ METADATA_VOTERS_MAX = 7
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    from broker import logs
-    from broker.config import ConfigError, load_config
-    from broker.server import run_until_signalled
+    from raftq import logs
+    from raftq.config import ConfigError, load_config
+    from raftq.server import run_until_signalled
 
     try:
         config = load_config(args.config)
@@ -123,7 +123,7 @@ class DevCluster:
         log_path = self.data / f"broker-{index}.log"
         with log_path.open("ab") as log:
             self.procs[index] = subprocess.Popen(
-                [sys.executable, "-m", "broker.cli", "serve", "--log-level", self.log_level],
+                [sys.executable, "-m", "raftq.cli", "serve", "--log-level", self.log_level],
                 env={**env, **self.env},
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -179,8 +179,8 @@ def _wait_for_cluster(
     cluster: DevCluster, timeout_s: float, client: dict[str, Any] | None = None
 ) -> Any:
     """Until every broker of ``cluster`` reports alive; fails at once if one of them exits."""
-    from broker.client import Admin
-    from proto import errors
+    from raftq.client import Admin
+    from raftq.proto import errors
 
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
@@ -219,7 +219,7 @@ def dev_up_command(args: argparse.Namespace) -> int:
     security: dict[str, str] = {}
     client: dict[str, Any] = {}
     if args.tls or args.mtls:
-        from broker.devca import ensure_dev_pki
+        from raftq.devca import ensure_dev_pki
 
         pki = ensure_dev_pki(data / "tls")
         security = pki.broker_env(mutual=args.mtls)
@@ -325,7 +325,7 @@ def _print_client_env(directory: Path, *, mutual: bool) -> None:
 
 
 def dev_ca_command(args: argparse.Namespace) -> int:
-    from broker.devca import DEV_PRINCIPALS, ensure_dev_pki
+    from raftq.devca import DEV_PRINCIPALS, ensure_dev_pki
 
     directory = Path(args.dir or Path(args.data_dir) / "tls")
     pki = ensure_dev_pki(directory, hosts=tuple(args.host or ()), force=args.force)
@@ -347,8 +347,8 @@ def dev_ca_command(args: argparse.Namespace) -> int:
 
 
 def _demo(bootstrap: str, client: dict[str, Any] | None = None) -> None:
-    from broker.client import Admin
-    from proto import errors
+    from raftq.client import Admin
+    from raftq.proto import errors
 
     with Admin(bootstrap, **(client or {})) as admin:
         try:
@@ -363,7 +363,7 @@ def _demo(bootstrap: str, client: dict[str, Any] | None = None) -> None:
         "  .venv/bin/raftq consume demo --group g --count 10\n"
         "  .venv/bin/raftq cluster status\n"
         "from Python:\n"
-        "  from broker.client import Producer, Consumer\n"
+        "  from raftq.client import Producer, Consumer\n"
         "  with Producer('127.0.0.1:7070') as p: p.send('demo', b'hello').result()\n"
         "  with Consumer('127.0.0.1:7070', 'g', ['demo']) as c:\n"
         "      for m in c.poll(10, 1000): print(m.offset, m.value); m.ack()\n"

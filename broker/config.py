@@ -42,14 +42,23 @@ from typing import Any, ClassVar, Literal, NamedTuple
 from dynaconf import Dynaconf
 from dynaconf.utils.parse_conf import boolean_fix, parse_conf_data
 
-from metadata.frontend import DEAD_LETTER_HEADERS_BYTES
-from transport.admission import Capacity
-from transport.auth import RESOURCE_KEYS as AUTH_RESOURCE_KEYS
-from transport.auth import RESOURCE_OPERATIONS as AUTH_RESOURCE_OPERATIONS
-from transport.auth import AclRule, AuthPolicy, Principal
+from raftq.metadata.frontend import DEAD_LETTER_HEADERS_BYTES
+from raftq.transport.admission import Capacity
+from raftq.transport.auth import RESOURCE_KEYS as AUTH_RESOURCE_KEYS
+from raftq.transport.auth import RESOURCE_OPERATIONS as AUTH_RESOURCE_OPERATIONS
+from raftq.transport.auth import AclRule, AuthPolicy, Principal
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-DEFAULT_CONFIG_PATH = ROOT / "configs" / "default.yaml"
+# configs/default.yaml: beside this module in an installed wheel (package data raftq.configs),
+# one level up in the source tree (broker/ is the raftq package root there).
+_HERE = pathlib.Path(__file__).resolve().parent
+DEFAULT_CONFIG_PATH = next(
+    (
+        p
+        for p in (_HERE / "configs" / "default.yaml", _HERE.parent / "configs" / "default.yaml")
+        if p.is_file()
+    ),
+    _HERE.parent / "configs" / "default.yaml",
+)
 ENV_PREFIX = "RAFTQ_"
 
 # The dev-only secret in configs/default.yaml. Accepted only while every address the broker

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from metadata.table import Table
-from proto import internal_pb2
+from raftq.metadata.table import Table
+from raftq.proto import internal_pb2
 
 
 @dataclass

@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from transport.auth import token_digest
+from raftq.transport.auth import token_digest
 
 DAYS = 365
 DEV_HOSTS = ("127.0.0.1", "::1", "localhost")

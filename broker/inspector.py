@@ -33,7 +33,7 @@ from typing import Any
 
 import sqlite_utils
 
-from proto import common_pb2
+from raftq.proto import common_pb2
 
 VALUE_PREVIEW_BYTES = 64
 

@@ -55,16 +55,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker.security import peer_channels
-from metadata.machine import check_addr
-from metadata.table import Table
-from proto import api_pb2, errors, internal_pb2, metadata_pb2
-from transport.internal import InternalClient
+from raftq.metadata.machine import check_addr
+from raftq.metadata.table import Table
+from raftq.proto import api_pb2, errors, internal_pb2, metadata_pb2
+from raftq.security import peer_channels
+from raftq.transport.internal import InternalClient
 
 if TYPE_CHECKING:
-    from broker.config import BrokerConfig
-    from broker.replica import PartitionReplica
-    from broker.server import Broker
+    from raftq.config import BrokerConfig
+    from raftq.replica import PartitionReplica
+    from raftq.server import Broker
 
 logger = logging.getLogger("raftq.broker.membership")
 

@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from metadata.machine import MetadataMachine
-from metadata.table import Table
-from proto import errors, metadata_pb2
-from transport.raft import ApplyError, RaftNode, RaftTimings
-from transport.raft.driver import RaftDriver
+from raftq.metadata.machine import MetadataMachine
+from raftq.metadata.table import Table
+from raftq.proto import errors, metadata_pb2
+from raftq.transport.raft import ApplyError, RaftNode, RaftTimings
+from raftq.transport.raft.driver import RaftDriver
 
 logger = logging.getLogger("raftq.broker.metadata")
 

@@ -40,13 +40,13 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from proto import errors
+from raftq.proto import errors
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from broker.replica import PartitionReplica
-    from broker.server import Broker
+    from raftq.replica import PartitionReplica
+    from raftq.server import Broker
 
 logger = logging.getLogger("raftq.broker.metrics")
 

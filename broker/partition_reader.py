@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import threading
 
-from partitions.machine import GroupLag, Offsets, fetch_from, lag_of
-from partitions.reader import FetchResult, ProducerState, might_have_ready, producer_state
-from partitions.rows import OutboxRow
-from partitions.store import PartitionStore
+from raftq.partitions.machine import GroupLag, Offsets, fetch_from, lag_of
+from raftq.partitions.reader import FetchResult, ProducerState, might_have_ready, producer_state
+from raftq.partitions.rows import OutboxRow
+from raftq.partitions.store import PartitionStore
 
 
 class PartitionReader:

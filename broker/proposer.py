@@ -35,7 +35,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from proto import errors, partition_pb2
+from raftq.proto import errors, partition_pb2
 
 logger = logging.getLogger("raftq.broker.proposer")
 

@@ -42,9 +42,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from broker.partition_reader import PartitionReader
-from broker.proposer import Proposer
-from partitions.machine import (
+from raftq.partition_reader import PartitionReader
+from raftq.partitions.machine import (
     MAX_CLOCK_SKEW_MS,
     GroupLag,
     Offsets,
@@ -52,13 +51,14 @@ from partitions.machine import (
     check_record,
     check_values,
 )
-from partitions.reader import FetchResult, ProducerState, might_have_ready, producer_state
-from partitions.rows import OutboxRow
-from partitions.sqlite_store import SqliteStore
-from partitions.store import PartitionStore
-from proto import common_pb2, errors, partition_pb2
-from transport.raft import ApplyError, FailReason, RaftNode, RaftTimings
-from transport.raft.driver import RaftDriver
+from raftq.partitions.reader import FetchResult, ProducerState, might_have_ready, producer_state
+from raftq.partitions.rows import OutboxRow
+from raftq.partitions.sqlite_store import SqliteStore
+from raftq.partitions.store import PartitionStore
+from raftq.proposer import Proposer
+from raftq.proto import common_pb2, errors, partition_pb2
+from raftq.transport.raft import ApplyError, FailReason, RaftNode, RaftTimings
+from raftq.transport.raft.driver import RaftDriver
 
 logger = logging.getLogger("raftq.broker.replica")
 

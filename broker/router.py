@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from metadata.table import Table, TopicInfo
-from proto import errors, internal_pb2, partition_pb2
-from transport.internal import InternalClient
+from raftq.metadata.table import Table, TopicInfo
+from raftq.proto import errors, internal_pb2, partition_pb2
+from raftq.transport.internal import InternalClient
 
 if TYPE_CHECKING:
-    from broker.replica import PartitionReplica
+    from raftq.replica import PartitionReplica
 
 logger = logging.getLogger("raftq.broker.router")
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import grpc
 
-from broker.config import BrokerConfig, load_auth_policy
-from metadata.table import MemberInfo, Table
-from transport.auth import AuthInterceptor, MemberLookup
-from transport.tls import ChannelSecurity, open_channel, server_credentials
+from raftq.config import BrokerConfig, load_auth_policy
+from raftq.metadata.table import MemberInfo, Table
+from raftq.transport.auth import AuthInterceptor, MemberLookup
+from raftq.transport.tls import ChannelSecurity, open_channel, server_credentials
 
 
 def members_of(table: Callable[[], Table]) -> MemberLookup:

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from proto import errors
+from raftq.proto import errors
 
 log = logging.getLogger("raftq.client")
 
@@ -133,7 +133,7 @@ def _call(future: SendFuture, fn: Callable[[SendFuture], object]) -> None:
 
 class SendFuture:
     """The outcome of one ``Producer.send``: :class:`RecordMetadata` once the record is
-    committed, or a typed :class:`proto.errors.RaftqError`. Never cancellable."""
+    committed, or a typed :class:`raftq.proto.errors.RaftqError`. Never cancellable."""
 
     __slots__ = ("_index", "_outcome")
 

@@ -21,23 +21,23 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from broker.backend import Backend
-from broker.config import BrokerConfig, raft_frame_bytes_max
-from broker.coordinator import BrokerReports, SessionTable
-from broker.membership import Membership, initial_voters
-from broker.metadata_replica import MetadataReplica
-from broker.metrics import BrokerMetrics
-from broker.replica import PartitionReplica
-from broker.security import BrokerSecurity
-from broker.service import BrokerService
-from metadata.frontend import GroupLimits, MetadataFrontend, TopicDefaults
-from transport.admission import AdmissionInterceptor
-from transport.grpc_server import Health, serve
-from transport.internal import InternalClient, InternalServicer, add_internal_service
-from transport.raft import RaftTimings
-from transport.raft.driver import RaftDriver
-from transport.raft.mux import OUT_BUFFER_BYTES_MAX_DEFAULT, MuxConfig, MuxEndpoint
-from transport.tls import message_size_options
+from raftq.backend import Backend
+from raftq.config import BrokerConfig, raft_frame_bytes_max
+from raftq.coordinator import BrokerReports, SessionTable
+from raftq.membership import Membership, initial_voters
+from raftq.metadata.frontend import GroupLimits, MetadataFrontend, TopicDefaults
+from raftq.metadata_replica import MetadataReplica
+from raftq.metrics import BrokerMetrics
+from raftq.replica import PartitionReplica
+from raftq.security import BrokerSecurity
+from raftq.service import BrokerService
+from raftq.transport.admission import AdmissionInterceptor
+from raftq.transport.grpc_server import Health, serve
+from raftq.transport.internal import InternalClient, InternalServicer, add_internal_service
+from raftq.transport.raft import RaftTimings
+from raftq.transport.raft.driver import RaftDriver
+from raftq.transport.raft.mux import OUT_BUFFER_BYTES_MAX_DEFAULT, MuxConfig, MuxEndpoint
+from raftq.transport.tls import message_size_options
 
 logger = logging.getLogger("raftq.broker")
 DRIVER_ROUND_S = 0.05  # how often the raft driver checks every group's timers

@@ -41,23 +41,23 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from assignors.partitioner import partition_for
-from broker import admin_ops
-from broker.config import ClientSettings, RaftSettings, message_bytes_max
-from broker.coordinator import BrokerReports, SessionTable
-from broker.router import Router, client_addr_of_raft, propose_on, read_on
-from metadata.frontend import MetadataFrontend, TopicSpec
-from metadata.machine import check_name
-from metadata.table import GroupInfo, MemberInfo, Table, TopicInfo
-from partitions.machine import check_record, check_values
-from proto import api_pb2, common_pb2, errors, internal_pb2, metadata_pb2, partition_pb2
-from proto.common_pb2 import ErrorCode
-from transport.internal import InternalClient
+from raftq import admin_ops
+from raftq.assignors.partitioner import partition_for
+from raftq.config import ClientSettings, RaftSettings, message_bytes_max
+from raftq.coordinator import BrokerReports, SessionTable
+from raftq.metadata.frontend import MetadataFrontend, TopicSpec
+from raftq.metadata.machine import check_name
+from raftq.metadata.table import GroupInfo, MemberInfo, Table, TopicInfo
+from raftq.partitions.machine import check_record, check_values
+from raftq.proto import api_pb2, common_pb2, errors, internal_pb2, metadata_pb2, partition_pb2
+from raftq.proto.common_pb2 import ErrorCode
+from raftq.router import Router, client_addr_of_raft, propose_on, read_on
+from raftq.transport.internal import InternalClient
 
 if TYPE_CHECKING:
-    from broker.membership import Membership
-    from broker.metadata_replica import MetadataReplica
-    from broker.replica import PartitionReplica
+    from raftq.membership import Membership
+    from raftq.metadata_replica import MetadataReplica
+    from raftq.replica import PartitionReplica
 
 logger = logging.getLogger("raftq.broker.service")
 

@@ -1,10 +1,10 @@
 """The metadata Raft group: frontend -> state machine -> table -> backend.
 
-- :mod:`metadata.frontend` validates a request against the table and plans it into MetaCommand
+- :mod:`raftq.metadata.frontend` validates a request against the table and plans it into MetaCommand
   bytes (topic ids, replica placement, defaults, ``now_ms``), raising typed errors before
   anything is proposed.
-- :mod:`metadata.machine` applies committed MetaCommand bytes: pure, never raises.
-- :mod:`metadata.table` is the materialised cluster state, immutable values.
+- :mod:`raftq.metadata.machine` applies committed MetaCommand bytes: pure, never raises.
+- :mod:`raftq.metadata.table` is the materialised cluster state, immutable values.
 - The backend (broker/) reconciles local partition replicas toward the table.
 
 Imports no grpc, apsw, pysyncobj, dynaconf, socket, threading, time or random
@@ -13,9 +13,9 @@ Imports no grpc, apsw, pysyncobj, dynaconf, socket, threading, time or random
 
 from __future__ import annotations
 
-from metadata.frontend import GroupLimits, MetadataFrontend, TopicDefaults, TopicSpec
-from metadata.machine import MetadataMachine
-from metadata.table import BrokerInfo, GroupInfo, MemberInfo, PartitionInfo, Table, TopicInfo
+from raftq.metadata.frontend import GroupLimits, MetadataFrontend, TopicDefaults, TopicSpec
+from raftq.metadata.machine import MetadataMachine
+from raftq.metadata.table import BrokerInfo, GroupInfo, MemberInfo, PartitionInfo, Table, TopicInfo
 
 __all__ = [
     "BrokerInfo",

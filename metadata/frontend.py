@@ -30,10 +30,10 @@ import dataclasses
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from assignors import placement
-from metadata import machine
-from metadata.table import Table, TopicInfo
-from proto import common_pb2, errors, metadata_pb2
+from raftq.assignors import placement
+from raftq.metadata import machine
+from raftq.metadata.table import Table, TopicInfo
+from raftq.proto import common_pb2, errors, metadata_pb2
 
 CONFIG_FIELDS = tuple(f.name for f in common_pb2.TopicConfig.DESCRIPTOR.fields)
 DEAD_LETTER_SUFFIX = ".dlq"
@@ -52,7 +52,7 @@ ConfigValue = int | str
 @dataclass(frozen=True, kw_only=True)
 class TopicDefaults:
     """A topic's settings when the request leaves them out. Field names and defaults match
-    ``broker.config.TopicDefaults`` (a test keeps them so); build one from the broker's
+    ``raftq.config.TopicDefaults`` (a test keeps them so); build one from the broker's
     settings with :meth:`from_settings` (this package must not import dynaconf)."""
 
     partitions: int = 3
@@ -69,7 +69,7 @@ class TopicDefaults:
 
     @classmethod
     def from_settings(cls, settings: object) -> TopicDefaults:
-        """From any object with these attributes (``broker.config.TopicDefaults``)."""
+        """From any object with these attributes (``raftq.config.TopicDefaults``)."""
         return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
 
     def config(self) -> common_pb2.TopicConfig:
@@ -85,7 +85,7 @@ class TopicDefaults:
 
 @dataclass(frozen=True, kw_only=True)
 class GroupLimits:
-    """Session timeouts a JoinGroup may ask for; names match ``broker.config.GroupSettings``."""
+    """Session timeouts a JoinGroup may ask for; names match ``raftq.config.GroupSettings``."""
 
     session_timeout_ms: int = 45_000  # when the request gives 0
     session_timeout_min_ms: int = 6_000
@@ -93,7 +93,7 @@ class GroupLimits:
 
     @classmethod
     def from_settings(cls, settings: object) -> GroupLimits:
-        """From any object with these attributes (``broker.config.GroupSettings``)."""
+        """From any object with these attributes (``raftq.config.GroupSettings``)."""
         return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
 
 
@@ -279,7 +279,7 @@ class MetadataFrontend:
     ) -> bytes:
         """Plan growing ``name`` to ``partitions`` partitions (Kafka's CreatePartitions): the
         new ones get the topic's replication factor, placed on live brokers balanced against
-        the whole cluster (assignors.placement.place_replicas).
+        the whole cluster (raftq.assignors.placement.place_replicas).
 
         Raises (normal): UnknownTopic; InvalidArgument when ``partitions`` is not above the
         current count or above the partition limit, when fewer live brokers than the

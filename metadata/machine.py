@@ -21,8 +21,9 @@ other threads see whole tables only (metadata/table.py).
 
 Consumer groups. A membership change (a new member, a changed subscription, a leave or a session
 expiry) bumps the group's generation and recomputes its assignment here, inside apply, with the
-sticky assignor (``assignors.sticky.assign``: pure and deterministic, so every replica computes the
-same), the previous assignment as input for stickiness and partition counts from the table. A
+sticky assignor (``raftq.assignors.sticky.assign``: pure and deterministic, so every replica
+computes the same), the previous assignment as input for stickiness and partition counts from
+the table. A
 member may subscribe to topics that do not exist: they are kept in its subscription and get
 assigned when the topic is created (as Kafka does); creating or deleting a topic recomputes every
 group subscribed to it and bumps the generation of those whose assignment changed. An identical
@@ -47,8 +48,8 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from assignors import sticky
-from metadata.table import (
+from raftq.assignors import sticky
+from raftq.metadata.table import (
     BrokerInfo,
     GroupInfo,
     MemberInfo,
@@ -59,9 +60,9 @@ from metadata.table import (
     frozen_map,
     tp_refs,
 )
-from partitions.machine import check_config
-from proto import common_pb2, errors, metadata_pb2
-from proto.common_pb2 import ErrorCode
+from raftq.partitions.machine import check_config
+from raftq.proto import common_pb2, errors, metadata_pb2
+from raftq.proto.common_pb2 import ErrorCode
 
 log = logging.getLogger("raftq.metadata")
 
@@ -132,7 +133,8 @@ def check_addr(addr: str, what: str) -> None:
 
 
 def check_topic_config(name: str, config: common_pb2.TopicConfig) -> None:
-    """Raises InvalidArgument for a config ``partitions.machine.check_config`` refuses, or whose
+    """Raises InvalidArgument for a config
+    ``raftq.partitions.machine.check_config`` refuses, or whose
     dead_letter_topic is not a topic name ("" = none) or is the topic itself."""
     problem = check_config(config)
     if problem is not None:

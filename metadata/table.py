@@ -29,8 +29,8 @@ from typing import Any
 
 import immutables
 
-from assignors.placement import Broker as PlacementBroker
-from proto import common_pb2, metadata_pb2
+from raftq.assignors.placement import Broker as PlacementBroker
+from raftq.proto import common_pb2, metadata_pb2
 
 TopicPartition = tuple[str, int]
 

@@ -38,10 +38,10 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, RecordRow
-from partitions.store import BackupWriter, PartitionStore, order_keys
-from proto import common_pb2, partition_pb2
-from proto.common_pb2 import ErrorCode
+from raftq.partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, RecordRow
+from raftq.partitions.store import BackupWriter, PartitionStore, order_keys
+from raftq.proto import common_pb2, partition_pb2
+from raftq.proto.common_pb2 import ErrorCode
 
 log = logging.getLogger("raftq.partition")
 

@@ -1,5 +1,5 @@
 """Reads of a partition's state over any store: "could a lease find work" and an idempotent
-producer's last applied batch (fetch and lag are ``partitions.machine.fetch_from`` /
+producer's last applied batch (fetch and lag are ``raftq.partitions.machine.fetch_from`` /
 ``lag_of``, shared with the machine).
 
 Pure functions of (store, meta): the caller decides which store they read — the applier's own,
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from partitions.rows import Meta
-from partitions.store import PartitionStore, is_tracked_producer
-from proto import common_pb2
+from raftq.partitions.rows import Meta
+from raftq.partitions.store import PartitionStore, is_tracked_producer
+from raftq.proto import common_pb2
 
 
 @dataclass(frozen=True)

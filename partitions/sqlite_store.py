@@ -31,8 +31,8 @@ from typing import Any
 
 import apsw
 
-from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, ReadyRecord, RecordRow
-from partitions.store import (
+from raftq.partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, ReadyRecord, RecordRow
+from raftq.partitions.store import (
     INT64_MAX,
     TRACKED_PRODUCER_MARK,
     BackupWriter,

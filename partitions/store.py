@@ -29,7 +29,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
-from partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, ReadyRecord, RecordRow
+from raftq.partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, ReadyRecord, RecordRow
 
 # Producer ids that contain this mark (the Spark writer's: ``spark:...``, or ``<principal>/spark:``
 # once an authenticated broker prefixed it) have their records indexed, so a retried writer

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proto import common_pb2
+from raftq.proto import common_pb2
 
 ErrorCode = common_pb2.ErrorCode
 

@@ -1,6 +1,6 @@
-from proto import common_pb2 as _common_pb2
-from proto import metadata_pb2 as _metadata_pb2
-from proto import partition_pb2 as _partition_pb2
+from raftq.proto import common_pb2 as _common_pb2
+from raftq.proto import metadata_pb2 as _metadata_pb2
+from raftq.proto import partition_pb2 as _partition_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import re
 import sys
 
 from grpc_tools import protoc
@@ -27,7 +28,12 @@ def generate(out: pathlib.Path) -> list[pathlib.Path]:
     ]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
-    return sorted((out / "proto").glob("*_pb2*.py*"))
+    generated = sorted((out / "proto").glob("*_pb2*.py*"))
+    for path in generated:  # proto/ is installed as raftq.proto (pyproject package-dir)
+        text = path.read_text(encoding="utf-8")
+        text = re.sub(r"^from proto import ", "from raftq.proto import ", text, flags=re.M)
+        path.write_text(re.sub(r"'proto\.(\w+_pb2)'", r"'raftq.proto.\1'", text))
+    return generated
 
 
 def main() -> None:

@@ -21,14 +21,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from assignors.partitioner import partition_for
-from assignors.sticky import assign
-from partitions.machine import DEFAULT_CONFIG, PartitionMachine, check_config, check_record
-from partitions.reader import producer_state
-from partitions.sqlite_store import SqliteStore
-from proto import api_pb2, common_pb2, errors, partition_pb2
-from proto.common_pb2 import ErrorCode
-from transport.auth import AuthPolicy
+from raftq.assignors.partitioner import partition_for
+from raftq.assignors.sticky import assign
+from raftq.partitions.machine import DEFAULT_CONFIG, PartitionMachine, check_config, check_record
+from raftq.partitions.reader import producer_state
+from raftq.partitions.sqlite_store import SqliteStore
+from raftq.proto import api_pb2, common_pb2, errors, partition_pb2
+from raftq.proto.common_pb2 import ErrorCode
+from raftq.transport.auth import AuthPolicy
 
 DEFAULT_PARTITIONS = 3
 SESSION_TIMEOUT_MS = 10_000
@@ -68,7 +68,7 @@ class _Group:
 
 
 class ApiFacade:
-    """Implements transport.grpc_server.BrokerFacade on one node. ``client_addr`` is what
+    """Implements raftq.transport.grpc_server.BrokerFacade on one node. ``client_addr`` is what
     DescribeTopic names as every partition's leader: set it once the server is bound."""
 
     def __init__(
@@ -223,7 +223,7 @@ class ApiFacade:
         ]
 
     def member(self, group: str, member_id: str, wait_s: float = 0.0) -> _Member | None:
-        """The auth interceptor's member lookup (transport.auth.MemberLookup); one node, so
+        """The auth interceptor's member lookup (raftq.transport.auth.MemberLookup); one node, so
         nothing to wait for."""
         with self.lock:
             info = self.groups.get(group)
@@ -804,9 +804,9 @@ def api_server(
 ) -> Iterator[tuple[str, ApiFacade]]:
     """A real gRPC server on 127.0.0.1 (a free port) over an ApiFacade: (address, facade).
     ``auth_policy``: tokens and ACLs required, as a broker with security.auth_required."""
+    from raftq.transport.auth import AuthInterceptor
+    from raftq.transport.grpc_server import serve
     from tests.helpers import free_port
-    from transport.auth import AuthInterceptor
-    from transport.grpc_server import serve
 
     facade = facade or ApiFacade(data_dir)
     address = f"127.0.0.1:{free_port()}"

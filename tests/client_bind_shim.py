@@ -6,7 +6,7 @@ Like tests/chaos/broker_shim.py for the raft port: a test puts a fault-injecting
 a broker's *advertised* client address (``broker.client_addr``: the metadata table, leader
 hints and other brokers' forwarded calls use it) and needs the broker to listen elsewhere. The
 broker settings do not expose a separate bind address, so this shim passes one to the gRPC
-server and then runs the unmodified ``broker.cli`` entry point.
+server and then runs the unmodified ``raftq.cli`` entry point.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import functools
 import os
 import sys
 
-import broker.server
-from broker import cli
-from transport.grpc_server import serve
+import raftq.server
+from raftq import cli
+from raftq.transport.grpc_server import serve
 
 BIND_ENV = "RAFTQ_TEST_CLIENT_BIND"
 
@@ -29,7 +29,7 @@ def _serve_on(bind: str, facade: object, _address: str, **options: object) -> ob
 def main() -> int:
     bind = os.environ.get(BIND_ENV, "")
     if bind:
-        broker.server.serve = functools.partial(_serve_on, bind)
+        raftq.server.serve = functools.partial(_serve_on, bind)
     return cli.main(sys.argv[1:])
 
 

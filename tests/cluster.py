@@ -12,7 +12,7 @@
 
 ``metrics=True`` gives each broker a Prometheus endpoint (``metrics_url(i)``); off by default.
 
-Each broker runs ``python -m broker.cli serve`` with its settings in RAFTQ_* variables, its log
+Each broker runs ``python -m raftq.cli serve`` with its settings in RAFTQ_* variables, its log
 in ``<root>/broker-N.log`` (printed on failure by ``logs()``), data in ``<root>/broker-N``.
 """
 
@@ -28,8 +28,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from broker.client import Admin
-from proto import errors
+from raftq.client import Admin
+from raftq.proto import errors
 from tests.helpers import free_port, stop_processes, wait_until
 
 FAST_RAFT = {
@@ -40,7 +40,7 @@ FAST_RAFT = {
 
 
 class ProcessCluster:
-    serve_module = "broker.cli"  # tests/chaos runs a shim that binds raft elsewhere
+    serve_module = "raftq.cli"  # tests/chaos runs a shim that binds raft elsewhere
 
     def __init__(
         self,

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from partitions.sqlite_store import SqliteStore
-from partitions.store import MemoryStore, PartitionStore
+from raftq.partitions.sqlite_store import SqliteStore
+from raftq.partitions.store import MemoryStore, PartitionStore
 from tests import helpers
 
 

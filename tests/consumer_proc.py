@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from broker.client import Consumer, Message
-from proto import errors
+from raftq.client import Consumer, Message
+from raftq.proto import errors
 
 logger = logging.getLogger("raftq.tests.consumer_proc")
 

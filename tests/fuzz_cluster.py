@@ -9,8 +9,8 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
-from broker.client import Consumer, Producer
-from proto import errors
+from raftq.client import Consumer, Producer
+from raftq.proto import errors
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 from tests.rpc_fuzz import GROUP, LIVE, NAMES, PRIO_TOPIC, TOPIC, RpcClient, health_ok

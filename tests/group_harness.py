@@ -22,10 +22,10 @@ from typing import Any
 
 import grpc
 
-from broker.client import Producer
-from proto import api_pb2, api_pb2_grpc, errors
+from raftq.client import Producer
+from raftq.proto import api_pb2, api_pb2_grpc, errors
+from raftq.transport.grpc_errors import from_rpc_error
 from tests.helpers import read_jsonl, stop_processes, wait_until
-from transport.grpc_errors import from_rpc_error
 
 RecordId = tuple[str, int, int]  # topic, partition, offset
 GROUP_ENV = {

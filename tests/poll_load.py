@@ -15,8 +15,8 @@ from typing import Any
 
 import grpc
 
-from proto import api_pb2, api_pb2_grpc
-from transport.grpc_errors import from_rpc_error
+from raftq.proto import api_pb2, api_pb2_grpc
+from raftq.transport.grpc_errors import from_rpc_error
 
 
 class HeldPolls:

@@ -45,8 +45,8 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.errors import HypothesisException
 
-from proto import api_pb2, errors
-from transport.grpc_errors import CODE_KEY, from_rpc_error
+from raftq.proto import api_pb2, errors
+from raftq.transport.grpc_errors import CODE_KEY, from_rpc_error
 
 TOPIC, PRIO_TOPIC, SCRATCH_TOPIC = "fz", "fzp", "fzscratch"
 PROTECTED_TOPICS = (TOPIC, PRIO_TOPIC, f"{TOPIC}.dlq", f"{PRIO_TOPIC}.dlq")

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark import TaskContext
 
-from broker.spark import datasource
+from raftq.spark import datasource
 
 
 class CommitCrash(RuntimeError):

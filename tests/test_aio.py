@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.client.aio import AsyncAdmin, AsyncConsumer, AsyncMessage, AsyncProducer
-from proto import errors
+from raftq.client.aio import AsyncAdmin, AsyncConsumer, AsyncMessage, AsyncProducer
+from raftq.proto import errors
 from tests.cluster import ProcessCluster
 
 

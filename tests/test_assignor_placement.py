@@ -16,7 +16,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from assignors.placement import (
+from raftq.assignors.placement import (
     Broker,
     ClusterPlacement,
     LeaderTransfer,
@@ -24,7 +24,7 @@ from assignors.placement import (
     place_replicas,
     reassign_without,
 )
-from proto.errors import InvalidArgument
+from raftq.proto.errors import InvalidArgument
 
 PROPERTY = settings(max_examples=100, deadline=None, print_blob=True)
 

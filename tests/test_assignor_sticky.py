@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from assignors.sticky import Assignment, TopicPartition, assign, moved, owners
-from proto.errors import InvalidArgument
+from raftq.assignors.sticky import Assignment, TopicPartition, assign, moved, owners
+from raftq.proto.errors import InvalidArgument
 
 PROPERTY = settings(max_examples=100, deadline=None, print_blob=True)
 

@@ -4,7 +4,7 @@ A real gRPC server on 127.0.0.1 with tokens and ACLs required (the broker's Auth
 over tests/api_facade.py: real partition machines on SQLite). The generated tests walk every
 RPC of every service and every string field of its request (nested and repeated too):
 
-- every RPC has an explicit entry in transport.auth's table (the fail-closed cluster-admin
+- every RPC has an explicit entry in raftq.transport.auth's table (the fail-closed cluster-admin
   default is for RPCs nobody decided on: a new RPC fails here until someone does);
 - every string field is either a resource name (topic, group, txn app, member id) whose value
   the RPC's needs name, or listed here as naming none: a new field fails until decided;
@@ -27,11 +27,11 @@ import grpc
 import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from proto import api_pb2, api_pb2_grpc, errors
+from raftq.proto import api_pb2, api_pb2_grpc, errors
+from raftq.transport import auth
+from raftq.transport.auth import GROUP, TOPIC, TXN_APP, AclRule, AuthPolicy, Principal, token_digest
+from raftq.transport.grpc_errors import from_rpc_error
 from tests.api_facade import api_server
-from transport import auth
-from transport.auth import GROUP, TOPIC, TXN_APP, AclRule, AuthPolicy, Principal, token_digest
-from transport.grpc_errors import from_rpc_error
 
 TIMEOUT_S = 10
 ALL = ("produce", "consume", "admin")

@@ -18,17 +18,17 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from broker.config import (
+from raftq.config import (
     CLIENT_MESSAGE_BYTES_MAX,
     ClientSettings,
     RaftSettings,
     message_bytes_max,
 )
-from proto import api_pb2, api_pb2_grpc, common_pb2
+from raftq.proto import api_pb2, api_pb2_grpc, common_pb2
+from raftq.transport.raft import mux
+from raftq.transport.tls import message_size_options
 from tests.fuzz_cluster import FuzzCluster
 from tests.rpc_fuzz import TOPIC, classify, fuzz_method, fuzz_seed, iter_methods
-from transport.raft import mux
-from transport.tls import message_size_options
 
 SEED = fuzz_seed()
 REQUESTS = int(os.environ.get("RAFTQ_FUZZ_REQUESTS", "150"))

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
+from raftq.transport.raft import mux
 from tests.chaos.checker import check
 from tests.chaos.harness import Harness, Options
 from tests.chaos.proxy import RaftProxy, dialer_from_handshake
 from tests.chaos.schedule import KINDS, make_schedule
 from tests.helpers import free_port, wait_until
-from transport.raft import mux
 
 LEASE_MS = 1000
 T0 = 1_000_000

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker import cli
+from raftq import cli
 from tests.api_facade import ApiFacade, api_server
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -146,7 +146,7 @@ def test_python_m_broker_cli_in_a_subprocess_reads_raftq_bootstrap(
     with api_server(tmp_path, ApiFacade(tmp_path)) as (address, _):
         env = {**os.environ, "RAFTQ_BOOTSTRAP": address}
         created = subprocess.run(
-            [sys.executable, "-m", "broker.cli", "topic", "create", "jobs", "--json"],
+            [sys.executable, "-m", "raftq.cli", "topic", "create", "jobs", "--json"],
             cwd=ROOT,
             env=env,
             capture_output=True,
@@ -157,7 +157,7 @@ def test_python_m_broker_cli_in_a_subprocess_reads_raftq_bootstrap(
         assert created.returncode == 0, created.stderr
         assert json.loads(created.stdout)["name"] == "jobs"
         missing = subprocess.run(
-            [sys.executable, "-m", "broker.cli", "group", "describe", "nobody"],
+            [sys.executable, "-m", "raftq.cli", "group", "describe", "nobody"],
             cwd=ROOT,
             env=env,
             capture_output=True,

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def raftq(*argv: str) -> list[str]:
-    return [sys.executable, "-m", "broker.cli", *argv]
+    return [sys.executable, "-m", "raftq.cli", *argv]
 
 
 @pytest.fixture

@@ -19,12 +19,12 @@ from typing import Any
 import grpc
 import pytest
 
-from assignors.partitioner import partition_for
-from broker.client import Admin, Consumer, Message, Producer, RecordMetadata, parse_bootstrap
-from proto import api_pb2, api_pb2_grpc, errors
+from raftq.assignors.partitioner import partition_for
+from raftq.client import Admin, Consumer, Message, Producer, RecordMetadata, parse_bootstrap
+from raftq.proto import api_pb2, api_pb2_grpc, errors
+from raftq.transport.grpc_server import serve
 from tests.api_facade import ApiFacade, api_server
 from tests.helpers import free_port, wait_until
-from transport.grpc_server import serve
 
 WAIT_S = 10
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import Admin, Consumer, Message, Producer
-from broker.send_future import RecordMetadata
-from proto import errors
+from raftq.client import Admin, Consumer, Message, Producer
+from raftq.proto import errors
+from raftq.send_future import RecordMetadata
 from tests.cluster import ProcessCluster
 
 

@@ -21,19 +21,19 @@ from typing import Any
 
 import pytest
 
-from broker.metadata_replica import MetadataReplica
-from broker.replica import PartitionReplica
-from partitions.machine import PartitionMachine
-from partitions.sqlite_store import SqliteStore
-from partitions.store import MemoryStore, PartitionStore
-from proto import common_pb2, metadata_pb2, partition_pb2
-from proto.common_pb2 import ErrorCode
+from raftq.metadata_replica import MetadataReplica
+from raftq.partitions.machine import PartitionMachine
+from raftq.partitions.sqlite_store import SqliteStore
+from raftq.partitions.store import MemoryStore, PartitionStore
+from raftq.proto import common_pb2, metadata_pb2, partition_pb2
+from raftq.proto.common_pb2 import ErrorCode
+from raftq.replica import PartitionReplica
+from raftq.transport.raft import RaftNode, RaftTimings
+from raftq.transport.raft.clocks import QuorumClock
+from raftq.transport.raft.driver import RaftDriver
+from raftq.transport.raft.hub import Hub
+from raftq.transport.raft.testing import RecordingTransport, transport_of
 from tests.sim.cluster import STEP_S, TIMINGS, SimBroker, SimCluster, no_fsync
-from transport.raft import RaftNode, RaftTimings
-from transport.raft.clocks import QuorumClock
-from transport.raft.driver import RaftDriver
-from transport.raft.hub import Hub
-from transport.raft.testing import RecordingTransport, transport_of
 
 SKEW_MS = 2000
 SECOND_MS = 1000

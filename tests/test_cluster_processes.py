@@ -10,11 +10,11 @@ from typing import Any
 import grpc
 import pytest
 
-from broker.client import Consumer, Producer
-from proto import api_pb2, api_pb2_grpc, common_pb2, errors
+from raftq.client import Consumer, Producer
+from raftq.proto import api_pb2, api_pb2_grpc, common_pb2, errors
+from raftq.transport.grpc_errors import from_rpc_error
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
-from transport.grpc_errors import from_rpc_error
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -9,7 +9,7 @@ import typing
 
 import pytest
 
-from broker.config import (
+from raftq.config import (
     DEFAULT_CONFIG_PATH,
     DEV_CLUSTER_SECRET,
     BrokerConfig,

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from broker.client import Admin, Consumer, Producer
-from proto import errors, partition_pb2
-from proto.common_pb2 import ErrorCode
+from raftq.client import Admin, Consumer, Producer
+from raftq.proto import errors, partition_pb2
+from raftq.proto.common_pb2 import ErrorCode
 from tests.cluster import ProcessCluster
 from tests.group_harness import (
     GROUP_ENV,

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import Admin, Consumer, Producer
-from broker.config import load_config
-from broker.server import Broker
-from proto import api_pb2, errors
+from raftq.client import Admin, Consumer, Producer
+from raftq.config import load_config
+from raftq.proto import api_pb2, errors
+from raftq.server import Broker
 from tests.cluster import FAST_RAFT, ProcessCluster
 from tests.helpers import free_port, wait_until
 

@@ -17,7 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from broker.config import load_config
+from raftq.config import load_config
 
 MANIFEST = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes" / "raftq.yaml"
 KUBERNETES_VERSION = "1.30.0"

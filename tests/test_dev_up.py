@@ -24,7 +24,7 @@ from typing import TextIO
 
 import pytest
 
-from broker.client import Admin, Producer
+from raftq.client import Admin, Producer
 from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,23 +50,34 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def dev_up_argv(data: Path, brokers: int, bases: tuple[int, int, int]) -> list[str]:
+def dev_up_argv(
+    data: Path, brokers: int, bases: tuple[int, int, int], python: str = sys.executable
+) -> list[str]:
     client, raft, metrics = (str(base) for base in bases)
     return [
-        *(sys.executable, "-m", "broker.cli", "dev", "up", "--brokers", str(brokers)),
+        *(python, "-m", "raftq.cli", "dev", "up", "--brokers", str(brokers)),
         *("--data-dir", str(data), "--client-port", client),
         *("--raft-port", raft, "--metrics-port", metrics),
     ]
 
 
 class DevUp:
-    """A running ``raftq dev up``; its stdout lines arrive on a queue."""
+    """A running ``raftq dev up``; its stdout lines arrive on a queue. ``python`` and ``cwd``
+    default to this checkout's interpreter and root (tests/test_wheel.py runs an installed
+    wheel's instead)."""
 
-    def __init__(self, data: Path, brokers: int, bases: tuple[int, int, int]) -> None:
+    def __init__(
+        self,
+        data: Path,
+        brokers: int,
+        bases: tuple[int, int, int],
+        python: str = sys.executable,
+        cwd: Path = ROOT,
+    ) -> None:
         self.data = data
         self.proc = subprocess.Popen(
-            [*dev_up_argv(data, brokers, bases), "--log-level", "WARNING"],
-            cwd=ROOT,
+            [*dev_up_argv(data, brokers, bases, python), "--log-level", "WARNING"],
+            cwd=cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -100,7 +111,7 @@ class DevUp:
 
     def cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "broker.cli", *argv, "--data-dir", str(self.data)],
+            [sys.executable, "-m", "raftq.cli", *argv, "--data-dir", str(self.data)],
             cwd=ROOT,
             capture_output=True,
             text=True,

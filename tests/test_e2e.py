@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import Consumer, Producer
-from proto import errors
+from raftq.client import Consumer, Producer
+from raftq.proto import errors
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.failover import ContinuousSender, kill_leader
-from broker.client import Producer
+from raftq.client import Producer
 from tests.cluster import ProcessCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -15,12 +15,12 @@ from pathlib import Path
 import immutables
 import pytest
 
-from broker import cli
-from broker.backend import expired_groups, expiry_interval_s
-from broker.client import Admin, Consumer, Message, Producer
-from metadata.table import GroupInfo, MemberInfo, Table, frozen_map
-from partitions.sqlite_store import SqliteStore
-from proto import errors
+from raftq import cli
+from raftq.backend import expired_groups, expiry_interval_s
+from raftq.client import Admin, Consumer, Message, Producer
+from raftq.metadata.table import GroupInfo, MemberInfo, Table, frozen_map
+from raftq.partitions.sqlite_store import SqliteStore
+from raftq.proto import errors
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 

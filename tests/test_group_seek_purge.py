@@ -15,11 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker import cli
-from broker.client import Admin, Consumer, Message, Producer
-from partitions.machine import lag_of
-from partitions.sqlite_store import SqliteStore
-from proto import errors
+from raftq import cli
+from raftq.client import Admin, Consumer, Message, Producer
+from raftq.partitions.machine import lag_of
+from raftq.partitions.sqlite_store import SqliteStore
+from raftq.proto import errors
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 

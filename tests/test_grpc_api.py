@@ -16,13 +16,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from assignors.partitioner import partition_for
-from proto import api_pb2, api_pb2_grpc, common_pb2, errors
-from proto.common_pb2 import ErrorCode
+from raftq.assignors.partitioner import partition_for
+from raftq.proto import api_pb2, api_pb2_grpc, common_pb2, errors
+from raftq.proto.common_pb2 import ErrorCode
+from raftq.transport import grpc_errors
+from raftq.transport.grpc_server import SERVICE_NAMES, serve
 from tests.api_facade import ApiFacade, api_server
 from tests.helpers import free_port
-from transport import grpc_errors
-from transport.grpc_server import SERVICE_NAMES, serve
 
 TIMEOUT_S = 10
 

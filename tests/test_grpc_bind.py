@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from proto import errors
+from raftq.proto import errors
+from raftq.transport.grpc_server import serve
 from tests.api_facade import ApiFacade
 from tests.helpers import free_port
-from transport.grpc_server import serve
 
 
 def test_a_second_server_on_a_port_in_use_is_refused(tmp_path: Path) -> None:

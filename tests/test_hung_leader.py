@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bench.failover import ContinuousConsumer, ContinuousSender, wait_preferred_leader
-from broker.client import Consumer, Producer
+from raftq.client import Consumer, Producer
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 

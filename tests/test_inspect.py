@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from broker import cli
-from broker.client import Consumer, Message, Producer
+from raftq import cli
+from raftq.client import Consumer, Message, Producer
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 

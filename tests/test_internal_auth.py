@@ -13,11 +13,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from broker.config import DEV_CLUSTER_SECRET
-from proto import internal_pb2, internal_pb2_grpc
+from raftq.config import DEV_CLUSTER_SECRET
+from raftq.proto import internal_pb2, internal_pb2_grpc
+from raftq.transport.internal import AUTH_KEY, InternalClient
+from raftq.transport.internal_auth import FRESHNESS_S, CredentialSigner, CredentialVerifier
 from tests.cluster import ProcessCluster
-from transport.internal import AUTH_KEY, InternalClient
-from transport.internal_auth import FRESHNESS_S, CredentialSigner, CredentialVerifier
 
 SECRET = "a-cluster-secret-for-these-tests"
 

@@ -223,3 +223,39 @@ def test_checker_reports_line_module_and_rule(tmp_path: pathlib.Path) -> None:
 def test_every_rule_names_what_it_allows() -> None:
     for rule in RULES:
         assert rule.modules and rule.applies_to and rule.text.endswith(".")
+
+
+# --- one import namespace -------------------------------------------------------------------
+
+FOLDERS_UNDER_RAFTQ = frozenset(
+    {"broker", "metadata", "partitions", "assignors", "transport", "proto"}
+)
+
+
+def old_names(root: pathlib.Path) -> list[str]:
+    """``path:line imports module`` for every import of a folder by its folder name: code
+    imports the package as installed (``raftq.partitions``, not ``partitions``)."""
+    found = []
+    for folder in (*SCANNED, "tests", "scripts"):
+        for file in sorted((root / folder).rglob("*.py")):
+            path = file.relative_to(root).as_posix()
+            for line, module in imports(file.read_text(encoding="utf-8"), path):
+                if module.split(".")[0] in FOLDERS_UNDER_RAFTQ:
+                    found.append(f"{path}:{line} imports {module}")
+    return sorted(set(found))
+
+
+def test_code_imports_the_folders_only_under_raftq() -> None:
+    broken = old_names(ROOT)
+    assert not broken, "import these as raftq.<name> (see ARCHITECTURE.md):\n" + "\n".join(broken)
+
+
+def test_the_namespace_rule_sees_an_old_name(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text("from partitions.machine import record_size\n")
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "b.py").write_text("import raftq.partitions\nfrom raftq import proto\n")
+    assert old_names(tmp_path) == [
+        "tests/test_x.py:1 imports partitions.machine",
+        "tests/test_x.py:1 imports partitions.machine.record_size",
+    ]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from proto import errors
+from raftq.proto import errors
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.client import Admin, Consumer, Producer
-from broker.config import COMMAND_FRAMING_BYTES
+from raftq.client import Admin, Consumer, Producer
+from raftq.config import COMMAND_FRAMING_BYTES
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 

@@ -6,7 +6,7 @@ import json
 import logging
 from pathlib import Path
 
-from broker.logs import JsonFormatter
+from raftq.logs import JsonFormatter
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import Admin, Producer
-from broker.config import DEV_CLUSTER_SECRET
-from proto import errors
+from raftq.client import Admin, Producer
+from raftq.config import DEV_CLUSTER_SECRET
+from raftq.proto import errors
+from raftq.transport.internal import InternalClient
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 from tests.test_health import NOT_SERVING, SERVING
 from tests.test_health import status as health_status
-from transport.internal import InternalClient
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from broker import config as broker_config
-from metadata.frontend import (
+from raftq import config as broker_config
+from raftq.metadata.frontend import (
     DEAD_LETTER_HEADERS_BYTES,
     GroupLimits,
     MetadataFrontend,
@@ -19,11 +19,11 @@ from metadata.frontend import (
     TopicSpec,
     default_dead_letter_topic,
 )
-from metadata.machine import PARTITIONS_MAX, MetadataMachine
-from metadata.table import Table
-from partitions.machine import check_config
-from proto import common_pb2, errors, metadata_pb2
-from proto.common_pb2 import ErrorCode
+from raftq.metadata.machine import PARTITIONS_MAX, MetadataMachine
+from raftq.metadata.table import Table
+from raftq.partitions.machine import check_config
+from raftq.proto import common_pb2, errors, metadata_pb2
+from raftq.proto.common_pb2 import ErrorCode
 
 NOW = 123_456
 

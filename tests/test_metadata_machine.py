@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from metadata.frontend import MetadataFrontend
-from metadata.machine import PARTITIONS_MAX, MetadataMachine
-from metadata.table import GroupInfo, Table
-from partitions.machine import DEFAULT_CONFIG
-from proto import common_pb2, errors, metadata_pb2
-from proto.common_pb2 import ErrorCode
+from raftq.metadata.frontend import MetadataFrontend
+from raftq.metadata.machine import PARTITIONS_MAX, MetadataMachine
+from raftq.metadata.table import GroupInfo, Table
+from raftq.partitions.machine import DEFAULT_CONFIG
+from raftq.proto import common_pb2, errors, metadata_pb2
+from raftq.proto.common_pb2 import ErrorCode
 
 SEED = int(os.environ.get("RAFTQ_SEED", random.SystemRandom().randrange(2**32)))
 PROPERTY = settings(
@@ -1103,7 +1103,7 @@ _REPLAY_SCRIPT = """
 import hashlib, random, sys
 sys.path.insert(0, {root!r})
 from tests.test_metadata_machine import random_command
-from metadata.machine import MetadataMachine
+from raftq.metadata.machine import MetadataMachine
 rng, m, h = random.Random({seed}), MetadataMachine(), hashlib.sha256()
 for index in range(1, 301):
     h.update(m.apply(random_command(rng, m.table), index).SerializeToString(deterministic=True))

@@ -16,10 +16,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from broker.client import Admin, Consumer, Message, Producer
-from broker.config import load_config
-from broker.server import Broker
-from proto import errors
+from raftq.client import Admin, Consumer, Message, Producer
+from raftq.config import load_config
+from raftq.proto import errors
+from raftq.server import Broker
 from tests.cluster import FAST_RAFT, ProcessCluster
 from tests.helpers import free_port, wait_until
 

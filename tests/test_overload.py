@@ -15,12 +15,9 @@ from typing import Any
 import grpc
 from prometheus_client.samples import Sample
 
-from broker.client import Admin, Consumer, Producer
-from proto import api_pb2, api_pb2_grpc, errors, internal_pb2
-from tests.cluster import ProcessCluster
-from tests.helpers import free_port, wait_until
-from tests.test_metrics import scrape
-from transport.admission import (
+from raftq.client import Admin, Consumer, Producer
+from raftq.proto import api_pb2, api_pb2_grpc, errors, internal_pb2
+from raftq.transport.admission import (
     ADMIN,
     CLIENT,
     CONTROL,
@@ -30,8 +27,11 @@ from transport.admission import (
     Capacity,
     kind_of,
 )
-from transport.grpc_errors import CODE_KEY, RETRY_AFTER_KEY, from_rpc_error
-from transport.grpc_server import serve
+from raftq.transport.grpc_errors import CODE_KEY, RETRY_AFTER_KEY, from_rpc_error
+from raftq.transport.grpc_server import serve
+from tests.cluster import ProcessCluster
+from tests.helpers import free_port, wait_until
+from tests.test_metrics import scrape
 
 LONG_POLLS_MAX = Capacity().long_polls_max
 HELD = 100  # well past the long-poll cap, and past the old 64-thread pool

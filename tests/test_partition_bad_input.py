@@ -17,11 +17,16 @@ from typing import Any
 
 import pytest
 
-from partitions.machine import MAX_APPEND_RECORDS, MAX_LEASE_RECORDS, MAX_REFS, PartitionMachine
-from partitions.sqlite_store import SqliteStore
-from partitions.store import MemoryStore, PartitionStore
-from proto import common_pb2, partition_pb2
-from proto.common_pb2 import ErrorCode
+from raftq.partitions.machine import (
+    MAX_APPEND_RECORDS,
+    MAX_LEASE_RECORDS,
+    MAX_REFS,
+    PartitionMachine,
+)
+from raftq.partitions.sqlite_store import SqliteStore
+from raftq.partitions.store import MemoryStore, PartitionStore
+from raftq.proto import common_pb2, partition_pb2
+from raftq.proto.common_pb2 import ErrorCode
 
 NOW = 10_000
 LATER = NOW + 1_000_000  # bad commands carry a later clock: it must not be taken

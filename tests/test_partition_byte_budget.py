@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from partitions.machine import PartitionMachine
-from proto import common_pb2, partition_pb2
-from proto.common_pb2 import ErrorCode
+from raftq.partitions.machine import PartitionMachine
+from raftq.proto import common_pb2, partition_pb2
+from raftq.proto.common_pb2 import ErrorCode
 
 NOW = 1_000_000
 KB = 1000

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from partitions.machine import PartitionMachine
-from proto import common_pb2, partition_pb2
+from raftq.partitions.machine import PartitionMachine
+from raftq.proto import common_pb2, partition_pb2
 
 NOW = 1_000_000
 

@@ -30,11 +30,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from partitions.machine import PartitionMachine, nack_backoff_ms
-from partitions.sqlite_store import SqliteStore
-from partitions.store import MemoryStore
-from proto import common_pb2, partition_pb2
-from proto.common_pb2 import ErrorCode
+from raftq.partitions.machine import PartitionMachine, nack_backoff_ms
+from raftq.partitions.sqlite_store import SqliteStore
+from raftq.partitions.store import MemoryStore
+from raftq.proto import common_pb2, partition_pb2
+from raftq.proto.common_pb2 import ErrorCode
 
 SEED = int(os.environ.get("RAFTQ_SEED", random.SystemRandom().randrange(2**32)))
 MAX_RECORD_BYTES = 64

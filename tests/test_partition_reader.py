@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from broker.partition_reader import PartitionReader
-from partitions.machine import PartitionMachine
-from partitions.sqlite_store import SqliteStore
-from proto import common_pb2, partition_pb2
+from raftq.partition_reader import PartitionReader
+from raftq.partitions.machine import PartitionMachine
+from raftq.partitions.sqlite_store import SqliteStore
+from raftq.proto import common_pb2, partition_pb2
 
 
 def command(now_ms: int, **op: object) -> bytes:

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from partitions.machine import DEFAULT_CONFIG, PartitionMachine
-from partitions.sqlite_store import SqliteStore
-from partitions.store import MemoryStore
-from proto import common_pb2, partition_pb2
-from proto.common_pb2 import ErrorCode
+from raftq.partitions.machine import DEFAULT_CONFIG, PartitionMachine
+from raftq.partitions.sqlite_store import SqliteStore
+from raftq.partitions.store import MemoryStore
+from raftq.proto import common_pb2, partition_pb2
+from raftq.proto.common_pb2 import ErrorCode
 
 
 class Replica:

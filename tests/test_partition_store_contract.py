@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from partitions.reader import ProducerState, producer_state
-from partitions.rows import ORDER_FIFO, ORDER_PRIORITY, Meta, OutboxRow, PendingRow, RecordRow
-from partitions.sqlite_store import TRACKED_PRODUCER_WHERE, SqliteStore
-from partitions.store import MemoryStore, PartitionStore
+from raftq.partitions.reader import ProducerState, producer_state
+from raftq.partitions.rows import ORDER_FIFO, ORDER_PRIORITY, Meta, OutboxRow, PendingRow, RecordRow
+from raftq.partitions.sqlite_store import TRACKED_PRODUCER_WHERE, SqliteStore
+from raftq.partitions.store import MemoryStore, PartitionStore
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -319,7 +319,7 @@ def test_producer_forget_before_counts_producers(store: PartitionStore) -> None:
 
 
 def test_producer_state_is_the_last_applied_batch(store: PartitionStore) -> None:
-    """partitions.reader.producer_state (Log.ProducerState, the Spark writer's resume point)
+    """raftq.partitions.reader.producer_state (Log.ProducerState, the Spark writer's resume point)
     over each store: the newest batch even after older ones were dropped, None once forgotten."""
     assert producer_state(store, "p") is None
     with store.transaction():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from assignors.partitioner import murmur2, partition_for
+from raftq.assignors.partitioner import murmur2, partition_for
 
 # Kafka's clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java testMurmur2.
 KAFKA_VECTORS = [

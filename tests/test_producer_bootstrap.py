@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import Producer
-from broker.send_future import SendFuture
-from proto import errors
+from raftq.client import Producer
+from raftq.proto import errors
+from raftq.send_future import SendFuture
 from tests.cluster import ProcessCluster
 from tests.helpers import free_port
 

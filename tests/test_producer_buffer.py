@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import Producer
-from proto import errors
+from raftq.client import Producer
+from raftq.proto import errors
 from tests.cluster import ProcessCluster
 
 pytestmark = pytest.mark.timeout(180)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from broker.client import Consumer, Producer
+from raftq.client import Consumer, Producer
 from tests.cluster import ProcessCluster
 from tests.helpers import free_port, stop_processes, wait_until
 

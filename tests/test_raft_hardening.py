@@ -1,7 +1,7 @@
 """Each pysyncobj hardening item, run against RaftNode and against stock pysyncobj 0.3.17.
 
 Every test runs one scenario twice: on :class:`RaftNode` (must hold) and on
-:class:`~transport.raft.testing.StockNode` (must show the defect), so a regression to stock
+:class:`~raftq.transport.raft.testing.StockNode` (must show the defect), so a regression to stock
 behaviour fails here. Nodes are driven tick by tick over a RecordingTransport with crafted
 messages; durability is judged with :class:`DiskModel`, which keeps what would survive a
 power loss (file bytes as of their last fsync, directory entries as of the directory's last
@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from proto import errors
-from transport.raft import RaftNode, RaftTimings
-from transport.raft.hub import ManualClock, pysyncobj_time
-from transport.raft.journal import DurableJournal, parse_journal
-from transport.raft.snapshot import read_snapshot, write_snapshot
-from transport.raft.testing import (
+from raftq.proto import errors
+from raftq.transport.raft import RaftNode, RaftTimings
+from raftq.transport.raft.hub import ManualClock, pysyncobj_time
+from raftq.transport.raft.journal import DurableJournal, parse_journal
+from raftq.transport.raft.snapshot import read_snapshot, write_snapshot
+from raftq.transport.raft.testing import (
     RecordingTransport,
     StockNode,
     commit_index,

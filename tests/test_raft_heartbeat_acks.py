@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from transport.raft import RaftNode, RaftTimings
-from transport.raft.driver import RaftDriver
-from transport.raft.hub import Hub
-from transport.raft.node import ACKS_PER_LEADER_FALLBACK
+from raftq.transport.raft import RaftNode, RaftTimings
+from raftq.transport.raft.driver import RaftDriver
+from raftq.transport.raft.hub import Hub
+from raftq.transport.raft.node import ACKS_PER_LEADER_FALLBACK
 
 STEP_S = 0.01
 DRIVER_ROUND_S = 0.02

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from transport.raft.driver import ListGroup, RaftDriver, raft_now
-from transport.raft.hub import Hub, ManualClock, pysyncobj_time
+from raftq.transport.raft.driver import ListGroup, RaftDriver, raft_now
+from raftq.transport.raft.hub import Hub, ManualClock, pysyncobj_time
 
 REPO = Path(__file__).resolve().parents[1]
 FAST: dict[str, Any] = {"appendEntriesPeriod": 0.05, "raftMinTimeout": 0.3, "raftMaxTimeout": 0.6}

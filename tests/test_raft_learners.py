@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from broker.membership import Membership
-from proto import errors
+from raftq.membership import Membership
+from raftq.proto import errors
+from raftq.transport.raft import RaftNode
+from raftq.transport.raft.node import FailReason
+from raftq.transport.raft.snapshot import read_snapshot, snapshot_learners, write_snapshot
+from raftq.transport.raft.testing import free_addr, wait_until
 from tests.test_raft_node import FAST, Cluster, FileStateMachine
-from transport.raft import RaftNode
-from transport.raft.node import FailReason
-from transport.raft.snapshot import read_snapshot, snapshot_learners, write_snapshot
-from transport.raft.testing import free_addr, wait_until
 
 
 class LearnerCluster(Cluster):

@@ -18,13 +18,13 @@ import pytest
 from pysyncobj.node import TCPNode
 from pysyncobj.syncobj import _COMMAND_TYPE
 
-from proto import raft_pb2
+from raftq.proto import raft_pb2
+from raftq.transport.raft import RaftNode
+from raftq.transport.raft.entries import MEMBERSHIP, PROTO_V1, decode_membership, encode_membership
+from raftq.transport.raft.journal import DurableJournal
+from raftq.transport.raft.node import FailReason
+from raftq.transport.raft.testing import free_addr, wait_until
 from tests.test_raft_node import FAST, Cluster
-from transport.raft import RaftNode
-from transport.raft.entries import MEMBERSHIP, PROTO_V1, decode_membership, encode_membership
-from transport.raft.journal import DurableJournal
-from transport.raft.node import FailReason
-from transport.raft.testing import free_addr, wait_until
 
 
 class _Exploit:

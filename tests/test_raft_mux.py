@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from raftq.transport.raft import mux
+from raftq.transport.raft.driver import ListGroup, RaftDriver
+from raftq.transport.raft.mux import FrameDecoder, FrameError, MuxConfig, MuxEndpoint, loads_data
 from tests.helpers import free_port
-from transport.raft import mux
-from transport.raft.driver import ListGroup, RaftDriver
-from transport.raft.mux import FrameDecoder, FrameError, MuxConfig, MuxEndpoint, loads_data
 
 SECRET = b"raftq-test-cluster-secret-0123456789"
 FAST: dict[str, Any] = {"appendEntriesPeriod": 0.05, "raftMinTimeout": 0.4, "raftMaxTimeout": 0.8}

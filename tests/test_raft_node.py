@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from proto import errors
-from transport.raft import FailReason, RaftNode, RaftTimings
-from transport.raft.journal import MAGIC, DurableJournal, read_journal
-from transport.raft.snapshot import (
+from raftq.proto import errors
+from raftq.transport.raft import FailReason, RaftNode, RaftTimings
+from raftq.transport.raft.journal import MAGIC, DurableJournal, read_journal
+from raftq.transport.raft.snapshot import (
     SnapshotReceiver,
     SnapshotSender,
     journal_keep_from,
     write_snapshot,
 )
-from transport.raft.testing import free_addr, wait_until
+from raftq.transport.raft.testing import free_addr, wait_until
 
 FAST = RaftTimings.fast(compaction_min_entries=8)
 

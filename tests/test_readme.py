@@ -96,7 +96,7 @@ def test_the_operations_examples_run_as_written(dev_cluster: tuple[DevUp, str]) 
         if argv[0] == "inspect":
             argv[1] = str(dev.data / "broker-1")
         done = subprocess.run(
-            [sys.executable, "-m", "broker.cli", *argv],
+            [sys.executable, "-m", "raftq.cli", *argv],
             cwd=ROOT,
             env={**os.environ, "RAFTQ_BOOTSTRAP": bootstrap},
             capture_output=True,

@@ -14,8 +14,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from broker.client import Admin, Consumer, Producer
-from broker.client.redrive import redrive
+from raftq.client import Admin, Consumer, Producer
+from raftq.client.redrive import redrive
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 
@@ -69,7 +69,7 @@ def test_redrive_moves_each_dead_letter_back_once_and_resumes(tmp_path: Path) ->
         first = redrive(cluster.bootstrap, "orders.dlq", limit=3, idle_exit_ms=1000)
         assert first.moved == 3
         done = subprocess.run(
-            [sys.executable, "-m", "broker.cli", "dlq", "redrive", "orders.dlq", "--rate", "20"],
+            [sys.executable, "-m", "raftq.cli", "dlq", "redrive", "orders.dlq", "--rate", "20"],
             cwd=ROOT,
             env={**os.environ, "RAFTQ_BOOTSTRAP": cluster.bootstrap},
             capture_output=True,

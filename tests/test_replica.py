@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from broker.proposer import Proposer
-from broker.replica import PartitionReplica
-from proto import common_pb2, errors, partition_pb2
+from raftq.proposer import Proposer
+from raftq.proto import common_pb2, errors, partition_pb2
+from raftq.replica import PartitionReplica
+from raftq.transport.raft import RaftTimings
+from raftq.transport.raft.driver import RaftDriver
+from raftq.transport.raft.mux import MuxConfig, MuxEndpoint
 from tests.helpers import wait_until
-from transport.raft import RaftTimings
-from transport.raft.driver import RaftDriver
-from transport.raft.mux import MuxConfig, MuxEndpoint
 
 SECRET = b"raftq-replica-test-secret-0123456789"
 FAST_MUX = MuxConfig(ping_interval_s=0.1, dead_after_s=0.6, reconnect_max_s=0.2)

@@ -22,23 +22,23 @@ from typing import Any
 import grpc
 import pytest
 
-from broker.client import Admin, Consumer, Producer
-from broker.config import (
+from raftq.client import Admin, Consumer, Producer
+from raftq.config import (
     CLIENT_MESSAGE_BYTES_MAX,
     BrokerSettings,
     ConfigError,
     SecuritySettings,
     load_auth_policy,
 )
-from broker.devca import DevPki, ensure_dev_pki
-from proto import api_pb2, api_pb2_grpc, errors
+from raftq.devca import DevPki, ensure_dev_pki
+from raftq.proto import api_pb2, api_pb2_grpc, errors
+from raftq.transport import auth
+from raftq.transport.auth import AclRule, AuthPolicy, Need, Principal, requirements, token_digest
+from raftq.transport.grpc_errors import from_rpc_error
+from raftq.transport.raft import mux
+from raftq.transport.tls import ChannelSecurity, open_channel
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
-from transport import auth
-from transport.auth import AclRule, AuthPolicy, Need, Principal, requirements, token_digest
-from transport.grpc_errors import from_rpc_error
-from transport.raft import mux
-from transport.tls import ChannelSecurity, open_channel
 
 TOPIC = "orders"
 
@@ -169,7 +169,7 @@ def test_auth_file_and_security_settings_are_validated(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="set together"):
         SecuritySettings(tls_cert_file=str(good))
     assert SecuritySettings(auth_required=True, auth_file=str(good)).auth_required
-    from broker.config import BrokerConfig
+    from raftq.config import BrokerConfig
 
     public = BrokerSettings(
         client_addr="10.1.2.3:7070", raft_addr="10.1.2.3:9070", cluster_secret="s" * 32
@@ -488,7 +488,7 @@ def test_unauthenticated_raft_peers_are_refused_and_change_nothing(
 def test_cli_takes_tls_ca_and_token_from_flags_or_environment(
     secured: Secured, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from broker import cli
+    from raftq import cli
 
     bootstrap = ["--bootstrap", secured.cluster.bootstrap, "--request-timeout-ms", "15000"]
     flags = ["--tls-ca", str(secured.pki.ca), "--token", secured.tokens["producer"]]
@@ -555,7 +555,7 @@ def test_the_spark_sink_writes_over_tls_with_a_token_and_is_refused_without(
     secured: Secured,
 ) -> None:
     """Spark executors reach a secured cluster through the writer's tlsCaFile/token options."""
-    from broker.spark import sink
+    from raftq.spark import sink
 
     base = {
         "bootstrap": secured.cluster.bootstrap,

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from bench.failover import wait_preferred_leader
-from broker.client import Consumer, Producer
-from proto import errors
+from raftq.client import Consumer, Producer
+from raftq.proto import errors
 from tests.client_bind_shim import BIND_ENV
 from tests.cluster import ProcessCluster
 from tests.helpers import free_port, wait_until

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from proto import partition_pb2
+from raftq.proto import partition_pb2
 from tests.sim.cluster import STEP_S, TIMINGS, SimCluster, memory_cap, no_fsync, run_schedule
 
 QUICK_SCHEDULES = 30

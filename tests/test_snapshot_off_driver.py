@@ -24,11 +24,11 @@ from typing import Any
 import apsw
 import pytest
 
-from broker.replica import PartitionReplica
-from partitions.sqlite_store import SnapshotCancelled, SqliteStore
+from raftq.partitions.sqlite_store import SnapshotCancelled, SqliteStore
+from raftq.replica import PartitionReplica
+from raftq.transport.raft import RaftTimings
 from tests.helpers import wait_until
 from tests.test_replica import Broker, rec
-from transport.raft import RaftTimings
 
 # Elections slow enough that a loaded 2-core machine does not hold one by itself.
 SLOW_ELECTIONS: dict[str, Any] = {

@@ -23,9 +23,9 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from assignors.partitioner import partition_for
-from broker.client import Admin, Producer
-from proto import common_pb2
+from raftq.assignors.partitioner import partition_for
+from raftq.client import Admin, Producer
+from raftq.proto import common_pb2
 from tests.cluster import ProcessCluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +39,7 @@ def spark() -> Iterator[Any]:
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))  # tests.spark_faults
     from pyspark.sql import SparkSession
 
-    from broker.spark import register
+    from raftq.spark import register
     from tests.spark_faults import CrashySource, FlakySource
 
     session = (

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from broker import cli
-from broker.client import Admin
-from broker.spark import sink, source
-from proto import errors
+from raftq import cli
+from raftq.client import Admin
+from raftq.proto import errors
+from raftq.spark import sink, source
 from tests.cluster import ProcessCluster
 
 

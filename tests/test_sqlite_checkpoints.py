@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from partitions.machine import PartitionMachine
-from partitions.sqlite_store import SqliteStore
-from proto import partition_pb2
+from raftq.partitions.machine import PartitionMachine
+from raftq.partitions.sqlite_store import SqliteStore
+from raftq.proto import partition_pb2
 
 PAGES = 10
 PAGE_BYTES = 4096

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.backend import deleted_topic_dirs
-from broker.client import Admin, Producer
-from metadata.table import Table, TopicInfo, frozen_map
-from proto import errors
+from raftq.backend import deleted_topic_dirs
+from raftq.client import Admin, Producer
+from raftq.metadata.table import Table, TopicInfo, frozen_map
+from raftq.proto import errors
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 

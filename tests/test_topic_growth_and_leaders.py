@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from assignors.partitioner import partition_for
-from broker import cli
-from broker.client import Admin, Consumer, Producer
-from broker.client.aio import AsyncAdmin
-from proto import api_pb2, errors
+from raftq import cli
+from raftq.assignors.partitioner import partition_for
+from raftq.client import Admin, Consumer, Producer
+from raftq.client.aio import AsyncAdmin
+from raftq.proto import api_pb2, errors
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 

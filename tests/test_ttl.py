@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import pytest
 
-from partitions.machine import EXPIRY_ROUNDS, PartitionMachine
-from partitions.store import PartitionStore
-from proto import common_pb2, partition_pb2
-from proto.common_pb2 import ErrorCode
+from raftq.partitions.machine import EXPIRY_ROUNDS, PartitionMachine
+from raftq.partitions.store import PartitionStore
+from raftq.proto import common_pb2, partition_pb2
+from raftq.proto.common_pb2 import ErrorCode
 
 T0_MS = 1_764_000_000_000
 SKEW_MS = 2000

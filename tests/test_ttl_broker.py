@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from broker.client import Consumer, Producer
-from broker.client.aio import AsyncProducer
-from broker.send_future import RecordMetadata
+from raftq.client import Consumer, Producer
+from raftq.client.aio import AsyncProducer
+from raftq.send_future import RecordMetadata
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 
@@ -37,7 +37,7 @@ def test_expired_records_are_never_delivered_and_dead_lettered_on_request(
         admin.create_topic("short", partitions=1)
         made = subprocess.run(
             [
-                *(sys.executable, "-m", "broker.cli", "topic", "create", "perish"),
+                *(sys.executable, "-m", "raftq.cli", "topic", "create", "perish"),
                 *("--partitions", "1", "--ttl-ms", str(TTL_MS), "--ttl-action", "dead_letter"),
             ],
             cwd=ROOT,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.backend import expired_txns
-from metadata.table import Table, frozen_map
+from raftq.backend import expired_txns
+from raftq.metadata.table import Table, frozen_map
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 

@@ -37,8 +37,8 @@ from typing import Any
 
 import grpc
 
-from proto import errors
-from transport.grpc_errors import abort
+from raftq.proto import errors
+from raftq.transport.grpc_errors import abort
 
 SPARE_WORKERS = 8  # threads beyond the caps: a refusal must find one at once too
 # How long a refused client waits before trying again: a refused long poll about as long as a

@@ -12,8 +12,8 @@ and TRANSACTIONAL_ID) and the operations it allows there:
     groups     consume (join, be a member, describe), admin (see every member, delete)
     txn_apps   produce (commit a Spark app's batch watermark, read it), admin (read it)
 
-    missing / malformed / unknown token   UNAUTHENTICATED   (proto.errors.Unauthenticated)
-    token without the ACL the call needs  PERMISSION_DENIED (proto.errors.PermissionDenied)
+    missing / malformed / unknown token   UNAUTHENTICATED   (raftq.proto.errors.Unauthenticated)
+    token without the ACL the call needs  PERMISSION_DENIED (raftq.proto.errors.PermissionDenied)
 
 What each RPC needs (`requirements`; any one of the listed operations on every resource named):
 
@@ -69,8 +69,8 @@ from typing import Any, Protocol
 
 import grpc
 
-from proto import errors
-from transport.grpc_errors import abort
+from raftq.proto import errors
+from raftq.transport.grpc_errors import abort
 
 log = logging.getLogger("raftq.auth")
 
@@ -151,7 +151,7 @@ class Need:
 
 
 class Member(Protocol):
-    """What the ACL check reads of a group member (metadata.table.MemberInfo is one)."""
+    """What the ACL check reads of a group member (raftq.metadata.table.MemberInfo is one)."""
 
     @property
     def topics(self) -> Collection[str]: ...

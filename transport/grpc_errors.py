@@ -1,6 +1,6 @@
 """Typed raftq errors over gRPC, both ways.
 
-Server side, :func:`abort` turns a :class:`~proto.errors.RaftqError` into a gRPC status: the
+Server side, :func:`abort` turns a :class:`~raftq.proto.errors.RaftqError` into a gRPC status: the
 status code named by the error catalogue (``proto/errors.py``), the error's message as the
 details, and trailing metadata::
 
@@ -11,8 +11,8 @@ details, and trailing metadata::
 
 Client side, :func:`from_rpc_error` turns a ``grpc.RpcError`` back into the same typed error.
 A status without ``raftq-code`` (a proxy, a dead broker, the client's own deadline) becomes
-:class:`~proto.errors.Unavailable` for UNAVAILABLE and DEADLINE_EXCEEDED (retriable), the
-matching class for UNAUTHENTICATED and PERMISSION_DENIED, and :class:`~proto.errors.Internal`
+:class:`~raftq.proto.errors.Unavailable` for UNAVAILABLE and DEADLINE_EXCEEDED (retriable), the
+matching class for UNAUTHENTICATED and PERMISSION_DENIED, and :class:`~raftq.proto.errors.Internal`
 otherwise; the gRPC status name is kept in the message.
 """
 
@@ -23,7 +23,7 @@ from typing import NoReturn
 
 import grpc
 
-from proto import errors
+from raftq.proto import errors
 
 CODE_KEY = "raftq-code"
 RETRIABLE_KEY = "raftq-retriable"

@@ -3,7 +3,7 @@
 Each servicer method checks the *shape* of its request (names present and well formed, counts
 and durations in range) and answers INVALID_ARGUMENT with a message that says what to fix;
 everything else (does the topic exist, is this broker the leader, is the generation current)
-is the facade's business. The facade raises typed :mod:`proto.errors`; :mod:`transport.
+is the facade's business. The facade raises typed :mod:`raftq.proto.errors`; :mod:`transport.
 grpc_errors` turns them into gRPC status with ``raftq-*`` trailing metadata. Any other
 exception is a bug: it is logged and answered as INTERNAL.
 
@@ -38,13 +38,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
-from metadata import machine
-from partitions.machine import MAX_DELAY_MS, MAX_LEASE_MS, MAX_LEASE_RECORDS, MAX_REFS
-from proto import api_pb2, api_pb2_grpc, errors, partition_pb2
-from transport import auth
-from transport.grpc_errors import abort
-from transport.tls import KEEPALIVE_SERVER_OPTIONS
-from transport.wire_ints import out_of_range
+from raftq.metadata import machine
+from raftq.partitions.machine import MAX_DELAY_MS, MAX_LEASE_MS, MAX_LEASE_RECORDS, MAX_REFS
+from raftq.proto import api_pb2, api_pb2_grpc, errors, partition_pb2
+from raftq.transport import auth
+from raftq.transport.grpc_errors import abort
+from raftq.transport.tls import KEEPALIVE_SERVER_OPTIONS
+from raftq.transport.wire_ints import out_of_range
 
 log = logging.getLogger("raftq.grpc")
 
@@ -65,7 +65,7 @@ class BrokerFacade(Protocol):
 
     Each takes the request protobuf (shape already checked) and ``timeout_s``, the seconds
     left before the client's deadline (None: no deadline), and returns the response protobuf.
-    Expected failures raise :class:`proto.errors.RaftqError` subclasses: NotLeader (with
+    Expected failures raise :class:`raftq.proto.errors.RaftqError` subclasses: NotLeader (with
     ``leader_hint``), UnknownTopic, UnknownGroup, UnknownMember, Fenced, TopicExists,
     InvalidArgument, Timeout, Unavailable... Per-record (Send) and per-ref (Ack, Nack,
     ExtendLease) failures go in the response items instead. Called from many threads at once.
@@ -367,7 +367,8 @@ def check_get_txn(r: api_pb2.GetTxnRequest) -> None:
 
 
 def check_config_update(c: api_pb2.TopicConfigUpdate) -> None:
-    """Signs only; the facade checks the merged config with partitions.machine.check_config."""
+    """Signs only; the facade checks the merged config with
+    raftq.partitions.machine.check_config."""
     for field in (
         "lease_ms",
         "max_deliveries",

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 import grpc
 
-from proto import errors, internal_pb2, internal_pb2_grpc, metadata_pb2, partition_pb2
-from transport.grpc_errors import abort, raise_from_rpc_error
-from transport.internal_auth import UNBOUND_METHODS, CredentialSigner, CredentialVerifier
+from raftq.proto import errors, internal_pb2, internal_pb2_grpc, metadata_pb2, partition_pb2
+from raftq.transport.grpc_errors import abort, raise_from_rpc_error
+from raftq.transport.internal_auth import UNBOUND_METHODS, CredentialSigner, CredentialVerifier
 
 logger = logging.getLogger("raftq.transport.internal")
 
@@ -27,7 +27,7 @@ AUTH_KEY = "raftq-internal"
 
 
 class PartitionHost(Protocol):
-    """What the internal servicer needs from a broker. Methods raise proto.errors types."""
+    """What the internal servicer needs from a broker. Methods raise raftq.proto.errors types."""
 
     def propose_local(
         self,

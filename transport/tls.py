@@ -22,8 +22,8 @@ from typing import Any
 
 import grpc
 
-from proto import errors
-from transport.auth import bearer_metadata
+from raftq.proto import errors
+from raftq.transport.auth import bearer_metadata
 
 
 def read_pem(path: str, what: str) -> bytes:

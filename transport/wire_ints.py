@@ -19,7 +19,7 @@ from typing import Any
 
 from google.protobuf import descriptor, descriptor_pb2, descriptor_pool, message_factory
 
-from proto import api_pb2
+from raftq.proto import api_pb2
 
 _F = descriptor_pb2.FieldDescriptorProto
 # declared type -> (the 64-bit type it is parsed as, low, high)

@@ -8,25 +8,25 @@ An :class:`Admin` pickles as its bootstrap (channels are re-created where it lan
 :class:`Producer` or :class:`Consumer` owns threads and in-flight state and refuses to be
 pickled: create it inside the Spark executor (or process) that uses it.
 
-Errors are the typed :mod:`proto.errors` (``RaftqError`` subclasses), whatever the broker or
+Errors are the typed :mod:`raftq.proto.errors` (``RaftqError`` subclasses), whatever the broker or
 the network did; ``err.retriable`` says whether trying again can help and ``err.kind.hint``
 says what to do. Every client takes ``tls_ca_file``, ``tls_cert_file``, ``tls_key_file`` and
-``token``: see :mod:`broker.client.channels`.
+``token``: see :mod:`raftq.client.channels`.
 
 Import the clients from here. The package's modules:
 
-- :mod:`broker.client.channels`: bootstrap parsing, one channel per broker address, trying
+- :mod:`raftq.client.channels`: bootstrap parsing, one channel per broker address, trying
   brokers in turn, avoiding unanswering ones, TLS and token (``channel_security``).
-- :mod:`broker.client.admin`: :class:`Admin`.
-- :mod:`broker.client.producer`: :class:`Producer`: batching, ordering, retries, idempotence.
-- :mod:`broker.client.consumer`: :class:`Consumer` and :class:`Message`: at-least-once
+- :mod:`raftq.client.admin`: :class:`Admin`.
+- :mod:`raftq.client.producer`: :class:`Producer`: batching, ordering, retries, idempotence.
+- :mod:`raftq.client.consumer`: :class:`Consumer` and :class:`Message`: at-least-once
   delivery with leases, rebalances.
-- :mod:`broker.client.aio`: :class:`AsyncProducer`, :class:`AsyncConsumer` (``async for``),
+- :mod:`raftq.client.aio`: :class:`AsyncProducer`, :class:`AsyncConsumer` (``async for``),
   :class:`AsyncAdmin` for asyncio, on ``grpc.aio``, sharing the pure parts above.
-- :mod:`broker.client.admin_calls`: what each admin call sends and returns (pure).
-- :mod:`broker.client.member`, :mod:`broker.client.steps`: a group member's state and plans
+- :mod:`raftq.client.admin_calls`: what each admin call sends and returns (pure).
+- :mod:`raftq.client.member`, :mod:`raftq.client.steps`: a group member's state and plans
   (join, rejoin, poll, settle) and the broker-retry plan, run by both clients (sans-I/O).
-- :class:`SendFuture` and :class:`RecordMetadata` are :mod:`broker.send_future`'s.
+- :class:`SendFuture` and :class:`RecordMetadata` are :mod:`raftq.send_future`'s.
 
 Tuning constants (``DOWN_S``, ``RETRY_BACKOFF_MS``, ``POLL_WAIT_MS_MAX``...) are re-exported
 for reading; the module that uses one is where to patch it.
@@ -34,17 +34,17 @@ for reading; the module that uses one is where to patch it.
 
 from __future__ import annotations
 
-from broker.client.admin import Admin
-from broker.client.channels import DEFAULT_BOOTSTRAP as DEFAULT_BOOTSTRAP
-from broker.client.channels import DOWN_S as DOWN_S
-from broker.client.channels import channel_security as channel_security
-from broker.client.channels import parse_bootstrap
-from broker.client.consumer import Consumer, Message
-from broker.client.member import POLL_WAIT_MS_MAX as POLL_WAIT_MS_MAX
-from broker.client.producer import RETRY_BACKOFF_MAX_MS as RETRY_BACKOFF_MAX_MS
-from broker.client.producer import RETRY_BACKOFF_MS as RETRY_BACKOFF_MS
-from broker.client.producer import Producer
-from broker.send_future import RecordMetadata, SendFuture
+from raftq.client.admin import Admin
+from raftq.client.channels import DEFAULT_BOOTSTRAP as DEFAULT_BOOTSTRAP
+from raftq.client.channels import DOWN_S as DOWN_S
+from raftq.client.channels import channel_security as channel_security
+from raftq.client.channels import parse_bootstrap
+from raftq.client.consumer import Consumer, Message
+from raftq.client.member import POLL_WAIT_MS_MAX as POLL_WAIT_MS_MAX
+from raftq.client.producer import RETRY_BACKOFF_MAX_MS as RETRY_BACKOFF_MAX_MS
+from raftq.client.producer import RETRY_BACKOFF_MS as RETRY_BACKOFF_MS
+from raftq.client.producer import Producer
+from raftq.send_future import RecordMetadata, SendFuture
 
 __all__ = [
     "Admin",

@@ -1,9 +1,9 @@
 """The raftq :class:`Admin` client: topics, groups, the cluster, records, transactions.
 
 Each call goes to any bootstrap broker (:meth:`_Channels.call_any`) and answers the API's
-protobufs (``proto/api.proto``); failures raise the typed :mod:`proto.errors`. What each call
-sends and how its answer is read is :mod:`broker.client.admin_calls`, shared with the asyncio
-:class:`broker.client.aio.AsyncAdmin`. An Admin holds no threads: it pickles as its bootstrap
+protobufs (``proto/api.proto``); failures raise the typed :mod:`raftq.proto.errors`. What each call
+sends and how its answer is read is :mod:`raftq.client.admin_calls`, shared with the asyncio
+:class:`raftq.client.aio.AsyncAdmin`. An Admin holds no threads: it pickles as its bootstrap
 (and security), and channels are re-created where it lands, so a Spark driver can ship one to
 its executors.
 """
@@ -13,16 +13,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from broker.client import admin_calls as calls
-from broker.client.channels import _DEFAULTS, DEFAULT_BOOTSTRAP, _Channels, channel_security
-from proto import api_pb2
+from raftq.client import admin_calls as calls
+from raftq.client.channels import _DEFAULTS, DEFAULT_BOOTSTRAP, _Channels, channel_security
+from raftq.proto import api_pb2
 
 R = TypeVar("R")
 
 
 class Admin:
     """Topic, group, cluster and record administration. Answers are the API's protobufs
-    (``proto/api.proto``); failures raise typed :mod:`proto.errors`."""
+    (``proto/api.proto``); failures raise typed :mod:`raftq.proto.errors`."""
 
     def __init__(
         self,

@@ -1,5 +1,5 @@
 """What each :class:`Admin` call sends and how its answer is read, shared by the thread
-(:class:`broker.client.admin.Admin`) and asyncio (:class:`broker.client.aio.AsyncAdmin`) clients:
+(:class:`raftq.client.admin.Admin`) and asyncio (:class:`raftq.client.aio.AsyncAdmin`) clients:
 a :class:`Call` names the stub, the method, the request and the function that turns the
 response into the call's result. Pure: no channel, no I/O.
 """
@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from proto import api_pb2, common_pb2, errors, partition_pb2
+from raftq.proto import api_pb2, common_pb2, errors, partition_pb2
 
 R = TypeVar("R")
 T = TypeVar("T")

@@ -1,11 +1,11 @@
 """The raftq client for asyncio: :class:`AsyncAdmin`, :class:`AsyncConsumer`,
 :class:`AsyncProducer` on ``grpc.aio``.
 
-Same semantics and typed errors as the thread client (:mod:`broker.client`), built from the
-same pure parts: which broker to try and when to give up (:class:`~broker.client.channels.
-AnyBroker`), what each admin call sends and returns (:mod:`broker.client.admin_calls`), the
+Same semantics and typed errors as the thread client (:mod:`raftq.client`), built from the
+same pure parts: which broker to try and when to give up (:class:`~raftq.client.channels.
+AnyBroker`), what each admin call sends and returns (:mod:`raftq.client.admin_calls`), the
 group member's requests and how answers (and answers after a retry) are read
-(:mod:`broker.client.consumer`'s pure functions), the producer's record encoding, partitioner
+(:mod:`raftq.client.consumer`'s pure functions), the producer's record encoding, partitioner
 and error mapping. Only the waiting differs: coroutines instead of threads.
 
     async with AsyncConsumer(bootstrap, "workers", ["jobs"]) as consumer:
@@ -27,9 +27,9 @@ from typing import Any, TypeVar
 
 import grpc
 
-from broker.client import admin_calls as calls
-from broker.client import steps
-from broker.client.channels import (
+from raftq.client import admin_calls as calls
+from raftq.client import steps
+from raftq.client.channels import (
     _DEFAULTS,
     DEFAULT_BOOTSTRAP,
     AnyBroker,
@@ -37,8 +37,8 @@ from broker.client.channels import (
     channel_security,
     parse_bootstrap,
 )
-from broker.client.consumer import ITER_POLL_MS, _raise_first
-from broker.client.member import (
+from raftq.client.consumer import ITER_POLL_MS, _raise_first
+from raftq.client.member import (
     Delivery,
     Member,
     deliveries,
@@ -46,12 +46,12 @@ from broker.client.member import (
     outcome_error,
     start_from_value,
 )
-from broker.client.producer import Producer
-from broker.config import CLIENT_MESSAGE_BYTES_MAX
-from broker.send_future import RecordMetadata, SendFuture
-from proto import api_pb2, errors
-from transport.grpc_errors import from_rpc_error
-from transport.tls import ChannelSecurity, open_aio_channel
+from raftq.client.producer import Producer
+from raftq.config import CLIENT_MESSAGE_BYTES_MAX
+from raftq.proto import api_pb2, errors
+from raftq.send_future import RecordMetadata, SendFuture
+from raftq.transport.grpc_errors import from_rpc_error
+from raftq.transport.tls import ChannelSecurity, open_aio_channel
 
 log = logging.getLogger("raftq.client")
 R = TypeVar("R")
@@ -128,7 +128,7 @@ def _channels(
 
 
 class AsyncAdmin:
-    """:class:`broker.client.Admin` for asyncio: the same calls, answers and errors."""
+    """:class:`raftq.client.Admin` for asyncio: the same calls, answers and errors."""
 
     def __init__(
         self,
@@ -201,7 +201,7 @@ class AsyncAdmin:
         latest: bool = False,
         force: bool = False,
     ) -> list[api_pb2.PartitionSeek]:
-        """As :meth:`broker.client.admin.Admin.seek_group`."""
+        """As :meth:`raftq.client.admin.Admin.seek_group`."""
         return await self._run(
             calls.seek_group(group, topic, partition, offset, timestamp_ms, earliest, latest, force)
         )
@@ -209,7 +209,7 @@ class AsyncAdmin:
     async def purge_topic(
         self, topic: str, partition: int | None = None
     ) -> list[api_pb2.PartitionPurge]:
-        """As :meth:`broker.client.admin.Admin.purge_topic`."""
+        """As :meth:`raftq.client.admin.Admin.purge_topic`."""
         return await self._run(calls.purge_topic(topic, partition))
 
     async def describe_cluster(self) -> api_pb2.ClusterDescription:
@@ -272,8 +272,8 @@ class AsyncMessage(Delivery):
 
 
 class AsyncConsumer:
-    """:class:`broker.client.Consumer` for asyncio: a group member with a heartbeat task,
-    running the same :class:`~broker.client.member.Member` plans.
+    """:class:`raftq.client.Consumer` for asyncio: a group member with a heartbeat task,
+    running the same :class:`~raftq.client.member.Member` plans.
 
     ``await AsyncConsumer.create(...)`` or ``async with AsyncConsumer(...)`` joins the group;
     ``poll``, ``ack``, ``nack``, ``extend`` as the thread client; ``async for`` iterates."""
@@ -360,7 +360,7 @@ class AsyncConsumer:
                 log.warning("[group=%s] heartbeat failed: %s", self.group, exc)
 
     async def poll(self, max_records: int | None = None, timeout_ms: int = 0) -> list[AsyncMessage]:
-        """As :meth:`broker.client.Consumer.poll`."""
+        """As :meth:`raftq.client.Consumer.poll`."""
         response = await self._run(self._member.poll(max_records, timeout_ms))
         return deliveries(response, self._message)
 
@@ -428,7 +428,7 @@ class AsyncConsumer:
 
 
 class AsyncProducer:
-    """:class:`broker.client.Producer` for asyncio: ``await producer.send(...)`` returns the
+    """:class:`raftq.client.Producer` for asyncio: ``await producer.send(...)`` returns the
     record's RecordMetadata once a majority of its partition's replicas have it, or raises the
     typed error.
 

@@ -2,7 +2,8 @@
 
 :func:`parse_bootstrap` reads ``"host:port[,host:port...]"``. :class:`_Channels` holds one
 channel (and set of stubs) per address, created on first use and never at import; it turns
-gRPC errors into the typed :mod:`proto.errors` (:func:`transport.grpc_errors.from_rpc_error`),
+gRPC errors into the typed :mod:`raftq.proto.errors` (:func:`raftq.transport.grpc_errors.
+from_rpc_error`),
 tries the bootstrap brokers in turn for calls any broker can answer (``call_any``: UNAVAILABLE
 and RESOURCE_EXHAUSTED move on, starting with the last broker that answered; when brokers
 refused for capacity it backs off their retry hint, with jitter, and tries again), and
@@ -29,12 +30,12 @@ from typing import Any, TypeVar
 
 import grpc
 
-from broker.client import steps
-from broker.config import CLIENT_MESSAGE_BYTES_MAX, ClientSettings
-from proto import api_pb2_grpc, errors
-from proto.common_pb2 import ErrorCode
-from transport.grpc_errors import from_rpc_error
-from transport.tls import ChannelSecurity, open_channel
+from raftq.client import steps
+from raftq.config import CLIENT_MESSAGE_BYTES_MAX, ClientSettings
+from raftq.proto import api_pb2_grpc, errors
+from raftq.proto.common_pb2 import ErrorCode
+from raftq.transport.grpc_errors import from_rpc_error
+from raftq.transport.tls import ChannelSecurity, open_channel
 
 T = TypeVar("T")
 _DEFAULTS = ClientSettings()
@@ -192,7 +193,7 @@ class _Channels:
 
     def call_any(self, fn: Callable[[_Stubs, float], T], *, deadline_s: float | None = None) -> T:
         """``fn`` against each bootstrap broker in turn until one answers: the
-        :func:`broker.client.steps.any_broker` plan (which broker next, when to pause and
+        :func:`raftq.client.steps.any_broker` plan (which broker next, when to pause and
         when to give up, shared with the asyncio client), performed with blocking calls.
         ``deadline_s`` (monotonic) bounds the retries after capacity refusals."""
         rounds = AnyBroker(len(self.bootstrap), self._preferred, self.request_timeout_s)

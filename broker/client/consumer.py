@@ -29,9 +29,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from broker.client import steps
-from broker.client.channels import _DEFAULTS, DEFAULT_BOOTSTRAP, _Channels, channel_security
-from broker.client.member import (
+from raftq.client import steps
+from raftq.client.channels import _DEFAULTS, DEFAULT_BOOTSTRAP, _Channels, channel_security
+from raftq.client.member import (
     Delivery,
     Member,
     deliveries,
@@ -39,7 +39,7 @@ from broker.client.member import (
     outcome_error,
     start_from_value,
 )
-from proto import errors
+from raftq.proto import errors
 
 log = logging.getLogger("raftq.client")
 T = TypeVar("T")

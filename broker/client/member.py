@@ -3,8 +3,8 @@
 :class:`Delivery` (the fields of a delivered record), the requests a member sends and how
 their answers are read (:func:`deliveries`, :func:`settle_outcomes`), and :class:`Member`:
 the member's state and its plans (join, rejoin, heartbeat, poll, settle, leave), which
-:class:`broker.client.consumer.Consumer` runs with threads and
-:class:`broker.client.aio.AsyncConsumer` with asyncio (:mod:`broker.client.steps`).
+:class:`raftq.client.consumer.Consumer` runs with threads and
+:class:`raftq.client.aio.AsyncConsumer` with asyncio (:mod:`raftq.client.steps`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from broker.client.channels import _OK
-from broker.client.steps import CallAny, Plan
-from proto import api_pb2, errors, partition_pb2
-from proto.common_pb2 import ErrorCode
+from raftq.client.channels import _OK
+from raftq.client.steps import CallAny, Plan
+from raftq.proto import api_pb2, errors, partition_pb2
+from raftq.proto.common_pb2 import ErrorCode
 
 log = logging.getLogger("raftq.client")
 
@@ -257,9 +257,9 @@ def extended(messages: Sequence[Delivery], results: Sequence[Any], lease_ms: int
 
 class Member:
     """A group member's state (member id, generation, assignment) and its plans: join,
-    rejoin, heartbeat, poll, settle, leave (:mod:`broker.client.steps`). The thread
-    :class:`~broker.client.consumer.Consumer` and the asyncio
-    :class:`~broker.client.aio.AsyncConsumer` run the same plans, so they rejoin, resend and
+    rejoin, heartbeat, poll, settle, leave (:mod:`raftq.client.steps`). The thread
+    :class:`~raftq.client.consumer.Consumer` and the asyncio
+    :class:`~raftq.client.aio.AsyncConsumer` run the same plans, so they rejoin, resend and
     read answers alike. The state is guarded by a lock: the thread client's heartbeat thread
     and its callers share it (under asyncio the lock is never contended)."""
 

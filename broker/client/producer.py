@@ -2,7 +2,7 @@
 
 ``Producer.send`` returns a :class:`SendFuture` at once (``result``, ``exception``, ``done``,
 ``add_done_callback`` as a ``concurrent.futures.Future``; the records of a batch share its
-waiting: :mod:`broker.send_future`); ``send_many`` queues many values at once. Records are
+waiting: :mod:`raftq.send_future`); ``send_many`` queues many values at once. Records are
 batched per partition for up to ``linger_ms`` (or until ``batch_records_max`` /
 ``batch_bytes_max`` encoded bytes: headers, keys and idempotency keys count, so a batch always
 fits the broker's raft entry; a record larger on its own goes alone) and sent to the partition
@@ -46,14 +46,14 @@ from typing import Any
 
 import grpc
 
-from assignors.partitioner import partition_for
-from broker.client.channels import _DEFAULTS, _OK, DEFAULT_BOOTSTRAP, _Channels, channel_security
-from broker.client.streams import Refused, SendStreams
-from broker.config import RECORD_FRAMING_BYTES
-from broker.send_future import BatchOutcome, RecordMetadata, SendFuture
-from proto import api_pb2, common_pb2, errors
-from proto.common_pb2 import ErrorCode
-from transport.grpc_errors import from_rpc_error
+from raftq.assignors.partitioner import partition_for
+from raftq.client.channels import _DEFAULTS, _OK, DEFAULT_BOOTSTRAP, _Channels, channel_security
+from raftq.client.streams import Refused, SendStreams
+from raftq.config import RECORD_FRAMING_BYTES
+from raftq.proto import api_pb2, common_pb2, errors
+from raftq.proto.common_pb2 import ErrorCode
+from raftq.send_future import BatchOutcome, RecordMetadata, SendFuture
+from raftq.transport.grpc_errors import from_rpc_error
 
 log = logging.getLogger("raftq.client")
 
@@ -319,7 +319,7 @@ class Producer:
                     f"topic {topic!r} has partitions 0..{meta.partitions - 1}, not {partition}"
                 ),
             )
-        if size > meta.max_record_bytes:  # size: as partitions.machine.record_size counts
+        if size > meta.max_record_bytes:  # size: as raftq.partitions.machine.record_size counts
             return SendFuture.failed(
                 topic,
                 errors.RecordTooLarge(

@@ -29,9 +29,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from broker.client.consumer import Consumer, Message
-from broker.client.producer import Producer
-from broker.send_future import SendFuture
+from raftq.client.consumer import Consumer, Message
+from raftq.client.producer import Producer
+from raftq.send_future import SendFuture
 
 ORIGIN_HEADERS = ("raftq.dlq.topic", "raftq.dlq.partition")
 REDRIVE_GROUP = "raftq.redrive"

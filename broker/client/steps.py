@@ -9,7 +9,7 @@ with ``await`` and ``asyncio.sleep``. So the two clients cannot drift apart (san
 and the hyper-h2 family separate protocol from I/O).
 
 Plans here: :func:`any_broker` (what ``call_any`` does). The group member's plans (join,
-rejoin, poll, settle) are :class:`broker.client.member.Member`'s.
+rejoin, poll, settle) are :class:`raftq.client.member.Member`'s.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from proto import errors
+from raftq.proto import errors
 
 T = TypeVar("T")
 

@@ -29,8 +29,8 @@ from typing import Any
 
 import grpc
 
-from proto import api_pb2, errors
-from transport.grpc_errors import from_rpc_error
+from raftq.proto import api_pb2, errors
+from raftq.transport.grpc_errors import from_rpc_error
 
 log = logging.getLogger("raftq.client")
 

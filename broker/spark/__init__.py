@@ -3,7 +3,7 @@
 Install ``raftq[spark]`` (pyspark, pyarrow); only ``broker/spark/datasource.py`` imports them,
 so the broker never needs pyspark. Register the format once per session::
 
-    from broker.spark import register
+    from raftq.spark import register
     register(spark)
 
     df.write.format("raftq").option("bootstrap", "h1:7070,h2:7070").option("topic", "t") \\
@@ -109,6 +109,6 @@ from typing import Any
 
 def register(spark: Any) -> None:
     """Register the ``raftq`` format with ``spark`` (imports pyspark on first use)."""
-    from broker.spark.datasource import register as register_source
+    from raftq.spark.datasource import register as register_source
 
     register_source(spark)

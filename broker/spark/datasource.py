@@ -44,8 +44,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from broker.spark import sink, source
-from proto import errors
+from raftq.proto import errors
+from raftq.spark import sink, source
 
 SOURCE_SCHEMA = (
     "topic string, partition int, offset long, timestamp timestamp, key binary, value binary, "

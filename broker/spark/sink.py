@@ -34,14 +34,14 @@ from typing import Any, Literal
 
 import grpc
 
-from assignors.partitioner import partition_for
-from broker.client import Admin, parse_bootstrap
-from broker.config import CLIENT_MESSAGE_BYTES_MAX
-from partitions.machine import record_size
-from proto import api_pb2, api_pb2_grpc, common_pb2, errors
-from proto.common_pb2 import ErrorCode
-from transport.grpc_errors import from_rpc_error
-from transport.tls import ChannelSecurity, open_channel
+from raftq.assignors.partitioner import partition_for
+from raftq.client import Admin, parse_bootstrap
+from raftq.config import CLIENT_MESSAGE_BYTES_MAX
+from raftq.partitions.machine import record_size
+from raftq.proto import api_pb2, api_pb2_grpc, common_pb2, errors
+from raftq.proto.common_pb2 import ErrorCode
+from raftq.transport.grpc_errors import from_rpc_error
+from raftq.transport.tls import ChannelSecurity, open_channel
 
 log = logging.getLogger("raftq.spark")
 

@@ -14,15 +14,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.client import Admin
-from broker.spark.sink import (
+from raftq.client import Admin
+from raftq.proto import common_pb2, errors
+from raftq.spark.sink import (
     SECURITY_OPTIONS,
     Security,
     bootstrap_option,
     check_known,
     int_option,
 )
-from proto import common_pb2, errors
 
 log = logging.getLogger("raftq.spark")
 

@@ -6,7 +6,7 @@ The chaos harness (tests/chaos/) puts a fault-injecting proxy (tests/chaos/proxy
 broker's *advertised* raft address (``broker.raft_addr``: seeds, the metadata table, peers dial
 it) and needs the broker itself to listen elsewhere. `MuxEndpoint` takes ``bind_address`` for
 exactly this (transport/raft/mux.py); the broker settings do not expose it (yet), so this shim
-passes it and then runs the unmodified ``broker.cli`` entry point. Nothing else changes: the
+passes it and then runs the unmodified ``raftq.cli`` entry point. Nothing else changes: the
 broker, its config, its journals and its client port are the production ones.
 """
 
@@ -16,9 +16,9 @@ import functools
 import os
 import sys
 
-import broker.server
-from broker import cli
-from transport.raft.mux import MuxEndpoint
+import raftq.server
+from raftq import cli
+from raftq.transport.raft.mux import MuxEndpoint
 
 BIND_ENV = "RAFTQ_CHAOS_RAFT_BIND"
 
@@ -26,7 +26,7 @@ BIND_ENV = "RAFTQ_CHAOS_RAFT_BIND"
 def main() -> int:
     bind = os.environ.get(BIND_ENV, "")
     if bind:
-        broker.server.MuxEndpoint = functools.partial(  # type: ignore[misc,assignment]
+        raftq.server.MuxEndpoint = functools.partial(  # type: ignore[misc,assignment]
             MuxEndpoint, bind_address=bind
         )
     return cli.main(sys.argv[1:])

@@ -26,8 +26,8 @@ import sys
 import threading
 from pathlib import Path
 
-from broker.client import Consumer, Message
-from proto import errors
+from raftq.client import Consumer, Message
+from raftq.proto import errors
 from tests.consumer_proc import EventLog, MembershipLog, log_leases, log_settled
 
 logger = logging.getLogger("raftq.tests.chaos.consumer")

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.client import Admin
-from partitions.sqlite_store import SqliteStore
-from proto import errors
+from raftq.client import Admin
+from raftq.partitions.sqlite_store import SqliteStore
+from raftq.proto import errors
 from tests.chaos.broker_shim import BIND_ENV
 from tests.chaos.checker import Report, check
 from tests.chaos.proxy import RaftProxy

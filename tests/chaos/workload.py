@@ -20,8 +20,8 @@ import time
 import zlib
 from typing import Any
 
-from broker.client import Producer, SendFuture
-from proto import errors
+from raftq.client import Producer, SendFuture
+from raftq.proto import errors
 from tests.consumer_proc import EventLog, wall_ms
 
 IDEM_ATTEMPTS = 3

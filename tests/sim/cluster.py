@@ -3,7 +3,7 @@
 What is real: RaftNode (hardened pysyncobj) with its DurableJournal and snapshot files in a tmp
 directory, the broker's RaftDriver loop (stepped by hand with ``run_once``), PartitionReplica,
 the group-commit Proposer and PartitionMachine over SqliteStore. What is simulated: the network
-(``transport.raft.hub``: partitions, drops, delays), time (``ManualClock``, patched into
+(``raftq.transport.raft.hub``: partitions, drops, delays), time (``ManualClock``, patched into
 pysyncobj; each broker's wall clock is it plus the broker's ``clock_offset_s``, so a test can
 skew and jump one broker's clock), and crashes.
 
@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.replica import PartitionReplica
-from proto import common_pb2, errors, partition_pb2
-from transport.raft import RaftTimings
-from transport.raft.driver import RaftDriver
-from transport.raft.hub import Hub
+from raftq.proto import common_pb2, errors, partition_pb2
+from raftq.replica import PartitionReplica
+from raftq.transport.raft import RaftTimings
+from raftq.transport.raft.driver import RaftDriver
+from raftq.transport.raft.hub import Hub
 
 STEP_S = 0.01
 TIMINGS = RaftTimings.fast(

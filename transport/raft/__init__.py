@@ -5,6 +5,6 @@ Only this package imports pysyncobj. ``node`` holds the hardened SyncObj and the
 doubles and stock references.
 """
 
-from transport.raft.node import ApplyError, FailReason, RaftNode, RaftTimings
+from raftq.transport.raft.node import ApplyError, FailReason, RaftNode, RaftTimings
 
 __all__ = ["ApplyError", "FailReason", "RaftNode", "RaftTimings"]

@@ -7,7 +7,8 @@ secret) or edit a journal file could run code on every replica. raftq writes::
 
     MEMBERSHIP | b"P" | raft_pb2.MembershipChange
 
-and :class:`~transport.raft.node.RaftNode` routes every parse through :func:`decode_membership`.
+and :class:`~raftq.transport.raft.node.RaftNode` routes every parse through
+:func:`decode_membership`.
 Journals written before this encoding hold stock pickles; those are read by an unpickler that
 resolves exactly one global, pysyncobj's ``TCPNode``, to an inert stand-in (no methods, no
 ``__setstate__``), so a pickle naming anything else (``os.system``, ``builtins.open``, ...) is
@@ -25,7 +26,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from pysyncobj.syncobj import _COMMAND_TYPE
 
-from proto import raft_pb2
+from raftq.proto import raft_pb2
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ One :class:`RaftNode` is one replica of one Raft group (the metadata group or a 
 It replicates opaque command bytes through a single ``apply(data, index)`` callback and fixes
 the pysyncobj 0.3.17 defects that break "acknowledged = durable" (see ../shared/PYSYNCOBJ.md):
 
-1. **Durability.** The journal is :class:`~transport.raft.journal.DurableJournal`: a follower
+1. **Durability.** The journal is :class:`~raftq.transport.raft.journal.DurableJournal`: a follower
    fsyncs appended entries before its ``append_entries`` acknowledgement leaves, the leader
    counts itself toward commit only up to its fsync'd index, term and vote are fsync'd before
    any message reflecting them. With ``group_commit=True`` the fsync is deferred to
@@ -70,11 +70,11 @@ from pysyncobj.node import TCPNode
 from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE, SyncObj, SyncObjException
 from pysyncobj.transport import TCPTransport, TransportNotReadyError
 
-from proto import errors
-from transport.raft.clocks import QuorumClock
-from transport.raft.entries import decode_membership, encode_membership, is_membership
-from transport.raft.journal import DurableJournal
-from transport.raft.snapshot import (
+from raftq.proto import errors
+from raftq.transport.raft.clocks import QuorumClock
+from raftq.transport.raft.entries import decode_membership, encode_membership, is_membership
+from raftq.transport.raft.journal import DurableJournal
+from raftq.transport.raft.snapshot import (
     BackgroundSnapshot,
     SnapshotReceiver,
     SnapshotSender,

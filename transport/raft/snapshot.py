@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from transport.raft.journal import fsync_dir
+from raftq.transport.raft.journal import fsync_dir
 
 logger = logging.getLogger(__name__)
 

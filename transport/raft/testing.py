@@ -18,7 +18,7 @@ from pysyncobj.config import SyncObjConf
 from pysyncobj.syncobj import _RAFT_STATE, SyncObj, replicated
 from pysyncobj.transport import TCPTransport, Transport
 
-from transport.raft.node import RaftNode, RaftTimings
+from raftq.transport.raft.node import RaftNode, RaftTimings
 
 
 class RecordingTransport(Transport):
