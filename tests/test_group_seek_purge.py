@@ -15,10 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from raftq import cli
+from raftq import cli, inspector
 from raftq.client import Admin, Consumer, Message, Producer
-from raftq.partitions.machine import lag_of
-from raftq.partitions.sqlite_store import SqliteStore
 from raftq.proto import errors
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
@@ -78,18 +76,15 @@ def run_cli(bootstrap: str, capsys: pytest.CaptureFixture[str], *argv: str) -> t
 
 def replicas(cluster: ProcessCluster, topic: str) -> list[tuple[int, int, int | None]]:
     """(log start, end, group g's committed offset or None) read from every replica's file:
-    leaders and followers apply the same command."""
+    leaders and followers apply the same command. Read-only, as ``raftq inspect`` reads a
+    live broker's files: a writing connection would contend for the broker's write lock."""
     files = sorted(cluster.root.glob(f"broker-*/partitions/{topic}-*/*.sqlite"))
     assert len(files) == 2 * 3, files  # 2 partitions x RF 3
     out = []
     for path in files:
-        store = SqliteStore(str(path))
-        try:
-            meta = store.load_meta()
-            lag = lag_of(store, meta, "g")
-            out.append((meta.log_start, meta.next_offset, lag.committed if lag else None))
-        finally:
-            store.close()
+        seen = inspector.report(path)
+        committed = [g.committed for g in seen.groups if g.group == "g"]
+        out.append((seen.log_start, seen.end_offset, committed[0] if committed else None))
     return out
 
 
