@@ -47,6 +47,7 @@ from raftq.config import RECORD_FRAMING_BYTES
 from raftq.metadata.machine import EXPIRE_TXNS_MAX
 from raftq.metadata.table import Table
 from raftq.partitions.rows import OutboxRow
+from raftq.partitions.schedules import plan_fire
 from raftq.proto import api_pb2, common_pb2, errors, internal_pb2, partition_pb2
 from raftq.replica import PartitionReplica, group_name
 from raftq.service import dead_letter_partition, dead_letter_record
@@ -370,10 +371,22 @@ class Backend:
             self._due[f"idle retain {replica.name}"] = time.monotonic() + idle_s
         if self._every(f"dlq {replica.name}", DLQ_INTERVAL_S):
             self._forward_dead_letters(replica, table)
+        self._fire_schedules(replica)
         if self.broker.membership.lead_partition(replica, table):
             return  # replicas moving (broker/membership.py): no leader balancing meanwhile
         if self._every(f"balance {replica.name}", BALANCE_INTERVAL_S):
             self._prefer_leader(replica, table)
+
+    def _fire_schedules(self, replica: PartitionReplica) -> None:
+        """Propose the recurring records due at the partition's clock (partitions/schedules.py
+        ``plan_fire``); the machine fires each slot once, whatever else proposes it."""
+        if replica.machine.schedule_count == 0:
+            return
+        fire, problems = plan_fire(replica.schedules(), replica.now_ms())
+        for name, problem in problems:
+            logger.warning("%s schedule %r cannot be planned: %s", replica.where, name, problem)
+        if fire is not None:
+            replica.propose(partition_pb2.PartitionCommand(fire_schedules=fire), 5.0)
 
     def _retain_due(self, replica: PartitionReplica, idle_s: float) -> bool:
         """Whether a Retain may change something. Never for a partition that was never appended

@@ -15,6 +15,7 @@ from raftq.partitions.machine import GroupLag, Offsets, fetch_from, lag_of
 from raftq.partitions.reader import FetchResult, ProducerState, might_have_ready, producer_state
 from raftq.partitions.rows import OutboxRow
 from raftq.partitions.store import PartitionStore
+from raftq.proto import common_pb2
 
 
 class PartitionReader:
@@ -59,6 +60,10 @@ class PartitionReader:
     def outbox(self, limit: int) -> list[OutboxRow]:
         with self._lock, self._store.transaction():
             return self._store.outbox_list(limit)
+
+    def schedules(self) -> list[common_pb2.Schedule]:
+        with self._lock, self._store.transaction():
+            return [common_pb2.Schedule.FromString(b) for _, b in self._store.schedules()]
 
     def applied_index(self) -> int:
         with self._lock, self._store.transaction():

@@ -463,6 +463,13 @@ class PartitionReplica:
         with self._state_lock:
             return self.machine.outbox(limit)
 
+    def schedules(self) -> list[common_pb2.Schedule]:
+        """The recurring records' schedules kept here, by name (their committed state)."""
+        if self._reader is not None:
+            return self._reader.schedules()
+        with self._state_lock:
+            return self.machine.schedules()
+
     def config_bytes(self) -> bytes:
         """The applied topic config (deterministic bytes; b"" before the first Configure)."""
         return self.machine.meta.config

@@ -38,6 +38,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from raftq.partitions import schedule_ops
 from raftq.partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, RecordRow
 from raftq.partitions.store import BackupWriter, PartitionStore, order_keys
 from raftq.proto import common_pb2, partition_pb2
@@ -368,7 +369,15 @@ class PartitionMachine:
             "forget_group": self._on_forget_group,
             "seek_group": self._on_seek_group,
             "purge": self._on_purge,
+            "create_schedule": self._schedule_op(schedule_ops.on_create),
+            "pause_schedule": self._schedule_op(schedule_ops.on_pause),
+            "delete_schedule": self._schedule_op(schedule_ops.on_delete),
+            "fire_schedules": self._schedule_op(schedule_ops.on_fire),
         }
+        self._index = 0  # the raft index being applied (a schedule's revision)
+        # Schedules kept here: the leader plans firings only when there are some (read
+        # without a lock by the broker's backend; kept by schedule_ops, set again on restore).
+        self.schedule_count = len(self.store.schedules())
 
     def _reload(self) -> None:
         self.meta = self.store.load_meta()
@@ -404,6 +413,7 @@ class PartitionMachine:
         try:
             with self.store.transaction():
                 now_ms = max(command.now_ms, self.meta.clock_ms)
+                self._index = raft_index
                 self._skew_ms = min(max(command.clock_skew_ms, 0), MAX_CLOCK_SKEW_MS)
                 result = self._handlers[op](getattr(command, op), now_ms)
                 self.meta.clock_ms = now_ms
@@ -423,6 +433,16 @@ class PartitionMachine:
             )
             self.meta = before
             return _error(ErrorCode.INTERNAL, f"apply failed: {exc!r}")
+
+    def _schedule_op(
+        self, op: Callable[[PartitionMachine, Any, int, int], partition_pb2.CommandResult]
+    ) -> Callable[[Any, int], partition_pb2.CommandResult]:
+        """A handler of partitions/schedule_ops.py, given this machine and the raft index."""
+        return lambda cmd, now_ms: op(self, cmd, now_ms, self._index)
+
+    def schedules(self) -> list[common_pb2.Schedule]:
+        """The schedules kept here, by name."""
+        return [common_pb2.Schedule.FromString(blob) for _, blob in self.store.schedules()]
 
     # -- append -------------------------------------------------------------------------------
 
@@ -1223,3 +1243,4 @@ class PartitionMachine:
         self.store.restore_from(path)
         self.failed = None
         self._reload()
+        self.schedule_count = len(self.store.schedules())

@@ -75,6 +75,7 @@ CREATE TABLE IF NOT EXISTS outbox(
 CREATE TABLE IF NOT EXISTS fences(grp TEXT PRIMARY KEY, generation INTEGER NOT NULL)
     WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS expiries(ofs INTEGER PRIMARY KEY, expires_at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS schedules(name TEXT PRIMARY KEY, schedule BLOB NOT NULL) WITHOUT ROWID;
 """
 
 # A tracked producer's rows: the partial index's condition verbatim, so SQLite plans on it.
@@ -428,6 +429,25 @@ class SqliteStore:
             (name, generation),
         )
 
+    def schedule_get(self, name: str) -> bytes | None:
+        rows = self._rows("SELECT schedule FROM schedules WHERE name = ?", (name,))
+        return bytes(rows[0][0]) if rows else None
+
+    def schedule_put(self, name: str, schedule: bytes) -> None:
+        self._cur.execute(
+            "INSERT INTO schedules(name, schedule) VALUES (?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET schedule = excluded.schedule",
+            (name, schedule),
+        )
+
+    def schedule_delete(self, name: str) -> None:
+        self._cur.execute("DELETE FROM schedules WHERE name = ?", (name,))
+        assert self._conn.changes() == 1, f"no schedule {name!r} to delete"
+
+    def schedules(self) -> list[tuple[str, bytes]]:
+        rows = self._rows("SELECT name, schedule FROM schedules ORDER BY name")
+        return [(name, bytes(blob)) for name, blob in rows]
+
     def group_forget(self, name: str) -> int:
         self._cur.execute("DELETE FROM fences WHERE grp = ?", (name,))
         row = self.group_get(name)
@@ -763,6 +783,7 @@ class SqliteStore:
             ),
             self._rows("SELECT grp, generation FROM fences"),
             self._rows("SELECT ofs, expires_at_ms FROM expiries"),
+            self.schedules(),
         )
 
     def checkpoint(self) -> None:

@@ -105,6 +105,12 @@ class PartitionStore(Protocol):
     # per group name: the lowest generation a Lease may carry (0 = none); no GroupRow needed
     def fence_get(self, name: str) -> int: ...
     def fence_set(self, name: str, generation: int) -> None: ...
+    # recurring records' schedules by name: a common.proto Schedule's bytes each (the machine
+    # encodes and decodes them); schedules() in name order
+    def schedule_get(self, name: str) -> bytes | None: ...
+    def schedule_put(self, name: str, schedule: bytes) -> None: ...
+    def schedule_delete(self, name: str) -> None: ...
+    def schedules(self) -> list[tuple[str, bytes]]: ...
     def group_forget(self, name: str) -> int:
         """Delete the group's row, its pending rows and its fence; the pending rows dropped."""
         ...
@@ -232,6 +238,7 @@ class MemoryStore:
         self._outbox: dict[int, OutboxRow] = {}
         self._fences: dict[str, int] = {}
         self._expiries: dict[int, int] = {}
+        self._schedules: dict[str, bytes] = {}
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -246,6 +253,7 @@ class MemoryStore:
             self._outbox,
             self._fences,
             self._expiries,
+            self._schedules,
         )
 
     @contextlib.contextmanager
@@ -266,6 +274,7 @@ class MemoryStore:
                 self._outbox,
                 self._fences,
                 self._expiries,
+                self._schedules,
             ) = saved
             raise
 
@@ -442,6 +451,18 @@ class MemoryStore:
     def fence_set(self, name: str, generation: int) -> None:
         _fits(generation)
         self._fences[name] = generation
+
+    def schedule_get(self, name: str) -> bytes | None:
+        return self._schedules.get(name)
+
+    def schedule_put(self, name: str, schedule: bytes) -> None:
+        self._schedules[name] = bytes(schedule)
+
+    def schedule_delete(self, name: str) -> None:
+        del self._schedules[name]  # a KeyError for a name not kept: only a bug deletes one
+
+    def schedules(self) -> list[tuple[str, bytes]]:
+        return sorted(self._schedules.items())
 
     def group_forget(self, name: str) -> int:
         self._fences.pop(name, None)
@@ -648,6 +669,7 @@ class MemoryStore:
             self._outbox.values(),
             self._fences.items(),
             self._expiries.items(),
+            self._schedules.items(),
         )
 
     def close(self) -> None:
@@ -664,6 +686,7 @@ def canonical_dump(
     outbox: Iterable[OutboxRow],
     fences: Iterable[tuple[str, int]],
     expiries: Iterable[tuple[int, int]],
+    schedules: Iterable[tuple[str, bytes]] = (),
 ) -> dict[str, Any]:
     """A store's whole state as plain sorted data: equal dumps mean equal replicas."""
     names = {g.gid: g.name for g in groups}
@@ -689,4 +712,5 @@ def canonical_dump(
         "outbox": sorted((copy.copy(o) for o in outbox), key=lambda o: o.seq),
         "fences": sorted(fences),
         "expiries": sorted(expiries),
+        "schedules": sorted(schedules),
     }

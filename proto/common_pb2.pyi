@@ -32,6 +32,8 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GROUP_NOT_EMPTY: _ClassVar[ErrorCode]
     OUTCOME_UNKNOWN: _ClassVar[ErrorCode]
     RESOURCE_EXHAUSTED: _ClassVar[ErrorCode]
+    UNKNOWN_SCHEDULE: _ClassVar[ErrorCode]
+    SCHEDULE_EXISTS: _ClassVar[ErrorCode]
 
 class Ordering(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -42,6 +44,11 @@ class TtlAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TTL_DROP: _ClassVar[TtlAction]
     TTL_DEAD_LETTER: _ClassVar[TtlAction]
+
+class CatchUp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CATCH_UP_ONCE: _ClassVar[CatchUp]
+    CATCH_UP_SKIP: _ClassVar[CatchUp]
 OK: ErrorCode
 NOT_LEADER: ErrorCode
 UNKNOWN_TOPIC: ErrorCode
@@ -65,10 +72,14 @@ INTERNAL: ErrorCode
 GROUP_NOT_EMPTY: ErrorCode
 OUTCOME_UNKNOWN: ErrorCode
 RESOURCE_EXHAUSTED: ErrorCode
+UNKNOWN_SCHEDULE: ErrorCode
+SCHEDULE_EXISTS: ErrorCode
 FIFO: Ordering
 PRIORITY: Ordering
 TTL_DROP: TtlAction
 TTL_DEAD_LETTER: TtlAction
+CATCH_UP_ONCE: CatchUp
+CATCH_UP_SKIP: CatchUp
 
 class Record(_message.Message):
     __slots__ = ("key", "value", "headers", "priority", "deliver_at_ms", "idempotency_key", "ttl_ms")
@@ -156,3 +167,37 @@ class TopicConfig(_message.Message):
     ttl_ms: int
     ttl_action: TtlAction
     def __init__(self, ordering: _Optional[_Union[Ordering, str]] = ..., lease_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_record_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., nack_backoff_base_ms: _Optional[int] = ..., nack_backoff_max_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., ttl_action: _Optional[_Union[TtlAction, str]] = ...) -> None: ...
+
+class Schedule(_message.Message):
+    __slots__ = ("name", "cron", "time_zone", "interval_ms", "template", "partition", "catch_up", "paused", "after_ms", "created_ms", "fired", "missed", "last_slot_ms", "revision", "next_slot_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    CATCH_UP_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    FIRED_FIELD_NUMBER: _ClassVar[int]
+    MISSED_FIELD_NUMBER: _ClassVar[int]
+    LAST_SLOT_MS_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SLOT_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    cron: str
+    time_zone: str
+    interval_ms: int
+    template: Record
+    partition: int
+    catch_up: CatchUp
+    paused: bool
+    after_ms: int
+    created_ms: int
+    fired: int
+    missed: int
+    last_slot_ms: int
+    revision: int
+    next_slot_ms: int
+    def __init__(self, name: _Optional[str] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., interval_ms: _Optional[int] = ..., template: _Optional[_Union[Record, _Mapping]] = ..., partition: _Optional[int] = ..., catch_up: _Optional[_Union[CatchUp, str]] = ..., paused: _Optional[bool] = ..., after_ms: _Optional[int] = ..., created_ms: _Optional[int] = ..., fired: _Optional[int] = ..., missed: _Optional[int] = ..., last_slot_ms: _Optional[int] = ..., revision: _Optional[int] = ..., next_slot_ms: _Optional[int] = ...) -> None: ...

@@ -13,7 +13,9 @@ gRPC: the status is named here and looked up by the transport.
     ├── UnknownGroup                UNKNOWN_GROUP   no         NOT_FOUND
     ├── UnknownMember               UNKNOWN_MEMBER  no         NOT_FOUND
     ├── RecordNotFound              RECORD_NOT_FOUND no        NOT_FOUND
+    ├── UnknownSchedule             UNKNOWN_SCHEDULE no        NOT_FOUND
     ├── TopicExists                 TOPIC_EXISTS    no         ALREADY_EXISTS
+    ├── ScheduleExists              SCHEDULE_EXISTS no         ALREADY_EXISTS
     ├── InvalidArgument             INVALID_ARGUMENT no        INVALID_ARGUMENT
     │   ├── RecordTooLarge          RECORD_TOO_LARGE no        INVALID_ARGUMENT
     │   └── MalformedCommand        MALFORMED_COMMAND no       INVALID_ARGUMENT
@@ -118,6 +120,14 @@ class RecordNotFound(RaftqError):
 
 class TopicExists(RaftqError):
     kind = _kind("TOPIC_EXISTS", False, "ALREADY_EXISTS", "a topic with that name exists")
+
+
+class UnknownSchedule(RaftqError):
+    kind = _kind("UNKNOWN_SCHEDULE", False, "NOT_FOUND", "no such schedule on the topic")
+
+
+class ScheduleExists(RaftqError):
+    kind = _kind("SCHEDULE_EXISTS", False, "ALREADY_EXISTS", "a schedule with that name exists")
 
 
 class InvalidArgument(RaftqError):
@@ -226,6 +236,8 @@ _BY_CODE: dict[int, type[RaftqError]] = {
         UnknownMember,
         RecordNotFound,
         TopicExists,
+        UnknownSchedule,
+        ScheduleExists,
         InvalidArgument,
         RecordTooLarge,
         MalformedCommand,

@@ -27,7 +27,7 @@ SEEK_EARLIEST: SeekTo
 SEEK_LATEST: SeekTo
 
 class PartitionCommand(_message.Message):
-    __slots__ = ("now_ms", "clock_skew_ms", "append", "lease", "ack", "nack", "extend_lease", "release", "update_record", "cancel_record", "configure", "retain", "dead_letter_done", "append_batch", "forget_group", "seek_group", "purge")
+    __slots__ = ("now_ms", "clock_skew_ms", "append", "lease", "ack", "nack", "extend_lease", "release", "update_record", "cancel_record", "configure", "retain", "dead_letter_done", "append_batch", "forget_group", "seek_group", "purge", "create_schedule", "pause_schedule", "delete_schedule", "fire_schedules")
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     CLOCK_SKEW_MS_FIELD_NUMBER: _ClassVar[int]
     APPEND_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,10 @@ class PartitionCommand(_message.Message):
     FORGET_GROUP_FIELD_NUMBER: _ClassVar[int]
     SEEK_GROUP_FIELD_NUMBER: _ClassVar[int]
     PURGE_FIELD_NUMBER: _ClassVar[int]
+    CREATE_SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    DELETE_SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    FIRE_SCHEDULES_FIELD_NUMBER: _ClassVar[int]
     now_ms: int
     clock_skew_ms: int
     append: Append
@@ -62,7 +66,11 @@ class PartitionCommand(_message.Message):
     forget_group: ForgetGroup
     seek_group: SeekGroup
     purge: Purge
-    def __init__(self, now_ms: _Optional[int] = ..., clock_skew_ms: _Optional[int] = ..., append: _Optional[_Union[Append, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., ack: _Optional[_Union[Settle, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., extend_lease: _Optional[_Union[ExtendLease, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., update_record: _Optional[_Union[UpdateRecord, _Mapping]] = ..., cancel_record: _Optional[_Union[CancelRecord, _Mapping]] = ..., configure: _Optional[_Union[Configure, _Mapping]] = ..., retain: _Optional[_Union[Retain, _Mapping]] = ..., dead_letter_done: _Optional[_Union[DeadLetterDone, _Mapping]] = ..., append_batch: _Optional[_Union[AppendBatch, _Mapping]] = ..., forget_group: _Optional[_Union[ForgetGroup, _Mapping]] = ..., seek_group: _Optional[_Union[SeekGroup, _Mapping]] = ..., purge: _Optional[_Union[Purge, _Mapping]] = ...) -> None: ...
+    create_schedule: CreateSchedule
+    pause_schedule: PauseSchedule
+    delete_schedule: DeleteSchedule
+    fire_schedules: FireSchedules
+    def __init__(self, now_ms: _Optional[int] = ..., clock_skew_ms: _Optional[int] = ..., append: _Optional[_Union[Append, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., ack: _Optional[_Union[Settle, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., extend_lease: _Optional[_Union[ExtendLease, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., update_record: _Optional[_Union[UpdateRecord, _Mapping]] = ..., cancel_record: _Optional[_Union[CancelRecord, _Mapping]] = ..., configure: _Optional[_Union[Configure, _Mapping]] = ..., retain: _Optional[_Union[Retain, _Mapping]] = ..., dead_letter_done: _Optional[_Union[DeadLetterDone, _Mapping]] = ..., append_batch: _Optional[_Union[AppendBatch, _Mapping]] = ..., forget_group: _Optional[_Union[ForgetGroup, _Mapping]] = ..., seek_group: _Optional[_Union[SeekGroup, _Mapping]] = ..., purge: _Optional[_Union[Purge, _Mapping]] = ..., create_schedule: _Optional[_Union[CreateSchedule, _Mapping]] = ..., pause_schedule: _Optional[_Union[PauseSchedule, _Mapping]] = ..., delete_schedule: _Optional[_Union[DeleteSchedule, _Mapping]] = ..., fire_schedules: _Optional[_Union[FireSchedules, _Mapping]] = ...) -> None: ...
 
 class Append(_message.Message):
     __slots__ = ("records", "producer_id", "sequence", "values")
@@ -217,6 +225,46 @@ class SeekGroup(_message.Message):
 class Purge(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class CreateSchedule(_message.Message):
+    __slots__ = ("schedule",)
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    schedule: _common_pb2.Schedule
+    def __init__(self, schedule: _Optional[_Union[_common_pb2.Schedule, _Mapping]] = ...) -> None: ...
+
+class PauseSchedule(_message.Message):
+    __slots__ = ("name", "paused")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    paused: bool
+    def __init__(self, name: _Optional[str] = ..., paused: _Optional[bool] = ...) -> None: ...
+
+class DeleteSchedule(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class FireSchedules(_message.Message):
+    __slots__ = ("firings",)
+    FIRINGS_FIELD_NUMBER: _ClassVar[int]
+    firings: _containers.RepeatedCompositeFieldContainer[Firing]
+    def __init__(self, firings: _Optional[_Iterable[_Union[Firing, _Mapping]]] = ...) -> None: ...
+
+class Firing(_message.Message):
+    __slots__ = ("name", "revision", "slots_ms", "after_ms", "missed")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_MS_FIELD_NUMBER: _ClassVar[int]
+    AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    MISSED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    revision: int
+    slots_ms: _containers.RepeatedScalarFieldContainer[int]
+    after_ms: int
+    missed: int
+    def __init__(self, name: _Optional[str] = ..., revision: _Optional[int] = ..., slots_ms: _Optional[_Iterable[int]] = ..., after_ms: _Optional[int] = ..., missed: _Optional[int] = ...) -> None: ...
 
 class RecordResult(_message.Message):
     __slots__ = ("offset", "error", "message", "duplicate")
