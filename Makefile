@@ -10,18 +10,25 @@ PROTOS := $(wildcard proto/*.proto)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark]'
+	$(PY) -m pip install -q -e '.[dev,spark,console]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-## Programs the tests run for real: Prometheus and promtool (Debian's prometheus package).
+## Programs the tests run for real: Prometheus and promtool (Debian's prometheus package), and
+## headless Chromium with its WebDriver for the console's test (chromium, chromium-driver).
 tools:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    apt-get update -q && apt-get install -y -q --no-install-recommends prometheus; \
 	  else \
 	    echo "tests need Prometheus: sudo apt-get install prometheus"; exit 1; \
+	  fi; }
+	@test -x /usr/bin/chromium && test -x /usr/bin/chromedriver || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -q && apt-get install -y -q --no-install-recommends chromium chromium-driver; \
+	  else \
+	    echo "tests need Chromium: sudo apt-get install chromium chromium-driver"; exit 1; \
 	  fi; }
 
 ## Regenerate protobuf/gRPC code from proto/*.proto (committed; a test fails when stale).

@@ -13,6 +13,7 @@ Client commands, each taking ``--bootstrap HOST:PORT[,HOST:PORT...]`` (default: 
     raftq group list | describe GROUP | delete GROUP
     raftq cluster status
     raftq dlq redrive DLQ_TOPIC [--rate N] [--max N]       dead letters back to their origin
+    raftq console [--listen HOST:PORT]                     web console + HTTP/JSON API
 
 Offline: ``raftq inspect DATA_DIR [summary|records|groups|producers|dlq] [--topic T]
 [--partition N] [--offset O] [--limit N] [--json]`` reads a broker's partition files
@@ -842,6 +843,57 @@ def register_dlq(subparsers: Subparsers) -> None:
     )
 
 
+# --- web console and HTTP API ----------------------------------------------------------------
+
+
+def console_serve(args: argparse.Namespace) -> int:
+    """``raftq console``: the web console and HTTP/JSON API (broker/web/) until interrupted."""
+    host, sep, port = args.listen.rpartition(":")
+    if not sep or not port.isdigit():
+        sys.stderr.write(f"error: --listen {args.listen!r} is not host:port\n")
+        return 2
+    try:
+        from broker.web.app import serve
+    except ImportError as exc:  # the console extra is not installed
+        sys.stderr.write(f"error: {exc}: pip install 'raftq[console]'\n")
+        return 1
+    options = {k: v for k, v in security(args).items() if k != "token"}
+    options["request_timeout_ms"] = args.request_timeout_ms
+    print(f"raftq console on http://{args.listen}/ (API: /api/v1, OpenAPI: /api/v1/openapi.json)")
+    serve(
+        args.bootstrap,
+        host.strip("[]") or "127.0.0.1",
+        int(port),
+        options,
+        default_token=args.token,
+        consumer_idle_s=args.consumer_idle_ms / 1000,
+    )
+    return 0
+
+
+def register_console(subparsers: Subparsers) -> None:
+    parser = _add(
+        subparsers,
+        "console",
+        console_serve,
+        "serve the web console and the HTTP/JSON API (gateway to the cluster)",
+        [client_options()],
+    )
+    parser.add_argument(
+        "--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="default 127.0.0.1:8080"
+    )
+    parser.add_argument(
+        "--consumer-idle-ms",
+        type=int,
+        default=300_000,
+        help="close a dequeue member unused this long (default 300000)",
+    )
+    parser.epilog = (
+        "Visitors log in with their own token; --token (or $RAFTQ_TOKEN), if given, is used "
+        "for requests that carry none: whoever reaches the console then acts as it."
+    )
+
+
 # --- offline inspection ---------------------------------------------------------------------
 
 
@@ -941,6 +993,7 @@ REGISTRARS: list[Callable[[Subparsers], None]] = [
     register,
     cli_server.register,
     register_dlq,
+    register_console,
     register_inspect,
 ]
 

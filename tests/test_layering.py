@@ -80,6 +80,18 @@ RULES = (
         ("broker/spark/datasource.py", "bench/spark_write.py"),
     ),
     Rule(
+        "Only broker/web/ imports fastapi, starlette, jinja2, uvicorn, multipart: the console's "
+        "HTTP stack; a broker runs without the console extra.",
+        frozenset({"fastapi", "starlette", "jinja2", "uvicorn", "multipart", "python_multipart"}),
+        EVERYWHERE,
+        ("broker/web/",),
+    ),
+    Rule(
+        "broker/web/ imports no grpc: the console is a gateway over the Python client.",
+        frozenset({"grpc"}),
+        ("broker/web/",),
+    ),
+    Rule(
         "Only transport/, broker/ and the generated proto/*_pb2_grpc.py import grpc.",
         frozenset({"grpc"}),
         EVERYWHERE,
@@ -197,6 +209,10 @@ CASES = [
     ("broker/spark/datasource.py", "from pyspark.sql.datasource import DataSource\n", False),
     ("broker/spark/sink.py", "import pyarrow as pa\n", True),
     ("broker/service.py", "def f():\n    import pyspark\n", True),
+    ("broker/web/api.py", "from fastapi import FastAPI\n", False),
+    ("broker/server.py", "from starlette.requests import Request\n", True),
+    ("broker/cli.py", "import uvicorn\n", True),
+    ("broker/web/gateway.py", "import grpc\n", True),
 ]
 
 

@@ -1,0 +1,346 @@
+"""The HTTP/JSON API, ``/api/v1``: what doq's and DQueue's REST APIs do, over the Python client.
+
+Authentication is the gRPC API's: ``Authorization: Bearer <token>`` is passed on as the
+caller's token, so every request is authorised by the brokers on the same ACLs. Errors are
+the typed errors of ``proto/errors.py``: the HTTP status follows the error's gRPC status
+(:data:`HTTP_STATUS`) and the body is ``{"code": "UNKNOWN_TOPIC", "message": ...,
+"retriable": false}``; a request that does not validate is 400 ``INVALID_ARGUMENT`` and
+reaches no broker. Per-item outcomes (enqueue, ack, nack) are in a 200 answer's ``results``,
+as gRPC's Send and Ack answer them. The OpenAPI document is ``/api/v1/openapi.json``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from broker.web import views
+from broker.web.gateway import (
+    BROWSE_RECORDS_MAX,
+    DEQUEUE_RECORDS_MAX,
+    DEQUEUE_WAIT_MS_MAX,
+    ENQUEUE_RECORDS_MAX,
+    Gateway,
+    OutgoingRecord,
+)
+from proto import errors
+
+# gRPC status (proto/errors.py's ErrorKind.grpc_status) -> HTTP status.
+HTTP_STATUS = {
+    "INVALID_ARGUMENT": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409,
+    "FAILED_PRECONDITION": 409,
+    "ABORTED": 409,
+    "RESOURCE_EXHAUSTED": 429,
+    "INTERNAL": 500,
+    "UNAVAILABLE": 503,
+    "DEADLINE_EXCEEDED": 504,
+}
+INT32 = 2**31 - 1
+INT64 = 2**63 - 1
+
+
+def http_status(error: errors.RaftqError) -> int:
+    return HTTP_STATUS.get(error.kind.grpc_status, 500)
+
+
+def error_response(error: errors.RaftqError) -> JSONResponse:
+    headers = {}
+    if error.retry_after_ms > 0:
+        headers["Retry-After"] = str(max(1, -(-error.retry_after_ms // 1000)))
+    if error.leader_hint:
+        headers["X-Raftq-Leader"] = error.leader_hint
+    return JSONResponse(views.error_dict(error), status_code=http_status(error), headers=headers)
+
+
+def bearer_token(request: Request) -> str | None:
+    """The caller's token from ``Authorization: Bearer``; None without the header or with an
+    empty one. Any other scheme is Unauthenticated."""
+    value = request.headers.get("authorization")
+    if value is None:
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        raise errors.Unauthenticated("use Authorization: Bearer <token>")
+    return token.strip() or None  # "Bearer " with no token (an unset variable): anonymous
+
+
+Token = Annotated[str | None, Depends(bearer_token)]
+
+
+def gateway(request: Request) -> Gateway:
+    gw: Gateway = request.app.state.gateway
+    return gw
+
+
+GatewayDep = Annotated[Gateway, Depends(gateway)]
+
+
+# -- request bodies ------------------------------------------------------------------------
+
+
+class TopicIn(BaseModel):
+    name: str = Field(description="[A-Za-z0-9._-], 1..249 characters")
+    partitions: int | None = Field(default=None, ge=1, le=INT32)
+    replication_factor: int | None = Field(default=None, ge=1, le=INT32)
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="topic settings by name: ordering (fifo|priority), lease_ms, "
+        "max_deliveries, dead_letter_topic, retention_ms, ttl_ms, ...",
+    )
+
+
+class RecordIn(BaseModel):
+    value: str | None = Field(default=None, description="UTF-8 text (or value_b64)")
+    value_b64: str | None = Field(default=None, description="base64 bytes (or value)")
+    key: str | None = Field(
+        default=None, description="UTF-8 text (or key_b64); chooses the partition"
+    )
+    key_b64: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    partition: int | None = Field(default=None, ge=0, le=INT32)
+    priority: int = Field(
+        default=0, ge=-INT32 - 1, le=INT32, description="lower is delivered first"
+    )
+    delay_ms: int = Field(default=0, ge=0, le=INT64 // 2, description="deliver no sooner than this")
+    deliver_at_ms: int = Field(default=0, ge=0, le=INT64, description="Unix ms; or delay_ms")
+    idempotency_key: str = ""
+    ttl_ms: int = Field(default=0, ge=0, le=INT64)
+
+
+class EnqueueIn(BaseModel):
+    records: list[RecordIn] = Field(min_length=1, max_length=ENQUEUE_RECORDS_MAX)
+
+
+class DequeueIn(BaseModel):
+    topic: str
+    max_records: int = Field(default=1, ge=1, le=DEQUEUE_RECORDS_MAX)
+    wait_ms: int = Field(default=0, ge=0, le=DEQUEUE_WAIT_MS_MAX)
+    auto_ack: bool = False
+
+
+class SettleIn(BaseModel):
+    ids: list[str] = Field(min_length=1, max_length=DEQUEUE_RECORDS_MAX)
+
+
+class NackIn(SettleIn):
+    delay_ms: int | None = Field(default=None, ge=0, le=INT64)
+
+
+class RecordUpdateIn(BaseModel):
+    priority: int | None = Field(default=None, ge=-INT32 - 1, le=INT32)
+    deliver_at_ms: int | None = Field(default=None, ge=0, le=INT64)
+
+
+class RedriveIn(BaseModel):
+    rate: float = Field(default=0.0, ge=0, description="records/s; 0: no cap")
+    limit: int | None = Field(default=None, ge=1, description="move at most this many")
+
+
+def _bytes(text: str | None, b64: str | None, name: str) -> bytes | None:
+    if text is not None and b64 is not None:
+        raise errors.InvalidArgument(f"give {name} or {name}_b64, not both")
+    if b64 is not None:
+        try:
+            return base64.b64decode(b64, validate=True)
+        except (binascii.Error, ValueError):
+            raise errors.InvalidArgument(f"{name}_b64 is not base64") from None
+    return None if text is None else text.encode("utf-8")
+
+
+def outgoing(record: RecordIn, now_ms: int) -> OutgoingRecord:
+    """A request record as the gateway sends it; ``delay_ms`` becomes ``deliver_at_ms``."""
+    if record.delay_ms and record.deliver_at_ms:
+        raise errors.InvalidArgument("give delay_ms or deliver_at_ms, not both")
+    value = _bytes(record.value, record.value_b64, "value")
+    return OutgoingRecord(
+        value=b"" if value is None else value,
+        key=_bytes(record.key, record.key_b64, "key"),
+        headers={k: v.encode("utf-8") for k, v in record.headers.items()},
+        partition=record.partition,
+        priority=record.priority,
+        deliver_at_ms=now_ms + record.delay_ms if record.delay_ms else record.deliver_at_ms,
+        idempotency_key=record.idempotency_key,
+        ttl_ms=record.ttl_ms,
+    )
+
+
+# -- routes --------------------------------------------------------------------------------
+
+router = APIRouter(prefix="/api/v1")
+
+
+@router.get("/cluster", tags=["cluster"], summary="cluster health, brokers, problems")
+def get_cluster(gw: GatewayDep, token: Token) -> dict[str, Any]:
+    return views.proto_dict(gw.admin(token).describe_cluster())
+
+
+@router.get("/brokers", tags=["cluster"], summary="the brokers and their liveness")
+def list_brokers(gw: GatewayDep, token: Token) -> list[dict[str, Any]]:
+    return [views.proto_dict(b) for b in gw.admin(token).describe_cluster().brokers]
+
+
+@router.get("/topics", tags=["topics"], summary="topics the caller has a right on")
+def list_topics(gw: GatewayDep, token: Token) -> list[dict[str, Any]]:
+    return [views.proto_dict(t) for t in gw.admin(token).list_topics()]
+
+
+@router.post("/topics", tags=["topics"], status_code=201, summary="create a topic")
+def create_topic(body: TopicIn, gw: GatewayDep, token: Token) -> dict[str, Any]:
+    created = gw.admin(token).create_topic(
+        body.name, body.partitions, body.replication_factor, **body.config
+    )
+    return views.proto_dict(created)
+
+
+@router.get("/topics/{topic}", tags=["topics"], summary="partitions, leaders, offsets, config")
+def describe_topic(topic: str, gw: GatewayDep, token: Token) -> dict[str, Any]:
+    return views.proto_dict(gw.admin(token).describe_topic(topic))
+
+
+@router.delete("/topics/{topic}", tags=["topics"], status_code=204, summary="delete a topic")
+def delete_topic(topic: str, gw: GatewayDep, token: Token) -> None:
+    gw.admin(token).delete_topic(topic)
+
+
+@router.post("/topics/{topic}/records", tags=["queue"], summary="enqueue records")
+def enqueue(topic: str, body: EnqueueIn, gw: GatewayDep, token: Token) -> dict[str, Any]:
+    """Each record's key, priority, delay (``delay_ms`` or ``deliver_at_ms``), headers and
+    time to live; answered when stored on a majority of replicas, one result per record."""
+    now_ms = int(time.time() * 1000)
+    records = [outgoing(r, now_ms) for r in body.records]
+    return {"results": gw.enqueue(token, topic, records)}
+
+
+@router.get(
+    "/topics/{topic}/partitions/{partition}/records",
+    tags=["topics"],
+    summary="browse a partition's records (no group state is touched)",
+)
+def browse(
+    topic: str,
+    partition: Annotated[int, Path(ge=0, le=INT32)],
+    gw: GatewayDep,
+    token: Token,
+    offset: Annotated[int | None, Query(ge=0, le=INT64)] = None,
+    limit: Annotated[int, Query(ge=1, le=BROWSE_RECORDS_MAX)] = 50,
+) -> dict[str, Any]:
+    return gw.browse(token, topic, partition, offset, limit)
+
+
+@router.patch(
+    "/topics/{topic}/partitions/{partition}/records/{offset}",
+    tags=["queue"],
+    status_code=204,
+    summary="change a stored record's priority and/or deliver_at_ms",
+)
+def update_record(
+    topic: str,
+    partition: Annotated[int, Path(ge=0, le=INT32)],
+    offset: Annotated[int, Path(ge=0, le=INT64)],
+    body: RecordUpdateIn,
+    gw: GatewayDep,
+    token: Token,
+) -> None:
+    if body.priority is None and body.deliver_at_ms is None:
+        raise errors.InvalidArgument("set priority and/or deliver_at_ms")
+    gw.admin(token).update_record(
+        topic, partition, offset, priority=body.priority, deliver_at_ms=body.deliver_at_ms
+    )
+
+
+@router.delete(
+    "/topics/{topic}/partitions/{partition}/records/{offset}",
+    tags=["queue"],
+    status_code=204,
+    summary="cancel a record (from the log and every group)",
+)
+def cancel_record(
+    topic: str,
+    partition: Annotated[int, Path(ge=0, le=INT32)],
+    offset: Annotated[int, Path(ge=0, le=INT64)],
+    gw: GatewayDep,
+    token: Token,
+) -> None:
+    gw.admin(token).cancel_record(topic, partition, offset)
+
+
+@router.get("/topics/{topic}/dead-letters", tags=["dead letters"], summary="list dead letters")
+def dead_letters(
+    topic: str,
+    gw: GatewayDep,
+    token: Token,
+    limit: Annotated[int, Query(ge=1, le=BROWSE_RECORDS_MAX)] = 100,
+) -> dict[str, Any]:
+    """The records of ``topic``'s dead-letter topic, each with its reason and origin."""
+    dlq = gw.dead_letter_topic(token, topic)
+    return {"dead_letter_topic": dlq, "records": gw.dead_letters(token, dlq, limit)}
+
+
+@router.post(
+    "/topics/{topic}/dead-letters/redrive",
+    tags=["dead letters"],
+    summary="move dead letters back to their origin topic/partition",
+)
+def redrive_dead_letters(
+    topic: str, gw: GatewayDep, token: Token, body: Annotated[RedriveIn | None, Body()] = None
+) -> dict[str, Any]:
+    body = body or RedriveIn()
+    dlq = gw.dead_letter_topic(token, topic)
+    return gw.redrive(token, dlq, body.rate, body.limit)
+
+
+@router.get("/groups", tags=["groups"], summary="consumer groups the caller has a right on")
+def list_groups(gw: GatewayDep, token: Token) -> list[dict[str, Any]]:
+    return [views.proto_dict(g) for g in gw.admin(token).list_groups()]
+
+
+@router.get("/groups/{group}", tags=["groups"], summary="members and lag per partition")
+def describe_group(group: str, gw: GatewayDep, token: Token) -> dict[str, Any]:
+    described, lag = gw.group_lag(token, group)
+    return {**views.proto_dict(described), "lag": lag}
+
+
+@router.post("/groups/{group}/dequeue", tags=["queue"], summary="lease ready records")
+def dequeue(group: str, body: DequeueIn, gw: GatewayDep, token: Token) -> dict[str, Any]:
+    """Lease up to ``max_records`` records for ``group`` (a member held by this console);
+    ack or nack each by its ``id`` before ``lease_deadline_ms``, or set ``auto_ack``."""
+    rows = gw.dequeue(token, group, body.topic, body.max_records, body.wait_ms, body.auto_ack)
+    return {"records": rows}
+
+
+@router.post("/groups/{group}/ack", tags=["queue"], summary="acknowledge dequeued records")
+def ack(group: str, body: SettleIn, gw: GatewayDep, token: Token) -> dict[str, Any]:
+    return {"results": gw.settle(token, group, body.ids, "ack")}
+
+
+@router.post("/groups/{group}/nack", tags=["queue"], summary="give dequeued records back")
+def nack(group: str, body: NackIn, gw: GatewayDep, token: Token) -> dict[str, Any]:
+    return {"results": gw.settle(token, group, body.ids, "nack", body.delay_ms)}
+
+
+def install(app: FastAPI) -> None:
+    """Add the API's routes and its error answers to ``app``."""
+    app.include_router(router)
+
+    @app.exception_handler(errors.RaftqError)
+    async def on_raftq_error(_: Request, exc: errors.RaftqError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}"
+            for e in exc.errors()
+        )
+        return error_response(errors.InvalidArgument(problems or "request does not validate"))

@@ -1,0 +1,61 @@
+"""The ASGI app of ``raftq console``: the HTTP/JSON API (``/api/v1``) and the web console.
+
+``create_app`` composes them over one :class:`~broker.web.gateway.Gateway`; ``serve`` runs it
+with uvicorn until interrupted, then closes the gateway's clients (its dequeue members leave
+their groups).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from broker.web import api, console
+from broker.web.gateway import Gateway
+
+API_DOC = """The HTTP/JSON API of raftq beside its gRPC API: topics, enqueue and dequeue, ack and
+nack by id, a record's priority, groups, the cluster, dead letters and their redrive.
+
+Authenticate with `Authorization: Bearer <token>` (the gRPC API's tokens and ACLs). Errors
+answer `{"code", "message", "retriable"}` with the HTTP status of the error's kind."""
+
+
+def create_app(gateway: Gateway) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        gateway.close()
+
+    app = FastAPI(
+        title="raftq",
+        version="1",
+        description=API_DOC,
+        openapi_url="/api/v1/openapi.json",
+        docs_url="/api/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.gateway = gateway
+    api.install(app)
+    console.install(app)
+    return app
+
+
+def serve(
+    bootstrap: str,
+    host: str,
+    port: int,
+    client_options: Mapping[str, Any] | None = None,
+    *,
+    default_token: str | None = None,
+    consumer_idle_s: float = 300.0,
+) -> None:
+    """Serve the console and API on ``host:port`` until interrupted."""
+    gateway = Gateway(
+        bootstrap, client_options, default_token=default_token, consumer_idle_s=consumer_idle_s
+    )
+    uvicorn.run(create_app(gateway), host=host, port=port, log_level="info", access_log=False)
