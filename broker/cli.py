@@ -853,7 +853,7 @@ def console_serve(args: argparse.Namespace) -> int:
         sys.stderr.write(f"error: --listen {args.listen!r} is not host:port\n")
         return 2
     try:
-        from broker.web.app import serve
+        from raftq.web.app import serve
     except ImportError as exc:  # the console extra is not installed
         sys.stderr.write(f"error: {exc}: pip install 'raftq[console]'\n")
         return 1

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from broker.web import api, views
-from proto import errors
+from raftq.proto import errors
+from raftq.web import api, views
 from tests.helpers import wait_until
 from tests.test_readme import README
 from tests.web_harness import ConsoleProcess, secured_console, token

@@ -23,7 +23,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from broker.client import Consumer, Producer
+from raftq.client import Consumer, Producer
 from tests.helpers import wait_until
 from tests.web_harness import ConsoleProcess, secured_console, token
 

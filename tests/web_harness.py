@@ -17,9 +17,9 @@ from pathlib import Path
 
 import httpx
 
+from raftq.transport.auth import token_digest
 from tests.cluster import ProcessCluster
 from tests.helpers import free_port, stop_processes, wait_until
-from transport.auth import token_digest
 
 PRINCIPALS = {
     "admin": [
@@ -46,7 +46,7 @@ def write_auth_file(path: Path) -> Path:
 
 
 class ConsoleProcess:
-    """``python -m broker.cli console`` on a free port, its log in ``<root>/console.log``."""
+    """``python -m raftq.cli console`` on a free port, its log in ``<root>/console.log``."""
 
     def __init__(self, root: Path, bootstrap: str, *extra: str) -> None:
         self.port = free_port()
@@ -54,7 +54,7 @@ class ConsoleProcess:
         self.log_path = root / "console.log"
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker.cli", "console", "--bootstrap", bootstrap,
+            [sys.executable, "-m", "raftq.cli", "console", "--bootstrap", bootstrap,
              "--listen", f"127.0.0.1:{self.port}", *extra],
             stdout=log,
             stderr=subprocess.STDOUT,

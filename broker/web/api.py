@@ -21,8 +21,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from broker.web import views
-from broker.web.gateway import (
+from raftq.proto import errors
+from raftq.web import views
+from raftq.web.gateway import (
     BROWSE_RECORDS_MAX,
     DEQUEUE_RECORDS_MAX,
     DEQUEUE_WAIT_MS_MAX,
@@ -30,7 +31,6 @@ from broker.web.gateway import (
     Gateway,
     OutgoingRecord,
 )
-from proto import errors
 
 # gRPC status (proto/errors.py's ErrorKind.grpc_status) -> HTTP status.
 HTTP_STATUS = {

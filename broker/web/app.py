@@ -1,6 +1,6 @@
 """The ASGI app of ``raftq console``: the HTTP/JSON API (``/api/v1``) and the web console.
 
-``create_app`` composes them over one :class:`~broker.web.gateway.Gateway`; ``serve`` runs it
+``create_app`` composes them over one :class:`~raftq.web.gateway.Gateway`; ``serve`` runs it
 with uvicorn until interrupted, then closes the gateway's clients (its dequeue members leave
 their groups).
 """
@@ -14,8 +14,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from broker.web import api, console
-from broker.web.gateway import Gateway
+from raftq.web import api, console
+from raftq.web.gateway import Gateway
 
 API_DOC = """The HTTP/JSON API of raftq beside its gRPC API: topics, enqueue and dequeue, ack and
 nack by id, a record's priority, groups, the cluster, dead letters and their redrive.

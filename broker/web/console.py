@@ -25,10 +25,10 @@ from fastapi import APIRouter, FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from broker.web import views
-from broker.web.api import INT32, INT64, RecordIn, http_status, outgoing
-from broker.web.gateway import Gateway
-from proto import errors
+from raftq.proto import errors
+from raftq.web import views
+from raftq.web.api import INT32, INT64, RecordIn, http_status, outgoing
+from raftq.web.gateway import Gateway
 
 COOKIE = "raftq_token"
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))

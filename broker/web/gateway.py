@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.client import Admin, Consumer, Message, Producer
-from broker.client.redrive import REDRIVE_GROUP, redrive
-from broker.web import views
-from proto import api_pb2, errors
+from raftq.client import Admin, Consumer, Message, Producer
+from raftq.client.redrive import REDRIVE_GROUP, redrive
+from raftq.proto import api_pb2, errors
+from raftq.web import views
 
 DEQUEUE_RECORDS_MAX = 1_000
 DEQUEUE_WAIT_MS_MAX = 30_000

@@ -21,7 +21,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message as ProtoMessage
 
-from proto import errors
+from raftq.proto import errors
 
 DLQ_HEADER_PREFIX = "raftq.dlq."
 
@@ -137,7 +137,7 @@ def parse_message_id(value: str) -> MessageRef:
 
 
 def delivery_dict(message: Any) -> dict[str, Any]:
-    """A dequeued :class:`broker.client.Message` as a dict, with its id."""
+    """A dequeued :class:`raftq.client.Message` as a dict, with its id."""
     return {
         "id": message_id(message.topic, message.partition, message.offset, message.delivery_count),
         "topic": message.topic,
