@@ -34,7 +34,9 @@ def section(title: str) -> str:
 
 
 def blocks(text: str, language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
+    """The code blocks fenced as ```language (exactly: "" is a plain fence), fences at line
+    starts, so a block in another language never shifts which fences pair up."""
+    return re.findall(rf"^```{language}\n(.*?)^```$", text, flags=re.S | re.M)
 
 
 @pytest.fixture(scope="module")
