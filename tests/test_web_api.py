@@ -14,6 +14,8 @@ import pytest
 
 from raftq.proto import errors
 from raftq.web import api, views
+from raftq.web.gateway import Gateway
+from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 from tests.test_readme import README
 from tests.web_harness import ConsoleProcess, secured_console, token
@@ -23,9 +25,14 @@ READER = ConsoleProcess.auth("reader")
 
 
 @pytest.fixture(scope="module")
-def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleProcess]:
-    with secured_console(tmp_path_factory.mktemp("web")) as (_cluster, process):
-        yield process
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ProcessCluster, Any]]:
+    with secured_console(tmp_path_factory.mktemp("web")) as both:
+        yield both
+
+
+@pytest.fixture(scope="module")
+def console(secured: tuple[ProcessCluster, ConsoleProcess]) -> ConsoleProcess:
+    return secured[1]
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +196,7 @@ def test_ack_refusals_are_typed_per_id(web: httpx.Client) -> None:
     theirs = ok(web.post("/groups/g2/ack", json={"ids": [second["id"]]}, headers=READER))
     assert theirs["results"][0]["code"] == "UNKNOWN_MEMBER"
     bodies: list[dict[str, Any]] = [{"ids": []}, {"ids": ["nope"]}, {"ids": ["x/1/2/3"] * 1001}]
+    bodies.append({"ids": [second["id"], second["id"][:-1] + "9"]})  # one record named twice
     for body in [*bodies, {}]:
         refused(web.post("/groups/g2/ack", json=body, headers=ADMIN), 400, "INVALID_ARGUMENT")
     nacked = ok(
@@ -359,3 +367,58 @@ def test_readme_curl_examples_run_as_written(console: ConsoleProcess) -> None:
     assert '"name":"jobs"' in outputs[0] and "HTTP 201" in outputs[0]
     assert '"ok":true' in outputs[1]
     assert "HTTP 204" in outputs[-1]  # the last line ends with the topic's deletion
+
+
+def test_idle_dequeue_members_leave_and_members_are_bounded(
+    secured: tuple[ProcessCluster, ConsoleProcess], web: httpx.Client
+) -> None:
+    """The gateway in this process, with a manual clock: a member unused for consumer_idle_s
+    is closed (it leaves its group: its leases go back), and at members_max a new one is
+    refused RESOURCE_EXHAUSTED."""
+    cluster, _ = secured
+    create(web, "web.idle", config={"lease_ms": 600_000})
+    enqueue(web, "web.idle", {"value": "held"})
+    now = [0.0]
+    gw = Gateway(
+        cluster.bootstrap, consumer_idle_s=60, members_max=1, clock=lambda: now[0], reap=False
+    )
+    try:
+        (held,) = gw.dequeue(token("admin"), "g7", "web.idle", 1, 0, auto_ack=False)
+        assert gw.statistics()["members"] == 1
+        assert ok(web.get("/groups/g7", headers=ADMIN))["partitions"][0]["leased"] == 1
+        with pytest.raises(errors.ResourceExhausted):  # a second (token, group, topic)
+            gw.dequeue(token("admin"), "g8", "web.idle", 1, 0, auto_ack=False)
+        now[0] += 61
+        gw._close_idle()
+        assert gw.statistics()["members"] == 0
+        described = ok(web.get("/groups/g7", headers=ADMIN))
+        assert described["members"] == []  # it left: its lease is released
+
+        def redelivered() -> list[dict[str, Any]]:
+            return gw.dequeue(token("admin"), "g7", "web.idle", 1, 1_000, auto_ack=False)
+
+        (again,) = wait_until(redelivered, 30, "the released lease redelivered")
+        assert again["offset"] == held["offset"] and again["delivery_count"] == 2
+        (answer,) = gw.settle(token("admin"), "g7", [held["id"]], "ack")
+        assert answer["code"] in ("LEASE_EXPIRED", "NOT_LEASED")  # the old delivery is gone
+        assert gw.settle(token("admin"), "g7", [again["id"]], "ack") == [
+            {"id": again["id"], "ok": True}
+        ]
+    finally:
+        gw.close()
+
+
+def test_console_pages_escape_record_contents(console: ConsoleProcess, web: httpx.Client) -> None:
+    create(web, "web.html")
+    enqueue(web, "web.html", {"value": "<script>alert(1)</script>", "key": "<b>k</b>"})
+    cookies = {"raftq_token": token("admin")}
+    with httpx.Client(base_url=console.url, cookies=cookies, timeout=60) as browser:
+        page = browser.get("/topics/web.html/partitions/0")
+        assert page.status_code == 200, page.text
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+        assert "<script>alert" not in page.text
+        assert "&lt;b&gt;k&lt;/b&gt;" in page.text
+        refused_page = browser.get("/topics/web.nothing")
+        assert refused_page.status_code == 404 and "UNKNOWN_TOPIC" in refused_page.text
+    anonymous = httpx.get(console.url + "/", follow_redirects=False, timeout=60)
+    assert anonymous.status_code == 303 and anonymous.headers["location"].startswith("/login")

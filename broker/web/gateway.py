@@ -9,9 +9,11 @@ kept only inside its clients) it keeps an :class:`Admin` and a :class:`Producer`
 Dequeue (``dequeue``) needs a group member: the gateway keeps one :class:`Consumer` per
 (token, group, topic), joined on first use and heartbeating while it lives, closed after
 ``consumer_idle_s`` without a dequeue or ack (it leaves the group: its leases are released and
-their records redelivered). An ack or nack by id goes through the member that dequeued it, so
-it must reach the same console process; another token's ids are refused (UNKNOWN_MEMBER), as
-the brokers refuse a member id issued to another principal.
+their records redelivered; a thread looks every ``consumer_idle_s / 4``, at most 10 s), at most
+``members_max`` at once (a new one beyond is refused RESOURCE_EXHAUSTED). An ack or nack by id
+goes through the member that dequeued it, so it must reach the same console process; another
+token's ids are refused (UNKNOWN_MEMBER), as the brokers refuse a member id issued to another
+principal.
 """
 
 from __future__ import annotations
@@ -75,17 +77,29 @@ class Gateway:
         default_token: str | None = None,
         consumer_idle_s: float = 300.0,
         clients_max: int = 64,
+        members_max: int = 1_024,
         clock: Callable[[], float] = time.monotonic,
+        reap: bool = True,
     ) -> None:
+        """``reap``: a thread closes idle members (else only the next dequeue or ack does)."""
         self.bootstrap = bootstrap
         self.options = {k: v for k, v in dict(client_options or {}).items() if k != "token"}
         self.default_token = default_token
         self.consumer_idle_s = consumer_idle_s
         self.clients_max = clients_max
+        self.members_max = members_max
         self._clock = clock
         self._lock = threading.Lock()
         self._clients: OrderedDict[str, _Clients] = OrderedDict()
         self._members: dict[tuple[str, str, str], _Member] = {}
+        self._closed = threading.Event()
+        if reap:
+            threading.Thread(target=self._reap, name="raftq-web-reaper", daemon=True).start()
+
+    def statistics(self) -> dict[str, int]:
+        """Tokens with clients held, and dequeue members held."""
+        with self._lock:
+            return {"clients": len(self._clients), "members": len(self._members)}
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -134,6 +148,14 @@ class Gateway:
                     f"no dequeue of group {group!r} from topic {topic!r} by this caller is held "
                     "here: ack and nack through the console process (and token) that dequeued"
                 )
+            with self._lock:
+                full = len(self._members) >= self.members_max
+            if full:
+                raise errors.ResourceExhausted(
+                    f"this console holds {self.members_max} dequeue members (token, group, "
+                    "topic): they close after consumer_idle_s unused",
+                    retry_after_ms=int(self.consumer_idle_s * 1000),
+                )
             self.admin(token).describe_topic(topic)  # a group may join a topic not yet made
             consumer = Consumer(self.bootstrap, group, [topic], **self._client_kwargs(token))
             with self._lock:
@@ -142,6 +164,10 @@ class Gateway:
                 consumer.close()
         member.used_s = self._clock()
         return member
+
+    def _reap(self) -> None:
+        while not self._closed.wait(min(10.0, max(0.5, self.consumer_idle_s / 4))):
+            self._close_idle()
 
     def _close_idle(self) -> None:
         now = self._clock()
@@ -152,6 +178,7 @@ class Gateway:
             consumer.close()
 
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             clients, self._clients = list(self._clients.values()), OrderedDict()
             members, self._members = list(self._members.values()), {}
@@ -225,6 +252,7 @@ class Gateway:
             raise errors.InvalidArgument(f"wait_ms must be 0..{DEQUEUE_WAIT_MS_MAX}")
         member = self._member(token, group, topic, join=True)
         messages = member.consumer.poll(max_records, timeout_ms=wait_ms)
+        member.used_s = self._clock()  # leased now: idle from here
         out = [views.delivery_dict(m) for m in messages]
         if auto_ack and messages:
             for row, error in zip(out, member.consumer.ack(messages), strict=True):
@@ -243,10 +271,13 @@ class Gateway:
     ) -> list[dict[str, Any]]:
         """Ack or nack (``method``) the deliveries ``ids`` name; one result per id, in order:
         ok, or the typed error (LEASE_EXPIRED, NOT_LEASED, UNKNOWN_MEMBER: not dequeued here
-        by this caller...). InvalidArgument (a malformed id, no id) raises for the request."""
+        by this caller...). InvalidArgument (a malformed id, no id, one record named twice)
+        raises for the request."""
         if not 1 <= len(ids) <= DEQUEUE_RECORDS_MAX:
             raise errors.InvalidArgument(f"name 1..{DEQUEUE_RECORDS_MAX} message ids")
         refs = [views.parse_message_id(i) for i in ids]
+        if len({(r.topic, r.partition, r.offset) for r in refs}) != len(refs):
+            raise errors.InvalidArgument("name each record once per request")
         results: list[dict[str, Any] | None] = [None] * len(ids)
         by_topic: dict[str, list[int]] = {}
         for i, ref in enumerate(refs):
