@@ -73,6 +73,9 @@ BALANCE_INTERVAL_S = 5.0
 # Seconds one step may spend opening replicas; the rest open in the next steps, so a broker
 # given hundreds of new partitions still reports (stays alive for the metadata leader).
 OPEN_BUDGET_S = 0.5
+RESTORE_INTERVAL_S = 0.5  # how often a restore marker (broker/backup.py) is looked at
+RESTORE_DIR = "restore"  # <data_dir>/restore/{backup_id,table.bin}: written by `raftq restore`
+REFUSED_RESTORE_DIR = "restore.refused"
 DLQ_BATCH = 200
 GROUP_DELETE_TIMEOUT_S = 30.0
 
@@ -178,6 +181,8 @@ class Backend:
         if table is not self._reconciled_table or self._every("reconcile", RECONCILE_INTERVAL_S):
             self._reconciled_table = table  # a retry (failed open) waits for the next interval
             self._reconcile(table)
+        if self._every("restore", RESTORE_INTERVAL_S):
+            self._guarded("restore", lambda: self._restore_table(table))
         self._guarded("members", self.broker.membership.persist)
         self._guarded("voters", self.broker.membership.promote_voters)
         self.broker.health.refresh()  # gRPC health follows metadata quorum and registration
@@ -214,6 +219,35 @@ class Backend:
         data = b.frontend.register_broker(table, b.id, *me, now_ms=b.service.now_ms())
         b.service.meta_propose(data, 5.0)
         logger.info("[broker=%d] registered %s", b.id, me)
+
+    def _restore_table(self, table: Table) -> None:
+        """A data directory seeded by ``raftq restore`` holds ``restore/table.bin``: the metadata
+        leader proposes it as RestoreTable into the fresh cluster; every broker removes the
+        marker once its table was restored from that backup (broker/backup.py)."""
+        b = self.broker
+        marker = restore_marker(b.data_dir)
+        if marker is None:
+            return
+        backup_id, data = marker
+        if table.restored_from == backup_id:
+            shutil.rmtree(b.data_dir / RESTORE_DIR, ignore_errors=True)
+            logger.info("[broker=%d] restored from backup %s", b.id, backup_id)
+            return
+        if table.restored_from or table.topics or table.groups:
+            logger.error(
+                "[broker=%d] %s holds backup %s to restore, but this cluster is not fresh "
+                "(topics or groups exist): nothing restored; the marker is kept as %s",
+                b.id,
+                b.data_dir / RESTORE_DIR,
+                backup_id,
+                REFUSED_RESTORE_DIR,
+            )
+            shutil.rmtree(b.data_dir / REFUSED_RESTORE_DIR, ignore_errors=True)
+            (b.data_dir / RESTORE_DIR).rename(b.data_dir / REFUSED_RESTORE_DIR)
+            return
+        if b.meta.is_leader():
+            command = b.frontend.restore_table(table, data, backup_id, now_ms=b.service.now_ms())
+            b.service.meta_propose(command, 5.0)
 
     def _reconcile(self, table: Table) -> None:
         b = self.broker
@@ -539,6 +573,15 @@ class Backend:
             self.broker.service.background(run)
         except RuntimeError:  # shutting down
             self._deleting.discard(name)
+
+
+def restore_marker(data_dir: Path) -> tuple[str, bytes] | None:
+    """(backup id, table bytes) a restore left in ``data_dir``, or None."""
+    path = data_dir / RESTORE_DIR
+    try:
+        return (path / "backup_id").read_text().strip(), (path / "table.bin").read_bytes()
+    except FileNotFoundError:
+        return None
 
 
 def deleted_topic_dirs(table: Table, names: list[str]) -> list[tuple[str, int]]:

@@ -49,7 +49,7 @@ from typing import Any, TextIO
 from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 
-from raftq import cli_server, inspector
+from raftq import backup, cli_server, inspector
 from raftq.client import Admin, Consumer, Message, Producer, SendFuture
 from raftq.client.redrive import REDRIVE_GROUP, RedriveProgress, redrive
 from raftq.config import ClientSettings
@@ -894,6 +894,82 @@ def register_console(subparsers: Subparsers) -> None:
     )
 
 
+# --- backup and restore --------------------------------------------------------------------
+
+
+def backup_take(args: argparse.Namespace) -> int:
+    """``raftq backup DIR``: an online backup, incremental to DIR's latest (broker/backup.py)."""
+
+    def say(line: str) -> None:
+        if not args.json:
+            sys.stderr.write(line + "\n")
+
+    with _admin(args) as admin:
+        summary = backup.take_backup(
+            admin, Path(args.directory), full=args.full, timeout_s=args.timeout_s, log=say
+        )
+    if args.json:
+        emit_json(asdict(summary), sys.stdout)
+    else:
+        kind = f"incremental to {summary.base}" if summary.base else "full"
+        print(
+            f"backup {summary.backup} ({kind}): {summary.partitions} partitions, "
+            f"{summary.total_bytes} bytes, {summary.copied_bytes} copied, "
+            f"{summary.stored_bytes} stored"
+        )
+    return 0
+
+
+def backup_restore(args: argparse.Namespace) -> int:
+    """``raftq restore DIR --data-dir D --broker-id N --broker ID=RAFT_ADDR ...``."""
+    summary = backup.restore(
+        Path(args.directory),
+        Path(args.data_dir),
+        args.broker_id,
+        backup.parse_brokers(args.broker),
+        backup=args.backup or "",
+    )
+    if args.json:
+        emit_json(asdict(summary), sys.stdout)
+    else:
+        print(
+            f"broker {summary.broker_id}: {summary.partitions} replicas seeded from backup "
+            f"{summary.backup} ({summary.topics} topics, {summary.groups} groups); start it"
+        )
+    return 0
+
+
+def register_backup(subparsers: Subparsers) -> None:
+    """``raftq backup`` (online) and ``raftq restore`` (offline, per broker)."""
+    take = _add(
+        subparsers,
+        "backup",
+        backup_take,
+        "back the cluster up into DIR (incremental to DIR's latest backup)",
+        [client_options()],
+    )
+    take.add_argument("directory", metavar="DIR")
+    take.add_argument("--full", action="store_true", help="copy everything, not the changes")
+    take.add_argument("--timeout-s", type=float, default=300.0, help="give up after (300)")
+    put = subparsers.add_parser(
+        "restore",
+        help="seed a new broker's data directory from a backup (run once per broker)",
+    )
+    put.add_argument("directory", metavar="DIR")
+    put.add_argument("--data-dir", required=True, help="the new broker's empty broker.data_dir")
+    put.add_argument("--broker-id", type=int, required=True, help="its broker.id")
+    put.add_argument(
+        "--broker",
+        action="append",
+        default=[],
+        metavar="ID=RAFT_ADDR",
+        help="every broker's new raft address (repeat, or comma-separate)",
+    )
+    put.add_argument("--backup", help="which backup (default: the latest)")
+    put.add_argument("--json", action="store_true", help="print JSON")
+    put.set_defaults(handler=backup_restore)
+
+
 # --- offline inspection ---------------------------------------------------------------------
 
 
@@ -995,6 +1071,7 @@ REGISTRARS: list[Callable[[Subparsers], None]] = [
     register_dlq,
     register_console,
     register_inspect,
+    register_backup,
 ]
 
 

@@ -53,7 +53,7 @@ from raftq.partitions.machine import (
 )
 from raftq.partitions.reader import FetchResult, ProducerState, might_have_ready, producer_state
 from raftq.partitions.rows import OutboxRow
-from raftq.partitions.sqlite_store import SqliteStore
+from raftq.partitions.sqlite_store import SqliteStore, copy_position
 from raftq.partitions.store import PartitionStore
 from raftq.proposer import Proposer
 from raftq.proto import common_pb2, errors, partition_pb2
@@ -412,6 +412,20 @@ class PartitionReplica:
         """The whole store, canonical (tests compare replicas with it)."""
         with self._state_lock:
             return self.store.dump()
+
+    def pin_backup(self) -> Callable[[str, threading.Event], None]:
+        """Pin the partition's committed state now; the writer copies exactly that state to a
+        path from any thread (``SqliteStore.pin_backup``; backups, broker/backup_source.py).
+        Normal errors: ``Unavailable`` (replica failed or closed, or a store without files)."""
+        with self._state_lock:
+            if self.machine.failed is not None or self._closed or self._sqlite is None:
+                raise errors.Unavailable(f"{self.where} replica cannot be copied now")
+            return self.machine.capture_snapshot()
+
+    @staticmethod
+    def copy_position(path: str) -> tuple[int, int]:
+        """(applied index, next offset) of a copy written by ``pin_backup``'s writer."""
+        return copy_position(path)
 
     def is_leader(self) -> bool:
         return self.node.is_leader()

@@ -15,6 +15,7 @@ directory replays the journals and rejoins without loss (and without joining aga
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import threading
 import time
@@ -131,6 +132,9 @@ class Broker:
             fetch_bytes_max=config.client.fetch_bytes_max,
             message_bytes_max=config.message_bytes_max,
         )
+        # Partition copies being streamed to `raftq backup`; a crash's leftovers go now.
+        self.service.backup_dir = self.data_dir / "backup-tmp"
+        shutil.rmtree(self.service.backup_dir, ignore_errors=True)
         self.membership = Membership(self, joining=joining)
         self.service.membership = self.membership
         self.backend = Backend(self)

@@ -36,12 +36,13 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from raftq import admin_ops
+from raftq import admin_ops, backup_source
 from raftq.assignors.partitioner import partition_for
 from raftq.config import ClientSettings, RaftSettings, message_bytes_max
 from raftq.coordinator import BrokerReports, SessionTable
@@ -97,6 +98,7 @@ LEADER_ONLY: dict[str, type[Any]] = {
     "create_dead_letter_topic": api_pb2.DescribeTopicRequest,  # the source topic's name
     "add_partitions": api_pb2.AddPartitionsRequest,
     "rebalance_leaders": api_pb2.RebalanceLeadersRequest,
+    "backup_metadata": api_pb2.BackupMetadataRequest,
 }
 # Facade methods the metadata leader runs on a given broker (never forwarded again).
 ON_BROKER: dict[str, type[Any]] = {
@@ -127,6 +129,7 @@ RESPONSES: dict[str, type[Any]] = {
     "add_partitions": api_pb2.TopicDescription,
     "rebalance_leaders": api_pb2.RebalanceLeadersResponse,
     "lead_preferred_here": api_pb2.RebalanceLeadersResponse,
+    "backup_metadata": api_pb2.BackupMetadataResponse,
 }
 
 
@@ -258,6 +261,7 @@ class BrokerService:
         # Hands a led replica to its preferred leader; True when a transfer started (set by
         # the broker: broker/backend.py Backend.prefer_leader).
         self.prefer_leader: Callable[[PartitionReplica, Table], bool] = lambda r, t: False
+        self.backup_dir = Path("backup-tmp")  # copies of partitions being backed up (the broker's)
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -1258,6 +1262,33 @@ class BrokerService:
             "rebalance_leaders", request, timeout_s
         )
         return response
+
+    def backup_metadata(
+        self, request: api_pb2.BackupMetadataRequest, *, timeout_s: float | None
+    ) -> api_pb2.BackupMetadataResponse:
+        response: api_pb2.BackupMetadataResponse = self._leader_only(
+            "backup_metadata", request, timeout_s
+        )
+        return response
+
+    def _backup_metadata(
+        self, _request: api_pb2.BackupMetadataRequest, _timeout_s: float
+    ) -> api_pb2.BackupMetadataResponse:
+        return backup_source.metadata(self.meta.table)
+
+    def backup_partition(
+        self, request: api_pb2.BackupPartitionRequest, cancelled: threading.Event
+    ) -> Iterator[api_pb2.BackupChunk]:
+        """The BackupPartition stream, on the partition's leader (broker/backup_source.py)."""
+        key = (request.topic, request.partition)
+        return backup_source.partition_chunks(
+            request,
+            self.meta.table,
+            self.replicas(key),
+            lambda: self.router.leader_hint(*key),
+            self.backup_dir,
+            cancelled,
+        )
 
     def _off_preferred(self, table: Table) -> set[tuple[str, int]]:
         """Partitions whose reported leader is not their preferred replica, a live broker."""

@@ -30,6 +30,8 @@ import dataclasses
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from google.protobuf.message import DecodeError
+
 from raftq.assignors import placement
 from raftq.metadata import machine
 from raftq.metadata.table import Table, TopicInfo
@@ -500,6 +502,24 @@ class MetadataFrontend:
                 f"{self.record_bytes_max}, the most one Raft entry carries"
             )
         return config
+
+    def restore_table(self, table: Table, backup: bytes, backup_id: str, *, now_ms: int) -> bytes:
+        """Plan building a fresh cluster's table from a backup's (``raftq restore``; see
+        ``machine.on_restore_table``, which applies it and checks it again).
+
+        Raises (normal): InvalidArgument when the table already has topics or groups, or the
+        command is over the Raft entry limit; MalformedCommand when ``backup`` does not decode.
+        """
+        if table.topics or table.groups:
+            raise errors.InvalidArgument(
+                "a backup is restored into a fresh cluster only: this one has topics or groups"
+            )
+        try:
+            metadata_pb2.ClusterSnapshot.FromString(backup)
+        except (DecodeError, ValueError) as exc:
+            raise errors.MalformedCommand(f"restored table does not decode: {exc}") from exc
+        cmd = metadata_pb2.RestoreTable(table=backup, backup_id=backup_id)
+        return self._encode(now_ms, restore_table=cmd)
 
     def _encode(self, now_ms: int, *, check_size: bool = True, **op: object) -> bytes:
         data = metadata_pb2.MetaCommand(now_ms=now_ms, **op).SerializeToString(  # type: ignore[arg-type]

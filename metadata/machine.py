@@ -40,12 +40,14 @@ and O(log n) map nodes, not the map.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import immutables
 from google.protobuf.message import DecodeError
 
 from raftq.assignors import sticky
@@ -211,6 +213,7 @@ class MetadataMachine:
             "commit_txn": on_commit_txn,
             "expire_txns": on_expire_txns,
             "add_partitions": on_add_partitions,
+            "restore_table": on_restore_table,
         }
 
     @property
@@ -248,7 +251,10 @@ class MetadataMachine:
             self.failed = exc
             log.exception("[group=metadata] apply of %s at index %d failed", op, raft_index)
             return _error(ErrorCode.INTERNAL, f"apply failed: {exc!r}")
-        self.table = replace(new, applied_index=raft_index, clock_ms=now_ms)
+        # The cluster's identity: the first command applied names it (RegisterBroker of the
+        # first broker: its stamped time and addresses), the same on every replica.
+        cluster_id = new.cluster_id or hashlib.sha256(data).hexdigest()[:32]
+        self.table = replace(new, applied_index=raft_index, clock_ms=now_ms, cluster_id=cluster_id)
         self._applied[op] = self._applied.get(op, 0) + 1
         return result
 
@@ -703,6 +709,53 @@ def check_expire_txns(cmd: metadata_pb2.ExpireTxns) -> set[tuple[str, str]]:
     if cmd.committed_before_ms < 0:
         raise errors.InvalidArgument(f"committed_before_ms {cmd.committed_before_ms} must be >= 0")
     return {(ref.app_id, ref.scope) for ref in cmd.txns}
+
+
+def on_restore_table(
+    table: Table, cmd: metadata_pb2.RestoreTable, now_ms: int, index: int
+) -> tuple[Table, metadata_pb2.MetaResult]:
+    """A fresh cluster takes a backup's topics, groups and watermarks (see RestoreTable).
+
+    Topics keep their ids, configs and placement; their revisions become this index, so no
+    partition counts as moved (its replicas start from the snapshots ``raftq restore`` seeded,
+    not in standby). Groups come without members (their sessions belonged to the old cluster),
+    empty since now, with their generation (partition fences only rise)."""
+    if table.topics or table.groups:
+        raise errors.InvalidArgument(
+            "a backup is restored into a fresh cluster only: this one has topics or groups"
+        )
+    if not cmd.backup_id:
+        raise errors.InvalidArgument("restore_table needs a backup_id")
+    try:
+        backup = Table.from_proto(metadata_pb2.ClusterSnapshot.FromString(cmd.table))
+    except (DecodeError, ValueError) as exc:
+        raise errors.MalformedCommand(f"restored table does not decode: {exc}") from exc
+    topics = {}
+    for name, topic in backup.topics.items():
+        check_topic_name(name)
+        partitions = tuple(replace(p, revision=index, created_index=0) for p in topic.partitions)
+        topics[name] = replace(topic, partitions=partitions, revision=index, created_index=index)
+    groups = {
+        name: GroupInfo(
+            name,
+            group.generation,
+            frozen_map({}),
+            tuple(sorted(set(group.topics) | group.subscribed_topics())),
+            now_ms,
+            group.deleting,
+        )
+        for name, group in backup.groups.items()
+    }
+    new = replace(
+        table,
+        topics=frozen_map(topics),
+        groups=immutables.Map(groups),
+        txns=backup.txns,
+        txn_committed_ms=backup.txn_committed_ms,
+        next_topic_id=max(table.next_topic_id, backup.next_topic_id),
+        restored_from=cmd.backup_id,
+    )
+    return new, metadata_pb2.MetaResult(changed=True)
 
 
 def on_expire_txns(

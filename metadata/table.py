@@ -255,6 +255,8 @@ class Table:
     next_topic_id: int = 1
     applied_index: int = 0
     clock_ms: int = 0  # the highest now_ms applied: time here never goes backwards
+    cluster_id: str = ""  # a hash of the first command applied (MetadataMachine.apply)
+    restored_from: str = ""  # the backup this cluster was restored from (RestoreTable)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -345,6 +347,8 @@ class Table:
                 )
                 for a, s in sorted(self.txns)
             ],
+            cluster_id=self.cluster_id,
+            restored_from=self.restored_from,
         )
 
     @classmethod
@@ -363,6 +367,8 @@ class Table:
             next_topic_id=msg.next_topic_id,
             applied_index=msg.applied_index,
             clock_ms=msg.clock_ms,
+            cluster_id=msg.cluster_id,
+            restored_from=msg.restored_from,
         )
 
     def dump(self) -> dict[str, Any]:

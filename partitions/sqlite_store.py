@@ -26,6 +26,7 @@ import os
 import random
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -896,3 +897,18 @@ def _backup(source: apsw.Connection, path: str, cancelled: CancelFlag | None) ->
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
         raise
+
+
+def copy_position(path: str) -> tuple[int, int]:
+    """(applied index, next offset) of a partition copy written by the backup API (a backup's
+    or a snapshot's SQLite file), read without changing it. Raises apsw errors when ``path``
+    is not such a copy."""
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?immutable=1"
+    conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    try:
+        row = conn.execute("SELECT applied_index, next_offset FROM meta WHERE id = 1").fetchone()
+    finally:
+        conn.close()
+    if row is None:
+        raise apsw.CorruptError(f"{path}: no meta row")
+    return int(row[0]), int(row[1])

@@ -362,6 +362,52 @@ class ListOffsetsResponse(_message.Message):
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionOffsets]
     def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ...) -> None: ...
 
+class BackupMetadataRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BackupMetadataResponse(_message.Message):
+    __slots__ = ("table", "applied_index", "cluster_id")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    table: bytes
+    applied_index: int
+    cluster_id: str
+    def __init__(self, table: _Optional[bytes] = ..., applied_index: _Optional[int] = ..., cluster_id: _Optional[str] = ...) -> None: ...
+
+class BackupPartitionRequest(_message.Message):
+    __slots__ = ("topic", "partition", "topic_id", "chunk_bytes", "have")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HAVE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    topic_id: int
+    chunk_bytes: int
+    have: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., topic_id: _Optional[int] = ..., chunk_bytes: _Optional[int] = ..., have: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class BackupChunk(_message.Message):
+    __slots__ = ("applied_index", "size_bytes", "chunks", "next_offset", "index", "sha256", "data")
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    applied_index: int
+    size_bytes: int
+    chunks: int
+    next_offset: int
+    index: int
+    sha256: bytes
+    data: bytes
+    def __init__(self, applied_index: _Optional[int] = ..., size_bytes: _Optional[int] = ..., chunks: _Optional[int] = ..., next_offset: _Optional[int] = ..., index: _Optional[int] = ..., sha256: _Optional[bytes] = ..., data: _Optional[bytes] = ...) -> None: ...
+
 class TopicConfigUpdate(_message.Message):
     __slots__ = ("ordering", "lease_ms", "max_deliveries", "dead_letter_topic", "retention_ms", "retention_bytes", "max_record_bytes", "dedup_window_ms", "nack_backoff_base_ms", "nack_backoff_max_ms", "ttl_ms", "ttl_action")
     ORDERING_FIELD_NUMBER: _ClassVar[int]

@@ -835,6 +835,16 @@ class AdminStub:
                 request_serializer=proto_dot_api__pb2.RebalanceLeadersRequest.SerializeToString,
                 response_deserializer=proto_dot_api__pb2.RebalanceLeadersResponse.FromString,
                 _registered_method=True)
+        self.BackupMetadata = channel.unary_unary(
+                '/raftq.v1.Admin/BackupMetadata',
+                request_serializer=proto_dot_api__pb2.BackupMetadataRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.BackupMetadataResponse.FromString,
+                _registered_method=True)
+        self.BackupPartition = channel.unary_stream(
+                '/raftq.v1.Admin/BackupPartition',
+                request_serializer=proto_dot_api__pb2.BackupPartitionRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.BackupChunk.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -983,6 +993,26 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BackupMetadata(self, request, context):
+        """Backups (`raftq backup`): the metadata table at one committed point, answered by the
+        metadata leader (topics, configs, placement, groups, Spark watermarks; ACLs live in each
+        broker's security.auth_file, not in the cluster).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BackupPartition(self, request, context):
+        """One partition's committed state (an SQLite backup of the leader's replica at its applied
+        index), cut into chunks of chunk_bytes: the first message describes the copy, then one
+        message per chunk whose SHA-256 differs from `have` at its position (an incremental backup
+        sends the previous backup's hashes and receives only the chunks that changed). Answered by
+        the partition's leader only (NOT_LEADER with the leader's hint elsewhere: no forwarding).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1075,6 +1105,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.RebalanceLeaders,
                     request_deserializer=proto_dot_api__pb2.RebalanceLeadersRequest.FromString,
                     response_serializer=proto_dot_api__pb2.RebalanceLeadersResponse.SerializeToString,
+            ),
+            'BackupMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.BackupMetadata,
+                    request_deserializer=proto_dot_api__pb2.BackupMetadataRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.BackupMetadataResponse.SerializeToString,
+            ),
+            'BackupPartition': grpc.unary_stream_rpc_method_handler(
+                    servicer.BackupPartition,
+                    request_deserializer=proto_dot_api__pb2.BackupPartitionRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.BackupChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1567,6 +1607,60 @@ class Admin:
             '/raftq.v1.Admin/RebalanceLeaders',
             proto_dot_api__pb2.RebalanceLeadersRequest.SerializeToString,
             proto_dot_api__pb2.RebalanceLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BackupMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Admin/BackupMetadata',
+            proto_dot_api__pb2.BackupMetadataRequest.SerializeToString,
+            proto_dot_api__pb2.BackupMetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BackupPartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/raftq.v1.Admin/BackupPartition',
+            proto_dot_api__pb2.BackupPartitionRequest.SerializeToString,
+            proto_dot_api__pb2.BackupChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -34,6 +34,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESOURCE_EXHAUSTED: _ClassVar[ErrorCode]
     UNKNOWN_SCHEDULE: _ClassVar[ErrorCode]
     SCHEDULE_EXISTS: _ClassVar[ErrorCode]
+    BAD_BACKUP: _ClassVar[ErrorCode]
 
 class Ordering(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -74,6 +75,7 @@ OUTCOME_UNKNOWN: ErrorCode
 RESOURCE_EXHAUSTED: ErrorCode
 UNKNOWN_SCHEDULE: ErrorCode
 SCHEDULE_EXISTS: ErrorCode
+BAD_BACKUP: ErrorCode
 FIFO: Ordering
 PRIORITY: Ordering
 TTL_DROP: TtlAction

@@ -28,6 +28,7 @@ gRPC: the status is named here and looked up by the transport.
     ├── Unauthenticated             UNAUTHENTICATED no         UNAUTHENTICATED
     ├── PermissionDenied            PERMISSION_DENIED no       PERMISSION_DENIED
     ├── ResourceExhausted           RESOURCE_EXHAUSTED yes     RESOURCE_EXHAUSTED (+ retry_after_ms)
+    ├── BadBackup                   BAD_BACKUP      no         FAILED_PRECONDITION
     └── Internal                    INTERNAL        no         INTERNAL
 
 A refusal for load (ResourceExhausted) carries ``retry_after_ms``, the broker's hint of when to
@@ -220,6 +221,18 @@ class ResourceExhausted(RaftqError):
     )
 
 
+class BadBackup(RaftqError):
+    """``raftq backup`` / ``raftq restore``: the directory is missing, a manifest or chunk is
+    corrupt, it holds another cluster's backups, or the target is not fresh."""
+
+    kind = _kind(
+        "BAD_BACKUP",
+        False,
+        "FAILED_PRECONDITION",
+        "backup directory missing, corrupt or of another cluster: check the path",
+    )
+
+
 class Internal(RaftqError):
     kind = _kind("INTERNAL", False, "INTERNAL", "a broker bug: report it with the broker log")
 
@@ -250,6 +263,7 @@ _BY_CODE: dict[int, type[RaftqError]] = {
         Unauthenticated,
         PermissionDenied,
         ResourceExhausted,
+        BadBackup,
         Internal,
     )
 }

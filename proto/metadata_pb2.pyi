@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class MetaCommand(_message.Message):
-    __slots__ = ("now_ms", "register_broker", "deregister_broker", "create_topic", "delete_topic", "alter_topic_config", "reassign_partition", "join_group", "leave_group", "delete_group", "commit_txn", "expire_txns", "add_partitions")
+    __slots__ = ("now_ms", "register_broker", "deregister_broker", "create_topic", "delete_topic", "alter_topic_config", "reassign_partition", "join_group", "leave_group", "delete_group", "commit_txn", "expire_txns", "add_partitions", "restore_table")
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     REGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
     DEREGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
@@ -22,6 +22,7 @@ class MetaCommand(_message.Message):
     COMMIT_TXN_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_TXNS_FIELD_NUMBER: _ClassVar[int]
     ADD_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    RESTORE_TABLE_FIELD_NUMBER: _ClassVar[int]
     now_ms: int
     register_broker: RegisterBroker
     deregister_broker: DeregisterBroker
@@ -35,7 +36,8 @@ class MetaCommand(_message.Message):
     commit_txn: CommitTxn
     expire_txns: ExpireTxns
     add_partitions: AddPartitions
-    def __init__(self, now_ms: _Optional[int] = ..., register_broker: _Optional[_Union[RegisterBroker, _Mapping]] = ..., deregister_broker: _Optional[_Union[DeregisterBroker, _Mapping]] = ..., create_topic: _Optional[_Union[CreateTopic, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopic, _Mapping]] = ..., alter_topic_config: _Optional[_Union[AlterTopicConfig, _Mapping]] = ..., reassign_partition: _Optional[_Union[ReassignPartition, _Mapping]] = ..., join_group: _Optional[_Union[JoinGroup, _Mapping]] = ..., leave_group: _Optional[_Union[LeaveGroup, _Mapping]] = ..., delete_group: _Optional[_Union[DeleteGroup, _Mapping]] = ..., commit_txn: _Optional[_Union[CommitTxn, _Mapping]] = ..., expire_txns: _Optional[_Union[ExpireTxns, _Mapping]] = ..., add_partitions: _Optional[_Union[AddPartitions, _Mapping]] = ...) -> None: ...
+    restore_table: RestoreTable
+    def __init__(self, now_ms: _Optional[int] = ..., register_broker: _Optional[_Union[RegisterBroker, _Mapping]] = ..., deregister_broker: _Optional[_Union[DeregisterBroker, _Mapping]] = ..., create_topic: _Optional[_Union[CreateTopic, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopic, _Mapping]] = ..., alter_topic_config: _Optional[_Union[AlterTopicConfig, _Mapping]] = ..., reassign_partition: _Optional[_Union[ReassignPartition, _Mapping]] = ..., join_group: _Optional[_Union[JoinGroup, _Mapping]] = ..., leave_group: _Optional[_Union[LeaveGroup, _Mapping]] = ..., delete_group: _Optional[_Union[DeleteGroup, _Mapping]] = ..., commit_txn: _Optional[_Union[CommitTxn, _Mapping]] = ..., expire_txns: _Optional[_Union[ExpireTxns, _Mapping]] = ..., add_partitions: _Optional[_Union[AddPartitions, _Mapping]] = ..., restore_table: _Optional[_Union[RestoreTable, _Mapping]] = ...) -> None: ...
 
 class RegisterBroker(_message.Message):
     __slots__ = ("broker_id", "client_addr", "raft_addr", "rack")
@@ -152,6 +154,14 @@ class DeleteGroup(_message.Message):
     empty_since_ms: int
     finish: bool
     def __init__(self, group: _Optional[str] = ..., empty_since_ms: _Optional[int] = ..., finish: _Optional[bool] = ...) -> None: ...
+
+class RestoreTable(_message.Message):
+    __slots__ = ("table", "backup_id")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    BACKUP_ID_FIELD_NUMBER: _ClassVar[int]
+    table: bytes
+    backup_id: str
+    def __init__(self, table: _Optional[bytes] = ..., backup_id: _Optional[str] = ...) -> None: ...
 
 class CommitTxn(_message.Message):
     __slots__ = ("app_id", "version", "scope")
@@ -280,7 +290,7 @@ class TxnWatermark(_message.Message):
     def __init__(self, app_id: _Optional[str] = ..., version: _Optional[int] = ..., scope: _Optional[str] = ..., committed_ms: _Optional[int] = ...) -> None: ...
 
 class ClusterSnapshot(_message.Message):
-    __slots__ = ("applied_index", "clock_ms", "next_topic_id", "brokers", "topics", "groups", "txns")
+    __slots__ = ("applied_index", "clock_ms", "next_topic_id", "brokers", "topics", "groups", "txns", "cluster_id", "restored_from")
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
     CLOCK_MS_FIELD_NUMBER: _ClassVar[int]
     NEXT_TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
@@ -288,6 +298,8 @@ class ClusterSnapshot(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     TXNS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_FROM_FIELD_NUMBER: _ClassVar[int]
     applied_index: int
     clock_ms: int
     next_topic_id: int
@@ -295,7 +307,9 @@ class ClusterSnapshot(_message.Message):
     topics: _containers.RepeatedCompositeFieldContainer[TopicState]
     groups: _containers.RepeatedCompositeFieldContainer[GroupState]
     txns: _containers.RepeatedCompositeFieldContainer[TxnWatermark]
-    def __init__(self, applied_index: _Optional[int] = ..., clock_ms: _Optional[int] = ..., next_topic_id: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerState, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicState, _Mapping]]] = ..., groups: _Optional[_Iterable[_Union[GroupState, _Mapping]]] = ..., txns: _Optional[_Iterable[_Union[TxnWatermark, _Mapping]]] = ...) -> None: ...
+    cluster_id: str
+    restored_from: str
+    def __init__(self, applied_index: _Optional[int] = ..., clock_ms: _Optional[int] = ..., next_topic_id: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerState, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicState, _Mapping]]] = ..., groups: _Optional[_Iterable[_Union[GroupState, _Mapping]]] = ..., txns: _Optional[_Iterable[_Union[TxnWatermark, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., restored_from: _Optional[str] = ...) -> None: ...
 
 class MetaResult(_message.Message):
     __slots__ = ("error", "message", "skipped", "changed", "broker", "topic", "group", "generation", "assignment", "unknown_topics", "txn_version", "rebalanced_groups")

@@ -747,6 +747,16 @@ class ApiFacade:
     ) -> api_pb2.RebalanceLeadersResponse:
         return api_pb2.RebalanceLeadersResponse()  # one node: every leader is preferred
 
+    def backup_metadata(
+        self, request: api_pb2.BackupMetadataRequest, *, timeout_s: float | None
+    ) -> api_pb2.BackupMetadataResponse:
+        raise errors.InvalidArgument("the in-process facade takes no backups")
+
+    def backup_partition(
+        self, request: api_pb2.BackupPartitionRequest, cancelled: threading.Event
+    ) -> Iterator[api_pb2.BackupChunk]:
+        raise errors.InvalidArgument("the in-process facade takes no backups")
+
     def producer_state(
         self, request: api_pb2.ProducerStateRequest, *, timeout_s: float | None
     ) -> api_pb2.ProducerStateResponse:

@@ -331,12 +331,15 @@ class RpcClient:
                 response_deserializer=resp.FromString,
             )
         self.streaming = {m.name for _, m in services() if m.client_streaming or m.server_streaming}
+        # server streams take one request (BackupPartition), not a stream of them
+        self.one_request = {m.name for _, m in services() if not m.client_streaming}
 
     def call(self, method: str, requests: list[Message]) -> Outcome:
         fn = self.calls[method]
         try:
             if method in self.streaming:
-                for response in fn(iter(requests), timeout=CALL_TIMEOUT_S / 2):
+                sent = requests[0] if method in self.one_request else iter(requests)
+                for response in fn(sent, timeout=CALL_TIMEOUT_S / 2):
                     if method == "SendStream" and response.error == errors.Internal.kind.code:
                         return Outcome("OK", "INTERNAL", f"in-band INTERNAL: {response.message}")
             else:
@@ -350,7 +353,10 @@ class RpcClient:
         service = next(s for s, m in services() if m.name == method)
         path = f"/{service}/{method}"
         try:
-            if method in self.streaming:
+            if method in self.streaming and method in self.one_request:
+                for _ in self.channel.unary_stream(path)(payloads[0], timeout=CALL_TIMEOUT_S / 2):
+                    pass
+            elif method in self.streaming:
                 for _ in self.channel.stream_stream(path)(
                     iter(payloads), timeout=CALL_TIMEOUT_S / 2
                 ):
@@ -420,6 +426,7 @@ def templates() -> dict[str, dict[str, Any]]:
         "AddPartitions": {"name": SCRATCH_TOPIC, "partitions": 2},
         "CommitTxn": {"app_id": "fz-app", "version": 1},
         "GetTxn": {"app_id": "fz-app"},
+        "BackupPartition": {"topic": TOPIC, "partition": 0},
     }
 
 

@@ -38,7 +38,7 @@ What each RPC needs (`requirements`; any one of the listed operations on every r
     Admin.GetTxn                               produce | admin    txn app
     Admin.ListTopics, ListGroups,              some ACL rule      answers list only what the
       DescribeCluster                                             caller has a right on
-    Admin.RemoveBroker, RebalanceLeaders,
+    Admin.RemoveBroker, RebalanceLeaders, BackupMetadata, BackupPartition,
       any RPC not listed                       admin              every topic ("*" rule)
 
 Member ids are issued by the broker (JoinGroup without member_id) and bound to the principal
@@ -316,6 +316,8 @@ _NEEDS: dict[str, Callable[[Any, _Call], list[Need]]] = {
     "/raftq.v1.Admin/RemoveBroker": lambda r, c: [Need(_A, CLUSTER)],
     "/raftq.v1.Admin/AddPartitions": lambda r, c: [Need(_A, r.name)],
     "/raftq.v1.Admin/RebalanceLeaders": lambda r, c: [Need(_A, CLUSTER)],
+    "/raftq.v1.Admin/BackupMetadata": lambda r, c: [Need(_A, CLUSTER)],
+    "/raftq.v1.Admin/BackupPartition": lambda r, c: [Need(_A, CLUSTER), Need(_A, r.topic)],
     "/raftq.v1.Admin/ListTopics": lambda r, c: c.anything(),  # answer: the topics it may see
     "/raftq.v1.Admin/ListGroups": lambda r, c: c.anything(),  # answer: the groups it may see
     "/raftq.v1.Admin/DescribeCluster": lambda r, c: c.anything(),

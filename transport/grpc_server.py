@@ -200,6 +200,14 @@ class BrokerFacade(Protocol):
         self, request: api_pb2.RebalanceLeadersRequest, *, timeout_s: float | None
     ) -> api_pb2.RebalanceLeadersResponse: ...
 
+    def backup_metadata(
+        self, request: api_pb2.BackupMetadataRequest, *, timeout_s: float | None
+    ) -> api_pb2.BackupMetadataResponse: ...
+
+    def backup_partition(
+        self, request: api_pb2.BackupPartitionRequest, cancelled: threading.Event
+    ) -> Iterator[api_pb2.BackupChunk]: ...
+
     def commit_txn(
         self, request: api_pb2.CommitTxnRequest, *, timeout_s: float | None
     ) -> api_pb2.TxnState: ...
@@ -755,6 +763,22 @@ class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
     PurgeTopic = _unary("purge_topic", check_purge_topic)
     AddPartitions = _unary("add_partitions", check_add_partitions)
     RebalanceLeaders = _unary("rebalance_leaders", _no_check)
+    BackupMetadata = _unary("backup_metadata", _no_check)
+
+    def BackupPartition(
+        self, request: api_pb2.BackupPartitionRequest, context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.BackupChunk]:
+        """A server stream: the facade's chunks; a caller that leaves cancels the copy."""
+        cancelled = threading.Event()
+        context.add_callback(cancelled.set)
+        try:
+            check_topic_name(request.topic)
+            yield from self.facade.backup_partition(request, cancelled)
+        except errors.RaftqError as error:
+            abort(context, error)
+        except Exception as exc:
+            log.exception("BackupPartition failed")
+            abort(context, errors.Internal(f"BackupPartition: {exc!r}"))
 
 
 class _Malformed:

@@ -10,12 +10,15 @@ its executors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
+
+import grpc
 
 from raftq.client import admin_calls as calls
 from raftq.client.channels import _DEFAULTS, DEFAULT_BOOTSTRAP, _Channels, channel_security
 from raftq.proto import api_pb2
+from raftq.transport.grpc_errors import from_rpc_error
 
 R = TypeVar("R")
 
@@ -176,6 +179,27 @@ class Admin:
     def get_txn(self, app_id: str, scope: str = "") -> int | None:
         """``app_id``'s committed-batch watermark for ``scope``; None when it never committed."""
         return self._run(calls.get_txn(app_id, scope))
+
+    def backup_metadata(self) -> api_pb2.BackupMetadataResponse:
+        """The metadata leader's table, whole, with its applied index and the cluster's id
+        (``raftq backup``; broker/backup.py)."""
+
+        def send(stubs: Any, timeout_s: float) -> api_pb2.BackupMetadataResponse:
+            return stubs.admin.BackupMetadata(api_pb2.BackupMetadataRequest(), timeout=timeout_s)
+
+        return self._channels.call_any(send)
+
+    def backup_partition(
+        self, address: str, request: api_pb2.BackupPartitionRequest, timeout_s: float
+    ) -> Iterator[api_pb2.BackupChunk]:
+        """The BackupPartition stream of the broker at ``address`` (the partition's leader).
+        Raises (normal): NotLeader with the leader's hint, Unavailable, UnknownTopic,
+        UnknownPartition, InvalidArgument; mid-stream failures as well."""
+        stream = self._channels.stubs(address).admin.BackupPartition(request, timeout=timeout_s)
+        try:
+            yield from stream
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
 
     def close(self) -> None:
         self._channels.close()

@@ -73,7 +73,7 @@ from pysyncobj.transport import TCPTransport, TransportNotReadyError
 from raftq.proto import errors
 from raftq.transport.raft.clocks import QuorumClock
 from raftq.transport.raft.entries import decode_membership, encode_membership, is_membership
-from raftq.transport.raft.journal import DurableJournal
+from raftq.transport.raft.journal import DurableJournal, fsync_dir
 from raftq.transport.raft.snapshot import (
     BackgroundSnapshot,
     SnapshotReceiver,
@@ -114,6 +114,37 @@ _STATE_NAMES = {
     _RAFT_STATE.CANDIDATE: "candidate",
     _RAFT_STATE.LEADER: "leader",
 }
+
+
+SEED_TERM = 1  # the term of a seeded snapshot's entries: never a fresh journal's (0)
+
+
+def seed_snapshot(
+    path: str | Path,
+    index: int,
+    cluster: Sequence[str],
+    write_state: Callable[[str], None],
+    *,
+    fsync: bool = True,
+) -> None:
+    """Write the snapshot file (``<data_dir>/<name>.snapshot``) of a group that starts at
+    ``index`` with the state ``write_state(path)`` writes (``raftq restore``, broker/backup.py).
+
+    Every replica of the group is seeded with the same file before it first starts: each loads
+    it, applies nothing at or below ``index`` and continues the log after it, as after a
+    compaction; a replica that joins later, or lost its files, gets the snapshot from the leader.
+    ``cluster``: the raft addresses of every member (voters). Its entries are no-ops of term
+    ``SEED_TERM`` (a fresh journal's only entry has term 0, so an unseeded replica never looks
+    caught up). Raises ValueError when ``index`` < 2, OSError on I/O failure."""
+    if index < 2:
+        raise ValueError(f"a seeded snapshot starts at index 2 or later, not {index}")
+    path = str(path)
+    tmp = path + ".seed.tmp"
+    last, prev = (_NO_OP, index, SEED_TERM), (_NO_OP, index - 1, SEED_TERM)
+    write_snapshot(tmp, (last, prev, list(cluster)), write_state, fsync=fsync)
+    os.replace(tmp, path)
+    if fsync:
+        fsync_dir(Path(path).parent)
 
 
 class FailReason(enum.IntEnum):
