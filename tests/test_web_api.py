@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -422,3 +423,24 @@ def test_console_pages_escape_record_contents(console: ConsoleProcess, web: http
         assert refused_page.status_code == 404 and "UNKNOWN_TOPIC" in refused_page.text
     anonymous = httpx.get(console.url + "/", follow_redirects=False, timeout=60)
     assert anonymous.status_code == 303 and anonymous.headers["location"].startswith("/login")
+
+
+def test_without_auth_every_caller_is_anonymous(tmp_path: Path) -> None:
+    """A cluster without auth_required: no header, or an empty Bearer (an unset $RAFTQ_TOKEN
+    in the README's curl lines), is the anonymous principal with every right."""
+    with ProcessCluster(tmp_path, brokers=1) as cluster:
+        console = ConsoleProcess(tmp_path, cluster.bootstrap)
+        try:
+            cluster.wait_ready()
+            console.wait_ready()
+            with httpx.Client(base_url=console.url + "/api/v1", timeout=60) as client:
+                ok(client.post("/topics", json={"name": "open"}), 201)
+                empty = {"Authorization": "Bearer"}  # curl trims "Bearer $UNSET"
+                sent = ok(client.post("/topics/open/records", json={"records": [{"value": "v"}]}))
+                assert sent["results"][0]["offset"] == 0
+                body = {"topic": "open", "auto_ack": True, "wait_ms": 5_000}
+                got = ok(client.post("/groups/anon/dequeue", json=body, headers=empty))
+                assert [r["value"] for r in got["records"]] == ["v"]
+                assert got["records"][0]["acked"]
+        finally:
+            console.stop()
