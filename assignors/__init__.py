@@ -1,36 +1,4 @@
-"""Pure assignment functions: replica placement and the sticky consumer-group assignor.
-
-Imports no grpc, apsw or pysyncobj (tests/test_layering.py enforces it).
-"""
-
-from __future__ import annotations
-
-from raftq.assignors.placement import (
-    Broker,
-    BrokerId,
-    ClusterPlacement,
-    LeaderTransfer,
-    Placement,
-    Reassignment,
-    leader_plan,
-    place_replicas,
-    reassign_without,
-)
-from raftq.assignors.sticky import Assignment, TopicPartition, assign, moved, owners
-
-__all__ = [
-    "Assignment",
-    "Broker",
-    "BrokerId",
-    "ClusterPlacement",
-    "LeaderTransfer",
-    "Placement",
-    "Reassignment",
-    "TopicPartition",
-    "assign",
-    "leader_plan",
-    "moved",
-    "owners",
-    "place_replicas",
-    "reassign_without",
-]
+"""Pure assignment functions: replica placement (placement.py), the sticky consumer-group
+assignor (sticky.py) and the key partitioner (partitioner.py). Imports no grpc, apsw or
+pysyncobj (tests/test_layering.py enforces it). The package imports nothing itself, so the
+client loads only the partitioner."""

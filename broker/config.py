@@ -42,7 +42,19 @@ from typing import Any, ClassVar, Literal, NamedTuple
 from dynaconf import Dynaconf
 from dynaconf.utils.parse_conf import boolean_fix, parse_conf_data
 
+from raftq.client.defaults import CLIENT_DEFAULTS
 from raftq.metadata.frontend import DEAD_LETTER_HEADERS_BYTES
+from raftq.proto.limits import (
+    CLIENT_MESSAGE_BYTES_MAX as CLIENT_MESSAGE_BYTES_MAX,
+)
+from raftq.proto.limits import (
+    COMMAND_FRAMING_BYTES,
+    FETCH_BYTES_LIMIT,
+    RAFT_ENTRY_BYTES_LIMIT,
+)
+from raftq.proto.limits import MESSAGE_ENVELOPE_BYTES as MESSAGE_ENVELOPE_BYTES
+from raftq.proto.limits import RECORD_FRAMING_BYTES as RECORD_FRAMING_BYTES
+from raftq.proto.limits import message_bytes_max as message_bytes_max
 from raftq.transport.admission import Capacity
 from raftq.transport.auth import RESOURCE_KEYS as AUTH_RESOURCE_KEYS
 from raftq.transport.auth import RESOURCE_OPERATIONS as AUTH_RESOURCE_OPERATIONS
@@ -66,40 +78,11 @@ ENV_PREFIX = "RAFTQ_"
 DEV_CLUSTER_SECRET = "raftq-dev-only-secret-CHANGE-ME"
 CLUSTER_SECRET_MIN_CHARS = 16
 
-# pysyncobj 0.3.17 sends an entry of 64 KiB or more through a broken chunked path
-# (../shared/PYSYNCOBJ.md, defect 3). transport/raft/node.py avoids it: appendEntriesBatchSizeBytes
-# is set above the largest entry, so an entry always travels whole (one raft message, one mux
-# frame: the frame limit grows with the entry limit, ``raft_frame_bytes_max``). This caps entries.
-RAFT_ENTRY_BYTES_LIMIT = 32 * 1024 * 1024
-# Room in a raft entry for the command around one record (topic, producer id, sequence,
-# now_ms, lengths): a record of the largest max_record_bytes must fit one entry.
-COMMAND_FRAMING_BYTES = 1024
-# Bytes a record (or bare value) adds to a message beyond its own encoding: the tag and the
-# length varint of one element of a repeated protobuf field (a message under 2**28 bytes).
-RECORD_FRAMING_BYTES = 6
-# The most client.fetch_bytes_max may be.
-FETCH_BYTES_LIMIT = 64 * 1024 * 1024
-# Room in a gRPC message beyond its record bytes: protobuf framing of up to 10,000 records
-# (offsets, counts, deadlines, idempotency keys of up to 255 characters) and of the partitions
-# and request around them.
-MESSAGE_ENVELOPE_BYTES = 4 * 1024 * 1024
-
-
-def message_bytes_max(max_entry_bytes: int, fetch_bytes_max: int) -> int:
-    """The gRPC message-size limit of every hop (client channels, the client port, broker to
-    broker): a Send carries at most one raft entry of records; a Poll/Fetch answer at most its
-    byte budget plus one record over it (the one that crossed it, Kafka's rule) plus framing."""
-    return max_entry_bytes + fetch_bytes_max + MESSAGE_ENVELOPE_BYTES
-
 
 def raft_frame_bytes_max(max_entry_bytes: int) -> int:
     """The raft port's frame limit: one append_entries message holds entries up to
     appendEntriesBatchSizeBytes (above one entry) and may end with one more whole entry."""
     return max(16 * 1024 * 1024, 2 * max_entry_bytes + 1024 * 1024)
-
-
-# What a Python client accepts from any broker, whatever that broker's limits are set to.
-CLIENT_MESSAGE_BYTES_MAX = message_bytes_max(RAFT_ENTRY_BYTES_LIMIT, FETCH_BYTES_LIMIT)
 
 
 class Problem(NamedTuple):
@@ -484,13 +467,13 @@ class ClientSettings(_Section):
 
     SECTION: ClassVar[str] = "client"
 
-    request_timeout_ms: int = _setting(30_000, min=1)
-    linger_ms: int = _setting(5, min=0)
-    batch_records_max: int = _setting(10_000, min=1, max=100_000)
+    request_timeout_ms: int = _setting(CLIENT_DEFAULTS.request_timeout_ms, min=1)
+    linger_ms: int = _setting(CLIENT_DEFAULTS.linger_ms, min=0)
+    batch_records_max: int = _setting(CLIENT_DEFAULTS.batch_records_max, min=1, max=100_000)
     # Encoded bytes of the records in one Send (each record's protobuf size, headers, keys,
     # priorities and idempotency keys included): at most what one raft entry carries.
     batch_bytes_max: int = _setting(
-        1_048_576,
+        CLIENT_DEFAULTS.batch_bytes_max,
         min=1,
         max=RAFT_ENTRY_BYTES_LIMIT - COMMAND_FRAMING_BYTES,
         why="one Send is one raft entry",
@@ -498,19 +481,21 @@ class ClientSettings(_Section):
     # Record bytes in one Poll, PollStream or Fetch answer when the request sets no max_bytes,
     # and the most a request may set (Kafka's fetch.max.bytes); a record larger on its own
     # still goes alone. The broker's gRPC message limit is derived from it.
-    fetch_bytes_max: int = _setting(4 * 1024 * 1024, min=1024, max=FETCH_BYTES_LIMIT)
-    send_streams: bool = True
+    fetch_bytes_max: int = _setting(
+        CLIENT_DEFAULTS.fetch_bytes_max, min=1024, max=FETCH_BYTES_LIMIT
+    )
+    send_streams: bool = CLIENT_DEFAULTS.send_streams
     # Bytes of records a Producer holds (queued or in flight) at most; send() then blocks up
     # to max_block_ms for room (Kafka's buffer.memory and max.block.ms).
-    buffer_memory_bytes: int = _setting(33_554_432, min=1)
-    max_block_ms: int = _setting(60_000, min=0)
+    buffer_memory_bytes: int = _setting(CLIENT_DEFAULTS.buffer_memory_bytes, min=1)
+    max_block_ms: int = _setting(CLIENT_DEFAULTS.max_block_ms, min=0)
     # How long a Producer keeps trying to deliver a record (Kafka: delivery.timeout.ms): its
     # topic's first metadata fetch is retried this long while no broker answers, and a batch
     # is retried until its retries are spent or it is this old.
-    delivery_timeout_ms: int = _setting(120_000, min=1)
+    delivery_timeout_ms: int = _setting(CLIENT_DEFAULTS.delivery_timeout_ms, min=1)
     # A Producer refetches a topic's metadata (leaders, partition count) at least this often
     # (Kafka's metadata.max.age.ms), so it sees partitions added to a topic it writes.
-    metadata_max_age_ms: int = _setting(300_000, min=0)
+    metadata_max_age_ms: int = _setting(CLIENT_DEFAULTS.metadata_max_age_ms, min=0)
 
     def _relations(self) -> list[Problem]:
         return (

@@ -43,6 +43,7 @@ from raftq.partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, RecordR
 from raftq.partitions.store import BackupWriter, PartitionStore, order_keys
 from raftq.proto import common_pb2, partition_pb2
 from raftq.proto.common_pb2 import ErrorCode
+from raftq.proto.limits import record_size as record_size
 
 log = logging.getLogger("raftq.partition")
 
@@ -86,16 +87,6 @@ class Rejected(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-def record_size(record: common_pb2.Record) -> int:
-    """What counts toward max_record_bytes and retention_bytes: key + value + headers."""
-    size = len(record.key) + len(record.value)
-    headers = record.headers
-    if headers:  # iterating an empty protobuf map costs more than the rest (leader, per record)
-        for name, value in headers.items():
-            size += len(name.encode()) + len(value)
-    return size
 
 
 # One incoming record as the append plan uses it, read from the protobuf once:

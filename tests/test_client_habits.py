@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from raftq.client import Admin, Consumer, Message, Producer
+from raftq.client.send_future import RecordMetadata
 from raftq.proto import errors
-from raftq.send_future import RecordMetadata
 from tests.cluster import ProcessCluster
 
 

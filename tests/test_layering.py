@@ -275,3 +275,131 @@ def test_the_namespace_rule_sees_an_old_name(tmp_path: pathlib.Path) -> None:
         "tests/test_x.py:1 imports partitions.machine",
         "tests/test_x.py:1 imports partitions.machine.record_size",
     ]
+
+
+# --- the client is a package of its own -----------------------------------------------------
+
+PACKAGE_DIRS = {  # pyproject's package-dir: import prefix -> folder
+    "raftq.metadata": "metadata",
+    "raftq.partitions": "partitions",
+    "raftq.assignors": "assignors",
+    "raftq.transport": "transport",
+    "raftq.proto": "proto",
+    "raftq": "broker",
+}
+CLIENT_ROOTS = ("raftq.client", "raftq.spark", "raftq.aio", "raftq")
+CLIENT_MAY_IMPORT = (
+    "raftq.client",
+    "raftq.spark",
+    "raftq.aio",
+    "raftq.proto",
+    "raftq.assignors.partitioner",
+    "raftq.transport.tls",  # channels to a broker: TLS, token, message limits
+    "raftq.transport.grpc_errors",  # gRPC status + trailers -> the typed errors
+)
+CLIENT_NEVER = frozenset({"dynaconf", "apsw", "pysyncobj", "sqlite_utils", "prometheus_client"})
+
+
+def module_file(root: pathlib.Path, module: str) -> pathlib.Path | None:
+    """The source file of a raftq module, or None for a name that is not one (an attribute)."""
+    for prefix, folder in PACKAGE_DIRS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            rest = module.removeprefix(prefix).lstrip(".").replace(".", "/")
+            base = root / folder / rest if rest else root / folder
+            for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+                if candidate.is_file():
+                    return candidate
+            return None
+    return None
+
+
+def _loaded_with(module: str) -> list[str]:
+    """Importing ``a.b.c`` also runs the packages ``a`` and ``a.b``."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _client_may_load(module: str) -> bool:
+    """An allowed module, or a package on the way to one (its __init__ is scanned too)."""
+    return module.startswith(CLIENT_MAY_IMPORT) or any(
+        allowed.startswith(module + ".") for allowed in CLIENT_MAY_IMPORT
+    )
+
+
+def client_closure_violations(root: pathlib.Path) -> list[str]:
+    """Every module the client's modules load, transitively, that it must not: server code,
+    or a library only the broker needs."""
+    todo = list(CLIENT_ROOTS)
+    for package in ("client", "spark"):
+        for file in (root / "broker" / package).glob("*.py"):
+            if file.stem != "__init__":
+                todo.append(f"raftq.{package}.{file.stem}")
+    seen: set[str] = set()
+    found: list[str] = []
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        source = module_file(root, module)
+        if source is None:
+            continue
+        path = source.relative_to(root).as_posix()
+        for line, imported in imports(source.read_text(encoding="utf-8"), path):
+            if imported.split(".")[0] in CLIENT_NEVER:
+                found.append(f"{path}:{line} imports {imported}")
+            if imported.split(".")[0] != "raftq":
+                continue
+            for loaded in _loaded_with(imported):
+                if module_file(root, loaded) is None:
+                    continue  # an attribute: from raftq.proto import errors names a module...
+                if not _client_may_load(loaded):
+                    found.append(f"{path}:{line} imports {loaded}")
+                todo.append(loaded)
+    return sorted(set(found))
+
+
+def test_the_client_and_spark_load_no_server_code() -> None:
+    broken = client_closure_violations(ROOT)
+    assert not broken, (
+        "raftq.client / raftq.spark must load only the client, the wire (raftq.proto, "
+        "transport.tls, transport.grpc_errors) and the key partitioner:\n" + "\n".join(broken)
+    )
+
+
+def test_the_client_rule_follows_imports_through_modules(tmp_path: pathlib.Path) -> None:
+    for folder in ("broker/client", "broker/spark", "transport", "assignors", "proto"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "broker" / "__init__.py").write_text("")
+    (tmp_path / "broker" / "aio.py").write_text("")
+    (tmp_path / "broker" / "client" / "a.py").write_text("from raftq.transport import tls\n")
+    (tmp_path / "transport" / "tls.py").write_text("from raftq.transport.auth import X\n")
+    (tmp_path / "transport" / "auth.py").write_text("import dynaconf\n")
+    (tmp_path / "broker" / "spark" / "s.py").write_text(
+        "from raftq.assignors.partitioner import p\nfrom raftq.assignors import sticky\n"
+    )
+    (tmp_path / "assignors" / "partitioner.py").write_text("")
+    (tmp_path / "assignors" / "sticky.py").write_text("")
+    assert client_closure_violations(tmp_path) == [
+        "broker/spark/s.py:2 imports raftq.assignors.sticky",
+        "transport/auth.py:1 imports dynaconf",
+        "transport/tls.py:1 imports raftq.transport.auth",
+    ]
+
+
+def test_importing_the_client_loads_no_server_module_or_dynaconf() -> None:
+    """The same rule at run time: a fresh interpreter imports the client and the Spark sink."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, raftq.client, raftq.aio, raftq.spark.sink, raftq.spark.source; "
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('raftq', 'dynaconf')))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split()
+    loaded = [m for m in out if m != "raftq" and not _client_may_load(m)]
+    assert not loaded, loaded
+    assert "raftq.client.producer" in out  # the probe did load the client

@@ -13,8 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from raftq.client import Admin, Consumer, Producer
+from raftq.client import Admin, Consumer, Message, Producer
 from raftq.config import COMMAND_FRAMING_BYTES
+from raftq.proto import errors
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 
@@ -69,13 +70,30 @@ def _drain(
                 assert message.delivery_count == 1, (message.offset, message.delivery_count)
                 assert message.offset not in seen
                 seen[message.offset] = message.value
-            assert not any(consumer.ack(batch))
+            _ack_all(consumer, batch)
             return len(seen) == len(expected)
 
         # time for the bytes: about 7 MB/s through a forwarding broker at load ~15 (2 cores)
         timeout_s = 60 + sum(map(len, expected.values())) / 1e6
         wait_until(drained, timeout_s, f"{topic} drained through broker {broker}\n{cluster.logs()}")
     assert seen == expected
+
+
+def _ack_all(consumer: Consumer, batch: list[Message]) -> None:
+    """Ack ``batch``, retrying an ack whose outcome is unknown (a leader change under load, as
+    a user would); the retry of one that did apply finds the record no longer leased."""
+    errors_ = consumer.ack(batch)
+    for _ in range(5):
+        unknown = [m for m, e in zip(batch, errors_, strict=True) if e is not None and e.retriable]
+        final = [e for e in errors_ if e is not None and not e.retriable]
+        assert not final, final
+        if not unknown:
+            return
+        batch, errors_ = unknown, consumer.ack(unknown)
+        errors_ = [
+            None if isinstance(e, (errors.NotLeased, errors.RecordNotFound)) else e for e in errors_
+        ]
+    raise AssertionError(f"acks still unknown after 5 tries: {errors_}")
 
 
 def _no_dead_letters(admin: Admin, topic: str) -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from raftq.client import Producer
+from raftq.client.send_future import SendFuture
 from raftq.proto import errors
-from raftq.send_future import SendFuture
 from tests.cluster import ProcessCluster
 from tests.helpers import free_port
 

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
+from raftq.client.send_future import BatchOutcome, RecordMetadata, SendFuture
 from raftq.proto import errors
-from raftq.send_future import BatchOutcome, RecordMetadata, SendFuture
 
 WAIT_S = 10
 

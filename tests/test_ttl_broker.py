@@ -19,7 +19,7 @@ from pathlib import Path
 
 from raftq.client import Consumer, Producer
 from raftq.client.aio import AsyncProducer
-from raftq.send_future import RecordMetadata
+from raftq.client.send_future import RecordMetadata
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 

@@ -71,11 +71,12 @@ import grpc
 
 from raftq.proto import errors
 from raftq.transport.grpc_errors import abort
+from raftq.transport.tls import AUTH_METADATA_KEY
+from raftq.transport.tls import bearer_metadata as bearer_metadata
 
 log = logging.getLogger("raftq.auth")
 
 OPERATIONS = ("produce", "consume", "admin")
-AUTH_METADATA_KEY = "authorization"
 BEARER = "bearer "
 TOKEN_DIGEST_BYTES = 32  # SHA-256
 
@@ -523,10 +524,6 @@ class AuthInterceptor(grpc.ServerInterceptor):
             return behavior(checked(requests, context), context)
 
         return authorized
-
-
-def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
-    return ((AUTH_METADATA_KEY, f"Bearer {token}"),)
 
 
 __all__ = [

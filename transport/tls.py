@@ -23,7 +23,13 @@ from typing import Any
 import grpc
 
 from raftq.proto import errors
-from raftq.transport.auth import bearer_metadata
+
+# The call metadata that carries a client's token (checked by raftq.transport.auth).
+AUTH_METADATA_KEY = "authorization"
+
+
+def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    return ((AUTH_METADATA_KEY, f"Bearer {token}"),)
 
 
 def read_pem(path: str, what: str) -> bytes:
@@ -258,9 +264,11 @@ def server_credentials(
 
 
 __all__ = [
+    "AUTH_METADATA_KEY",
     "KEEPALIVE_OPTIONS",
     "KEEPALIVE_SERVER_OPTIONS",
     "ChannelSecurity",
+    "bearer_metadata",
     "message_size_options",
     "open_aio_channel",
     "open_channel",

@@ -26,7 +26,7 @@ Import the clients from here. The package's modules:
 - :mod:`raftq.client.admin_calls`: what each admin call sends and returns (pure).
 - :mod:`raftq.client.member`, :mod:`raftq.client.steps`: a group member's state and plans
   (join, rejoin, poll, settle) and the broker-retry plan, run by both clients (sans-I/O).
-- :class:`SendFuture` and :class:`RecordMetadata` are :mod:`raftq.send_future`'s.
+- :class:`SendFuture` and :class:`RecordMetadata` are :mod:`raftq.client.send_future`'s.
 
 Tuning constants (``DOWN_S``, ``RETRY_BACKOFF_MS``, ``POLL_WAIT_MS_MAX``...) are re-exported
 for reading; the module that uses one is where to patch it.
@@ -44,7 +44,7 @@ from raftq.client.member import POLL_WAIT_MS_MAX as POLL_WAIT_MS_MAX
 from raftq.client.producer import RETRY_BACKOFF_MAX_MS as RETRY_BACKOFF_MAX_MS
 from raftq.client.producer import RETRY_BACKOFF_MS as RETRY_BACKOFF_MS
 from raftq.client.producer import Producer
-from raftq.send_future import RecordMetadata, SendFuture
+from raftq.client.send_future import RecordMetadata, SendFuture
 
 __all__ = [
     "Admin",

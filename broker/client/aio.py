@@ -47,9 +47,9 @@ from raftq.client.member import (
     start_from_value,
 )
 from raftq.client.producer import Producer
-from raftq.config import CLIENT_MESSAGE_BYTES_MAX
+from raftq.client.send_future import RecordMetadata, SendFuture
 from raftq.proto import api_pb2, errors
-from raftq.send_future import RecordMetadata, SendFuture
+from raftq.proto.limits import CLIENT_MESSAGE_BYTES_MAX
 from raftq.transport.grpc_errors import from_rpc_error
 from raftq.transport.tls import ChannelSecurity, open_aio_channel
 

@@ -31,14 +31,15 @@ from typing import Any, TypeVar
 import grpc
 
 from raftq.client import steps
-from raftq.config import CLIENT_MESSAGE_BYTES_MAX, ClientSettings
+from raftq.client.defaults import CLIENT_DEFAULTS
 from raftq.proto import api_pb2_grpc, errors
 from raftq.proto.common_pb2 import ErrorCode
+from raftq.proto.limits import CLIENT_MESSAGE_BYTES_MAX
 from raftq.transport.grpc_errors import from_rpc_error
 from raftq.transport.tls import ChannelSecurity, open_channel
 
 T = TypeVar("T")
-_DEFAULTS = ClientSettings()
+_DEFAULTS = CLIENT_DEFAULTS
 DEFAULT_BOOTSTRAP = "127.0.0.1:7070,127.0.0.1:7071,127.0.0.1:7072"  # raftq dev up's brokers
 # Seconds a broker that did not answer (UNAVAILABLE) is avoided as a partition leader: sends
 # go to another broker, which forwards them to the partition's (new) leader.

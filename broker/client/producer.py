@@ -2,7 +2,7 @@
 
 ``Producer.send`` returns a :class:`SendFuture` at once (``result``, ``exception``, ``done``,
 ``add_done_callback`` as a ``concurrent.futures.Future``; the records of a batch share its
-waiting: :mod:`raftq.send_future`); ``send_many`` queues many values at once. Records are
+waiting: :mod:`raftq.client.send_future`); ``send_many`` queues many values at once. Records are
 batched per partition for up to ``linger_ms`` (or until ``batch_records_max`` /
 ``batch_bytes_max`` encoded bytes: headers, keys and idempotency keys count, so a batch always
 fits the broker's raft entry; a record larger on its own goes alone) and sent to the partition
@@ -48,11 +48,11 @@ import grpc
 
 from raftq.assignors.partitioner import partition_for
 from raftq.client.channels import _DEFAULTS, _OK, DEFAULT_BOOTSTRAP, _Channels, channel_security
+from raftq.client.send_future import BatchOutcome, RecordMetadata, SendFuture
 from raftq.client.streams import Refused, SendStreams
-from raftq.config import RECORD_FRAMING_BYTES
 from raftq.proto import api_pb2, common_pb2, errors
 from raftq.proto.common_pb2 import ErrorCode
-from raftq.send_future import BatchOutcome, RecordMetadata, SendFuture
+from raftq.proto.limits import RECORD_FRAMING_BYTES
 from raftq.transport.grpc_errors import from_rpc_error
 
 log = logging.getLogger("raftq.client")

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from raftq.client.consumer import Consumer, Message
 from raftq.client.producer import Producer
-from raftq.send_future import SendFuture
+from raftq.client.send_future import SendFuture
 
 ORIGIN_HEADERS = ("raftq.dlq.topic", "raftq.dlq.partition")
 REDRIVE_GROUP = "raftq.redrive"

@@ -36,10 +36,9 @@ import grpc
 
 from raftq.assignors.partitioner import partition_for
 from raftq.client import Admin, parse_bootstrap
-from raftq.config import CLIENT_MESSAGE_BYTES_MAX
-from raftq.partitions.machine import record_size
 from raftq.proto import api_pb2, api_pb2_grpc, common_pb2, errors
 from raftq.proto.common_pb2 import ErrorCode
+from raftq.proto.limits import CLIENT_MESSAGE_BYTES_MAX, RECORD_FRAMING_BYTES, record_size
 from raftq.transport.grpc_errors import from_rpc_error
 from raftq.transport.tls import ChannelSecurity, open_channel
 
@@ -55,7 +54,6 @@ QUEUED_BATCHES_MAX = 4  # per raftq partition, before the task waits for acknowl
 # record's bytes plus its tag and length, with room left for the command around them (topic,
 # producer id, sequence, stamps). A record within max_record_bytes always fits an entry on its own.
 BATCH_BYTES_MAX = (1 << 20) - 4096
-RECORD_FRAMING_BYTES = 6
 
 
 class NondeterministicInput(errors.InvalidArgument):
