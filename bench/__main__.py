@@ -28,7 +28,6 @@ BENCHMARKS = [
     "bench.overload",
     "bench.vs_nats",
     "bench.snapshot_stall",
-    "bench.http_api",
 ]
 
 

@@ -155,7 +155,9 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     for field in api_pb2.TopicConfigUpdate.DESCRIPTOR.fields:
         flag = "--" + field.name.replace("_", "-")
         if field.name == "ordering":
-            parser.add_argument(flag, choices=("fifo", "priority"), dest=f"config_{field.name}")
+            parser.add_argument(
+                flag, choices=("fifo", "priority", "fair"), dest=f"config_{field.name}"
+            )
         elif field.name == "ttl_action":
             parser.add_argument(flag, choices=("drop", "dead_letter"), dest=f"config_{field.name}")
         elif field.type == field.TYPE_STRING:

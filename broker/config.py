@@ -371,7 +371,7 @@ class TopicDefaults(_Section):
 
     partitions: int = _setting(3, min=1, max=10_000)
     replication_factor: int = _setting(3, min=1, max=7)
-    ordering: Literal["fifo", "priority"] = "fifo"
+    ordering: Literal["fifo", "priority", "fair"] = "fifo"
     lease_ms: int = _setting(30_000, min=1, max=43_200_000, why="12 hours, as SQS")
     max_deliveries: int = _setting(5, min=0, max=1_000_000)
     retention_ms: int = _setting(604_800_000, min=0)

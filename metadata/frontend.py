@@ -80,7 +80,8 @@ class TopicDefaults:
         for name in CONFIG_FIELDS:
             if name == "ordering":
                 config.ordering = _ordering(self.ordering)
-            elif name not in ("dead_letter_topic", "ttl_ms", "ttl_action"):  # no cluster default
+            elif name not in ("dead_letter_topic", "ttl_ms", "ttl_action", "fair_key"):
+                # those have no cluster default
                 setattr(config, name, getattr(self, name))
         return config
 
@@ -102,7 +103,7 @@ class GroupLimits:
 @dataclass(frozen=True)
 class TopicSpec:
     """A CreateTopic request. None = the default; ``config`` overrides TopicConfig fields by
-    name (``ordering`` as "fifo"/"priority"; ``dead_letter_topic`` "" = none)."""
+    name (``ordering`` as "fifo"/"priority"/"fair"; ``dead_letter_topic`` "" = none)."""
 
     name: str
     partitions: int | None = None
@@ -557,12 +558,17 @@ def _ordering(value: ConfigValue) -> common_pb2.Ordering:
         names: dict[str, common_pb2.Ordering] = {
             "fifo": common_pb2.FIFO,
             "priority": common_pb2.PRIORITY,
+            "fair": common_pb2.FAIR,
         }
         if value.lower() in names:
             return names[value.lower()]
-    elif not isinstance(value, bool) and value in (common_pb2.FIFO, common_pb2.PRIORITY):
-        return common_pb2.PRIORITY if value == common_pb2.PRIORITY else common_pb2.FIFO
-    raise errors.InvalidArgument(f"ordering {value!r} must be fifo or priority")
+    elif not isinstance(value, bool) and value in (
+        common_pb2.FIFO,
+        common_pb2.PRIORITY,
+        common_pb2.FAIR,
+    ):
+        return common_pb2.Ordering.Value(common_pb2.Ordering.Name(value))
+    raise errors.InvalidArgument(f"ordering {value!r} must be fifo, priority or fair")
 
 
 def _ttl_action(value: ConfigValue) -> common_pb2.TtlAction:
@@ -594,6 +600,10 @@ def _set_config(config: common_pb2.TopicConfig, key: str, value: ConfigValue) ->
         if not isinstance(value, str):
             raise errors.InvalidArgument(f"dead_letter_topic {value!r} must be a topic name")
         config.dead_letter_topic = value
+    elif key == "fair_key":
+        if not isinstance(value, str):
+            raise errors.InvalidArgument(f'fair_key {value!r} must be a header name (or "")')
+        config.fair_key = value
     else:
         if isinstance(value, bool) or not isinstance(value, int):
             raise errors.InvalidArgument(f"{key} {value!r} must be an integer")

@@ -57,6 +57,7 @@ MAX_CLOCK_SKEW_MS = 3600 * 1000  # a stamped clock_skew_ms is clamped to 0..1 ho
 EXPIRY_ROUNDS = 4  # a Lease whose choice held expired records chooses again at most this often
 PRODUCER_BATCHES_KEPT = 5  # like Kafka: the last five batches of a producer answer retries
 INT32_MAX = 2**31 - 1
+INT32_MIN = -(2**31)
 INT64_MAX = 2**63 - 1
 
 _OFFSET = operator.itemgetter(0)  # of a ReadyRecord (or a slim row)
@@ -139,6 +140,14 @@ def read_records(
             (key, value, None, record.priority, deliver_at_ms, idempotency_key, size, ttl_ms)
         )
     return out
+    size = len(record.key) + len(record.value)
+    if (
+        size <= max_record_bytes
+        and record.deliver_at_ms >= 0
+        and len(record.idempotency_key) <= MAX_NAME_CHARS
+    ):
+        return size
+    return None
 
 
 def check_record(record: common_pb2.Record, config: common_pb2.TopicConfig) -> Rejected | None:
@@ -183,8 +192,12 @@ def check_values(values: Sequence[bytes], config: common_pb2.TopicConfig) -> Rej
 def check_config(config: common_pb2.TopicConfig) -> Rejected | None:
     """Why a topic config cannot be used, or None."""
     problems = []
-    if config.ordering not in (common_pb2.FIFO, common_pb2.PRIORITY):
-        problems.append("ordering must be fifo or priority")
+    if config.ordering not in (common_pb2.FIFO, common_pb2.PRIORITY, common_pb2.FAIR):
+        problems.append("ordering must be fifo, priority or fair")
+    if config.fair_key and config.ordering != common_pb2.FAIR:
+        problems.append('fair_key applies to ordering=fair only (set it to "" or use fair)')
+    if len(config.fair_key) > MAX_NAME_CHARS:
+        problems.append(f"fair_key (a header name) is over {MAX_NAME_CHARS} characters")
     if not 0 < config.lease_ms <= MAX_LEASE_MS:
         problems.append(f"lease_ms must be 1..{MAX_LEASE_MS} (12 h)")
     if config.max_deliveries < 0:
@@ -201,6 +214,12 @@ def check_config(config: common_pb2.TopicConfig) -> Rejected | None:
     if problems:
         return Rejected(ErrorCode.INVALID_ARGUMENT, "; ".join(problems))
     return None
+
+
+def _fair_key(config: common_pb2.TopicConfig) -> str | None:
+    """What the store takes as a record's fair key: None (not a fair topic), "" (the record's
+    key) or a header name."""
+    return config.fair_key if config.ordering == common_pb2.FAIR else None
 
 
 def nack_backoff_ms(config: common_pb2.TopicConfig, delivery_count: int) -> int:
@@ -646,7 +665,14 @@ class PartitionMachine:
         if group.materialized_upto < end:
             start = max(group.materialized_upto, self.meta.log_start)
             self.store.materialize(
-                group.gid, start, now_ms, self.config.ordering, end, owner, deadline_ms
+                group.gid,
+                start,
+                now_ms,
+                self.config.ordering,
+                end,
+                owner,
+                deadline_ms,
+                _fair_key(self.config),
             )
             group.materialized_upto = end
             self.store.group_set_materialized(group.gid, group.materialized_upto)
@@ -737,6 +763,8 @@ class PartitionMachine:
             self.store.lease(group.gid, taken[: len(taken) - len(fresh)], cmd.member, deadline)
         else:
             self.store.lease(group.gid, taken, cmd.member, deadline)
+            if self.config.ordering == common_pb2.FAIR:
+                self.store.fair_served(group.gid, taken)  # the keys served go to the back
         result = partition_pb2.CommandResult()
         if not self._respond:  # the same records taken, no Delivery built
             return result
@@ -767,9 +795,12 @@ class PartitionMachine:
     def _choose(
         self, group: GroupRow, cmd: partition_pb2.Lease, now_ms: int, *, slim: bool, fifo: bool
     ) -> list[Any]:
-        """The records a Lease would take, in delivery order: the group's ready rows, then
-        (fifo) fresh records from the log. Dead-letters the ready rows already at
-        max_deliveries (after it was lowered) instead of choosing them."""
+        """The records a Lease would take, in delivery order: the group's ready rows (fair:
+        round robin over its rotation of fair keys), then (fifo) fresh records from the log.
+        Dead-letters the ready rows already at max_deliveries (after it was lowered) instead of
+        choosing them."""
+        if self.config.ordering == common_pb2.FAIR:
+            return self._choose_fair(group, cmd.max_records, now_ms, slim=slim)
         chosen: list[Any] = (
             self.store.select_ready_offsets(group.gid, cmd.max_records)
             if slim
@@ -791,6 +822,22 @@ class PartitionMachine:
                 else self.store.fresh_records(fresh_from, now_ms, more)
             )
         return chosen
+
+    def _choose_fair(self, group: GroupRow, n: int, now_ms: int, *, slim: bool) -> list[Any]:
+        """_choose of a fair topic. Rows already at max_deliveries are dead-lettered and the
+        choice made again, so the order stays the rotation's (each round removes rows)."""
+        limit = self.config.max_deliveries
+        while True:
+            chosen: list[Any] = (
+                self.store.select_fair_offsets(group.gid, n)
+                if slim
+                else self.store.select_fair_records(group.gid, n)
+            )
+            spent = [r[0] for r in chosen if limit and r[1] >= limit]
+            if not spent:
+                return chosen
+            rows = self.store.pending_get(group.gid, spent)
+            self._dead_letter(group, list(rows.values()), "max_deliveries", now_ms)
 
     def _expire(self, group: GroupRow, chosen: list[Any], now_ms: int) -> set[int]:
         """End in ``group`` those ``chosen`` records (not yet leased; ReadyRecords, or slim
@@ -1114,8 +1161,13 @@ class PartitionMachine:
         problem = check_config(cmd.config)
         if problem is not None:
             raise problem
-        if cmd.config.ordering != self.config.ordering:
-            self.store.pending_reorder(int(cmd.config.ordering == common_pb2.PRIORITY))
+        if (cmd.config.ordering, _fair_key(cmd.config)) != (
+            self.config.ordering,
+            _fair_key(self.config),
+        ):
+            self.store.pending_reorder(
+                int(cmd.config.ordering != common_pb2.FIFO), _fair_key(cmd.config)
+            )
         self.config.CopyFrom(cmd.config)
         self.meta.config = cmd.config.SerializeToString(deterministic=True)
         if cmd.topic:

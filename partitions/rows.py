@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 # Ordering keys of a pending row: fifo sorts by offset alone (k1 = k2 = 0); priority sorts by
-# (priority, deliver_at_ms, offset).
+# (priority, deliver_at_ms, offset); fair sorts within a fair key as priority does.
 ORDER_FIFO = 0
 ORDER_PRIORITY = 1
+ORDER_FAIR = 2
 
 
 @dataclass(slots=True)
@@ -38,6 +39,8 @@ class PendingRow:
     ready=True: deliverable now, ordered by (k1, k2, offset).
     ready=False: waiting until ``visible_at_ms`` — a future deliver_at, a nack delay, or a lease
     held by ``owner`` until ``visible_at_ms`` (the lease deadline).
+    ``fkey``: the record's fair key on a fair topic (set when materialized), else None. Stores
+    read it back only where they need it; ``pending_put`` never changes it.
     """
 
     offset: int
@@ -47,6 +50,7 @@ class PendingRow:
     ready: bool
     owner: str | None
     delivery_count: int
+    fkey: bytes | None = None
 
 
 # One ready record as Lease reads it (PartitionStore.select_ready_records), a plain tuple: a

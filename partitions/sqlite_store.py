@@ -11,6 +11,8 @@ One file per partition replica, WAL mode, ``synchronous=FULL`` by default. The l
                 (k1, k2, offset)) or waiting until visible_at_ms (delay, nack or lease)
     outbox      dead-lettered records waiting to be forwarded to the dead-letter topic
     fences      per group, the lowest generation a Lease may carry (raised by a revoking Release)
+    fair_keys   fair topics: per group, each fair key with ready rows (its turn, how many rows),
+                kept by triggers on pending (FAIR_SCHEMA); fair_clock: deliveries served
 
 ``applied_index`` is written in the same transaction as the change it belongs to, so a replay
 after a crash skips exactly the entries already applied.
@@ -23,7 +25,9 @@ import contextlib
 import itertools
 import operator
 import os
+import random
 import sys
+import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -37,6 +41,10 @@ from raftq.partitions.store import (
     BackupWriter,
     CancelFlag,
     canonical_dump,
+    fair_key_of,
+    fair_plan,
+    fair_sequence,
+    fair_turns,
     is_tracked_producer,
 )
 
@@ -65,7 +73,7 @@ CREATE TABLE IF NOT EXISTS groups(
 CREATE TABLE IF NOT EXISTS pending(
     gid INTEGER NOT NULL, ofs INTEGER NOT NULL, k1 INTEGER NOT NULL, k2 INTEGER NOT NULL,
     visible_at_ms INTEGER NOT NULL, ready INTEGER NOT NULL, owner TEXT,
-    delivery_count INTEGER NOT NULL, PRIMARY KEY (gid, ofs)) WITHOUT ROWID;
+    delivery_count INTEGER NOT NULL, fkey BLOB, PRIMARY KEY (gid, ofs)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS pending_ready ON pending(gid, k1, k2, ofs) WHERE ready = 1;
 CREATE INDEX IF NOT EXISTS pending_waiting ON pending(gid, visible_at_ms) WHERE ready = 0;
 CREATE TABLE IF NOT EXISTS outbox(
@@ -77,6 +85,52 @@ CREATE TABLE IF NOT EXISTS expiries(ofs INTEGER PRIMARY KEY, expires_at_ms INTEG
 CREATE TABLE IF NOT EXISTS schedules(name TEXT PRIMARY KEY, schedule BLOB NOT NULL) WITHOUT ROWID;
 """
 
+# Fair ordering (partitions/store.py, "Fair ordering"). A pending row of a fair topic carries its
+# fair key (fkey; NULL elsewhere). The triggers keep fair_keys = the keys with ready rows, each
+# with how many and its turn: a key joins at 2 * served + 1 when it gains its first ready row and
+# leaves when it has none. Run after the pending table has its fkey column (files from before
+# it get one by ALTER TABLE).
+_FAIR_JOIN = """
+    INSERT INTO fair_keys(gid, fkey, turn, ready) VALUES (NEW.gid, NEW.fkey,
+        2 * coalesce((SELECT served FROM fair_clock WHERE gid = NEW.gid), 0) + 1, 1)
+        ON CONFLICT(gid, fkey) DO UPDATE SET ready = ready + 1;"""
+_FAIR_LEAVE = """
+    UPDATE fair_keys SET ready = ready - 1 WHERE gid = OLD.gid AND fkey = OLD.fkey;
+    DELETE FROM fair_keys WHERE gid = OLD.gid AND fkey = OLD.fkey AND ready = 0;"""
+FAIR_SCHEMA = f"""
+CREATE INDEX IF NOT EXISTS pending_fair ON pending(gid, fkey, k1, k2, ofs)
+    WHERE ready = 1 AND fkey IS NOT NULL;
+CREATE TABLE IF NOT EXISTS fair_keys(
+    gid INTEGER NOT NULL, fkey BLOB NOT NULL, turn INTEGER NOT NULL, ready INTEGER NOT NULL,
+    PRIMARY KEY (gid, fkey)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fair_rotation ON fair_keys(gid, turn, fkey);
+CREATE TABLE IF NOT EXISTS fair_clock(gid INTEGER PRIMARY KEY, served INTEGER NOT NULL);
+CREATE TRIGGER IF NOT EXISTS fair_join_insert AFTER INSERT ON pending
+    WHEN NEW.ready = 1 AND NEW.fkey IS NOT NULL BEGIN {_FAIR_JOIN} END;
+CREATE TRIGGER IF NOT EXISTS fair_join_update AFTER UPDATE OF ready, fkey ON pending
+    WHEN NEW.ready = 1 AND NEW.fkey IS NOT NULL AND NOT (OLD.ready = 1 AND OLD.fkey IS NEW.fkey)
+    BEGIN {_FAIR_JOIN} END;
+CREATE TRIGGER IF NOT EXISTS fair_leave_update AFTER UPDATE OF ready, fkey ON pending
+    WHEN OLD.ready = 1 AND OLD.fkey IS NOT NULL AND NOT (NEW.ready = 1 AND NEW.fkey IS OLD.fkey)
+    BEGIN {_FAIR_LEAVE} END;
+CREATE TRIGGER IF NOT EXISTS fair_leave_delete AFTER DELETE ON pending
+    WHEN OLD.ready = 1 AND OLD.fkey IS NOT NULL BEGIN {_FAIR_LEAVE} END;
+"""
+
+
+# A record's fair key in SQL (?N: the topic's fair_key setting; NULL: not a fair topic).
+def _fkey_sql(param: str, key: str = "key", headers: str = "headers") -> str:
+    return (
+        f"CASE WHEN {param} IS NULL THEN NULL WHEN {param} = '' THEN coalesce({key}, x'') "
+        f"ELSE raftq_fair_header({headers}, {param}) END"
+    )
+
+
+def _fair_header(*args: Any) -> Any:  # raftq_fair_header(headers, name) in SQL
+    headers, name = args
+    return fair_key_of(None, headers, name)
+
+
 # A tracked producer's rows: the partial index's condition verbatim, so SQLite plans on it.
 TRACKED_PRODUCER_WHERE = "producer_id = ?1 AND instr(producer_id, 'spark:') > 0"
 assert TRACKED_PRODUCER_MARK == "spark:", "the index and TRACKED_PRODUCER_WHERE name it"
@@ -85,7 +139,7 @@ _RECORD_COLUMNS = (
     "ofs, timestamp_ms, key, value, headers, priority, deliver_at_ms, idempotency_key, "
     "producer_id, sequence, size"
 )
-_PENDING_COLUMNS = "ofs, k1, k2, visible_at_ms, ready, owner, delivery_count"
+_PENDING_COLUMNS = "ofs, k1, k2, visible_at_ms, ready, owner, delivery_count, fkey"
 # A RecordRow as the values of _RECORD_COLUMNS, in C (a batch of appends is thousands of rows).
 _record_values = operator.attrgetter(
     "offset",
@@ -123,8 +177,8 @@ def _int64s(values: Sequence[int]) -> Any:  # an apsw carray binding
 
 
 def _pending(row: tuple[Any, ...]) -> PendingRow:
-    ofs, k1, k2, visible_at_ms, ready, owner, delivery_count = row
-    return PendingRow(ofs, k1, k2, visible_at_ms, ready != 0, owner, delivery_count)
+    ofs, k1, k2, visible_at_ms, ready, owner, delivery_count, fkey = row
+    return PendingRow(ofs, k1, k2, visible_at_ms, ready != 0, owner, delivery_count, fkey)
 
 
 class SqliteStore:
@@ -164,9 +218,19 @@ class SqliteStore:
                 return apsw.SQLITE_OK
 
             self._conn.set_wal_hook(wal_grew)  # replaces SQLite's own autocheckpoint
+        self._conn.create_scalar_function("raftq_fair_header", _fair_header, 2, deterministic=True)
         with self._conn:
             cur.execute(SCHEMA)
         self._cur = cur
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Bring a file written before fair ordering (or a snapshot of one) to this schema."""
+        with self._conn:
+            columns = {row[1] for row in self._cur.execute("PRAGMA table_info(pending)")}
+            if "fkey" not in columns:
+                self._cur.execute("ALTER TABLE pending ADD COLUMN fkey BLOB")
+            self._cur.execute(FAIR_SCHEMA)
 
     def pragmas(self) -> dict[str, str]:
         """The durability settings in force: ``journal_mode`` and ``synchronous``, upper case."""
@@ -455,6 +519,7 @@ class SqliteStore:
         self._cur.execute("DELETE FROM pending WHERE gid = ?", (row.gid,))
         gone = self._conn.changes()
         self._cur.execute("DELETE FROM groups WHERE gid = ?", (row.gid,))
+        self._cur.execute("DELETE FROM fair_clock WHERE gid = ?", (row.gid,))
         return gone
 
     def materialize(
@@ -466,18 +531,20 @@ class SqliteStore:
         end_offset: int | None = None,
         owner: str | None = None,
         deadline_ms: int = 0,
+        fair_key: str | None = None,
     ) -> int:
         # leased: an owner is given (?6) and the record is visible now
         self._cur.execute(
-            "INSERT INTO pending(gid, ofs, k1, k2, visible_at_ms, ready, owner, delivery_count) "
+            "INSERT INTO pending(gid, ofs, k1, k2, visible_at_ms, ready, owner, delivery_count, "
+            "fkey) "
             "SELECT ?1, ofs, CASE WHEN ?2 THEN priority ELSE 0 END, "
             "CASE WHEN ?2 THEN deliver_at_ms ELSE 0 END, "
             "CASE WHEN leased THEN ?7 ELSE deliver_at_ms END, "
             "CASE WHEN leased THEN 0 ELSE deliver_at_ms <= ?3 END, "
-            "CASE WHEN leased THEN ?6 ELSE NULL END, leased "
+            "CASE WHEN leased THEN ?6 ELSE NULL END, leased, fkey "
             "FROM (SELECT ofs, priority, deliver_at_ms, "
-            "(?6 IS NOT NULL AND deliver_at_ms <= ?3) AS leased FROM records "
-            "WHERE ofs >= ?4 AND ofs < ?5)",
+            f"(?6 IS NOT NULL AND deliver_at_ms <= ?3) AS leased, {_fkey_sql('?8')} AS fkey "
+            "FROM records WHERE ofs >= ?4 AND ofs < ?5)",
             (
                 gid,
                 ordering,
@@ -486,6 +553,7 @@ class SqliteStore:
                 INT64_MAX if end_offset is None else end_offset,
                 owner,
                 deadline_ms,
+                fair_key,
             ),
         )
         return self._conn.changes()
@@ -596,9 +664,14 @@ class SqliteStore:
         )
 
     def pending_put(self, gid: int, rows: Sequence[PendingRow]) -> None:
+        # An upsert, not INSERT OR REPLACE: a replaced row would leave the fair triggers
+        # unfired (and lose its fkey); the update keeps fkey and fires them.
         self._cur.executemany(
-            "INSERT OR REPLACE INTO pending(gid, ofs, k1, k2, visible_at_ms, ready, owner, "
-            "delivery_count) VALUES (?,?,?,?,?,?,?,?)",
+            "INSERT INTO pending(gid, ofs, k1, k2, visible_at_ms, ready, owner, "
+            "delivery_count) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(gid, ofs) DO UPDATE SET "
+            "k1 = excluded.k1, k2 = excluded.k2, visible_at_ms = excluded.visible_at_ms, "
+            "ready = excluded.ready, owner = excluded.owner, "
+            "delivery_count = excluded.delivery_count",
             [
                 (
                     gid,
@@ -645,7 +718,10 @@ class SqliteStore:
             gone += self._conn.changes()
         return gone
 
-    def pending_reorder(self, ordering: int) -> None:
+    def pending_reorder(self, ordering: int, fair_key: str | None = None) -> None:
+        # First every fair key leaves (one direction per statement: see store.py), then the
+        # fair ones join again.
+        self._cur.execute("UPDATE pending SET fkey = NULL WHERE fkey IS NOT NULL")
         self._cur.execute(
             "UPDATE pending SET "
             "k1 = CASE WHEN ?1 THEN (SELECT priority FROM records r WHERE r.ofs = pending.ofs) "
@@ -653,6 +729,12 @@ class SqliteStore:
             "(SELECT deliver_at_ms FROM records r WHERE r.ofs = pending.ofs) ELSE 0 END",
             (ordering,),
         )
+        if fair_key is not None:
+            self._cur.execute(
+                f"UPDATE pending SET fkey = (SELECT {_fkey_sql('?1', 'r.key', 'r.headers')} "
+                "FROM records r WHERE r.ofs = pending.ofs)",
+                (fair_key,),
+            )
 
     def release(self, gid: int, owner: str | None, now_ms: int) -> int:
         if owner is None:
@@ -683,6 +765,74 @@ class SqliteStore:
 
     def count_pending(self, gid: int) -> int:
         return int(self._rows("SELECT count(*) FROM pending WHERE gid = ?", (gid,))[0][0])
+
+    # -- fair ordering ------------------------------------------------------------------------
+
+    def fair_rotation(self, gid: int) -> tuple[list[tuple[bytes, int, int]], int]:
+        rotation = self._rows(
+            "SELECT fkey, turn, ready FROM fair_keys WHERE gid = ? ORDER BY turn, fkey", (gid,)
+        )
+        return [(bytes(k), t, r) for k, t, r in rotation], self._served(gid)
+
+    def _served(self, gid: int) -> int:
+        rows = self._rows("SELECT served FROM fair_clock WHERE gid = ?", (gid,))
+        return int(rows[0][0]) if rows else 0
+
+    def _select_fair(self, gid: int, limit: int, columns: str) -> list[Any]:
+        """Round robin over the first ``limit`` keys of the rotation (fair_keys by turn: an
+        index walk), each key's rows read by one search of pending_fair: O(limit log n)."""
+        rotation = self._rows(
+            "SELECT fkey, ready FROM fair_keys WHERE gid = ? ORDER BY turn, fkey LIMIT ?",
+            (gid, max(limit, 0)),
+        )
+        order = fair_plan([ready for _, ready in rotation], limit)
+        takes = [0] * len(rotation)
+        for i in order:
+            takes[i] += 1
+        rows = []
+        for (fkey, _), take in zip(rotation, takes, strict=True):
+            found = self._rows(
+                f"SELECT {columns} FROM pending p CROSS JOIN records r ON r.ofs = p.ofs "
+                "WHERE p.gid = ? AND p.fkey = ? AND p.ready = 1 ORDER BY p.k1, p.k2, p.ofs "
+                "LIMIT ?",
+                (gid, fkey, take),
+            )
+            assert len(found) == take, f"group {gid}'s fair key has fewer ready rows than counted"
+            rows.append(found)
+        return fair_sequence(order, rows)
+
+    def select_fair_records(self, gid: int, limit: int) -> list[ReadyRecord]:
+        return self._select_fair(
+            gid,
+            limit,
+            "p.ofs, p.delivery_count, r.timestamp_ms, r.key, r.value, r.headers, r.priority, "
+            "r.deliver_at_ms, r.idempotency_key, r.size",
+        )
+
+    def select_fair_offsets(self, gid: int, limit: int) -> list[tuple[int, int, int]]:
+        return self._select_fair(gid, limit, "p.ofs, p.delivery_count, r.size")
+
+    def fair_served(self, gid: int, offsets: Sequence[int]) -> None:
+        if not offsets:
+            return
+        fkeys = dict(
+            self._cur.execute(
+                "SELECT ofs, fkey FROM pending WHERE gid = ? AND ofs IN carray(?)",
+                (gid, _int64s(offsets)),
+            )
+        )
+        assert len(fkeys) == len(offsets), f"group {gid} served offsets it lacks"
+        served = self._served(gid)
+        turns = fair_turns([fkeys[o] for o in offsets], served)
+        self._cur.executemany(
+            "UPDATE fair_keys SET turn = ? WHERE gid = ? AND fkey = ?",
+            [(turn, gid, fkey) for fkey, turn in turns.items()],
+        )
+        self._cur.execute(
+            "INSERT INTO fair_clock(gid, served) VALUES (?, ?) "
+            "ON CONFLICT(gid) DO UPDATE SET served = excluded.served",
+            (gid, served + len(offsets)),
+        )
 
     # -- outbox -------------------------------------------------------------------------------
 
@@ -754,6 +904,7 @@ class SqliteStore:
                     backup.step(-1)
         finally:
             source.close()
+        self._migrate()  # a snapshot from before fair ordering
 
     def dump(self) -> dict[str, Any]:
         return canonical_dump(
@@ -783,6 +934,9 @@ class SqliteStore:
             self._rows("SELECT grp, generation FROM fences"),
             self._rows("SELECT ofs, expires_at_ms FROM expiries"),
             self.schedules(),
+            self._rows("SELECT gid, ofs, fkey FROM pending WHERE fkey IS NOT NULL"),
+            self._rows("SELECT gid, fkey, turn, ready FROM fair_keys"),
+            self._rows("SELECT gid, served FROM fair_clock"),
         )
 
     def checkpoint(self) -> None:
@@ -794,12 +948,73 @@ class SqliteStore:
         self._conn.close()
 
 
-# -- for reports ----------------------------------------------------------------------------
+# -- benchmark baseline (bench/partition_apply.py) -------------------------------------------
+# Not used by the broker. It lives here because this is the only module that imports apsw.
 
 
 def sqlite_versions() -> dict[str, str]:
     """The APSW and SQLite library versions this store runs on (for benchmark reports)."""
     return {"apsw": apsw.apswversion(), "sqlite": apsw.sqlitelibversion()}
+
+
+def raw_insert_benchmark(
+    path: str,
+    batches: int,
+    batch_size: int,
+    value_size: int,
+    *,
+    synchronous: str = "FULL",
+    seed: int = 0,
+) -> float:
+    """BENCHMARK BASELINE: seconds spent inserting ``batches`` x ``batch_size`` rows of
+    ``value_size``-byte values into a table shaped like ``records``, one transaction per batch,
+    with the same pragmas as SqliteStore (WAL, ``synchronous``). Building the rows is not timed.
+    Called again on the same file, it appends after the rows already there.
+    """
+    if synchronous not in SYNCHRONOUS_MODES:
+        raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
+    rng = random.Random(seed)
+    conn = apsw.Connection(path)
+    try:
+        cur = conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
+        cur.execute("PRAGMA cache_size=-65536")
+        cur.execute(
+            "CREATE TABLE IF NOT EXISTS records("
+            "ofs INTEGER PRIMARY KEY, timestamp_ms INTEGER NOT NULL, key BLOB, "
+            "value BLOB NOT NULL, headers BLOB, priority INTEGER NOT NULL, "
+            "deliver_at_ms INTEGER NOT NULL, idempotency_key TEXT, producer_id TEXT, "
+            "sequence INTEGER, size INTEGER NOT NULL)"
+        )
+        sql = f"INSERT INTO records({_RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+        ((offset,),) = cur.execute("SELECT coalesce(max(ofs) + 1, 0) FROM records")
+        elapsed = 0.0
+        for b in range(batches):
+            rows = [
+                (
+                    offset + i,
+                    b,
+                    None,
+                    rng.randbytes(value_size),
+                    None,
+                    0,
+                    0,
+                    None,
+                    None,
+                    None,
+                    value_size,
+                )
+                for i in range(batch_size)
+            ]
+            offset += batch_size
+            start = time.perf_counter()
+            with conn:
+                cur.executemany(sql, rows)
+            elapsed += time.perf_counter() - start
+        return elapsed
+    finally:
+        conn.close()
 
 
 class SnapshotCancelled(Exception):

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from raftq.partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, ReadyRecord, RecordRow
+from raftq.proto import common_pb2
 
 # Producer ids that contain this mark (the Spark writer's: ``spark:...``, or ``<principal>/spark:``
 # once an authenticated broker prefixed it) have their records indexed, so a retried writer
@@ -118,7 +119,8 @@ class PartitionStore(Protocol):
     # Give the group a pending row for every record from from_offset on (up to end_offset,
     # exclusive, when given). With an ``owner``, the rows visible at now_ms are written
     # already leased to it until deadline_ms (delivery 1): a fifo Lease taking fresh records
-    # writes each row once.
+    # writes each row once. With ``fair_key`` (a fair topic), each row gets its record's fair key
+    # (fair_key_of) and joins its group's rotation when ready.
     def materialize(
         self,
         gid: int,
@@ -128,6 +130,7 @@ class PartitionStore(Protocol):
         end_offset: int | None = None,
         owner: str | None = None,
         deadline_ms: int = 0,
+        fair_key: str | None = None,
     ) -> int: ...
     # records from from_offset on that are visible at now_ms, in offset order, as ReadyRecords
     # with delivery_count 0: what a fifo Lease takes after the group's ready rows
@@ -158,7 +161,20 @@ class PartitionStore(Protocol):
     def pending_for_offset(self, offset: int) -> dict[int, PendingRow]: ...
     def pending_delete_offset(self, offset: int) -> int: ...
     def pending_delete_below(self, offset: int) -> int: ...
-    def pending_reorder(self, ordering: int) -> None: ...
+    # ordering (0 fifo, else by (priority, deliver_at_ms)) and fair key (None: not fair) of
+    # every pending row, from its record; every fair key leaves its group's rotation and the
+    # fair ones join it again (fair_rotation)
+    def pending_reorder(self, ordering: int, fair_key: str | None = None) -> None: ...
+
+    # Fair ordering (a fair topic; the section "Fair ordering" below). Per group, the rotation:
+    # each fair key with ready rows and its turn. select_fair_* answer what select_ready_* do,
+    # in round-robin order over the rotation; fair_served moves the keys of leased offsets
+    # (in delivery order) to the back.
+    def select_fair_records(self, gid: int, limit: int) -> list[ReadyRecord]: ...
+    def select_fair_offsets(self, gid: int, limit: int) -> list[tuple[int, int, int]]: ...
+    def fair_served(self, gid: int, offsets: Sequence[int]) -> None: ...
+    # (fkey, turn, ready rows) in rotation order, and the group's count of served deliveries
+    def fair_rotation(self, gid: int) -> tuple[list[tuple[bytes, int, int]], int]: ...
     def release(self, gid: int, owner: str | None, now_ms: int) -> int: ...
     def lowest_pending(self, gid: int) -> int | None: ...
     def count_leased(self, gid: int, now_ms: int) -> int: ...
@@ -217,8 +233,65 @@ def _ready_record(offset: int, delivery_count: int, r: RecordRow) -> ReadyRecord
 
 
 def order_keys(ordering: int, priority: int, deliver_at_ms: int) -> tuple[int, int]:
-    """(k1, k2) of a pending row: fifo ignores priority and schedule; priority sorts by both."""
+    """(k1, k2) of a pending row: fifo ignores priority and schedule; priority (and fair, within
+    a fair key) sorts by both."""
     return (priority, deliver_at_ms) if ordering else (0, 0)
+
+
+# -- Fair ordering ------------------------------------------------------------------------------
+#
+# On a fair topic every pending row carries its record's fair key (fair_key_of). Per group, the
+# *rotation* holds each fair key that has ready rows, with a turn; a Lease delivers round-robin
+# over the rotation in (turn, fkey) order, each key's rows in (k1, k2, offset) order:
+# fair_plan. Turns: a group counts the deliveries served to it (``served``). A key that gains
+# its first ready row joins at turn 2 * served + 1: behind every key served so far, keys joining
+# together in fkey order. A key delivered as the i-th record (0-based) of a Lease gets turn
+# 2 * (served + i + 1) (fair_served; its last delivery counts): the back of the line. A key
+# left without ready rows leaves the rotation (a later ready row joins it again, at the back).
+# Every store change that makes rows ready or not ready moves keys in one direction only, so
+# the rotation is a function of the applied commands alone (the same on every replica).
+
+
+def fair_key_of(key: bytes | None, headers: bytes | None, fair_key: str) -> bytes:
+    """A record's fair key: its key (``fair_key`` ""), else the value of its header named
+    ``fair_key``; b"" when it has none (every such record shares the one key b"")."""
+    if not fair_key:
+        return key or b""
+    if not headers:
+        return b""
+    return common_pb2.Record.FromString(headers).headers.get(fair_key, b"")
+
+
+def fair_plan(ready_counts: Sequence[int], limit: int) -> list[int]:
+    """Round robin over keys in rotation order with these many ready rows each: the key index of
+    each of at most ``limit`` deliveries (one per key per round, a key until its rows run out)."""
+    order: list[int] = []
+    active = [i for i, count in enumerate(ready_counts) if count > 0]
+    taken = 0
+    while active and len(order) < limit:
+        order.extend(active[: limit - len(order)])
+        taken += 1
+        active = [i for i in active if ready_counts[i] > taken]
+    return order
+
+
+def fair_sequence(order: Sequence[int], rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """Deliveries in ``order`` (fair_plan) from each key's rows (its first ones, in order)."""
+    cursor = [0] * len(rows)
+    out = []
+    for i in order:
+        out.append(rows[i][cursor[i]])
+        cursor[i] += 1
+    return out
+
+
+def fair_turns(fkeys: Sequence[bytes | None], served: int) -> dict[bytes, int]:
+    """The turn each key delivered in this order (a Lease's) moves to; ``served`` before it."""
+    turns: dict[bytes, int] = {}
+    for i, fkey in enumerate(fkeys):
+        if fkey is not None:
+            turns[fkey] = 2 * (served + i + 1)
+    return turns
 
 
 class MemoryStore:
@@ -239,6 +312,10 @@ class MemoryStore:
         self._fences: dict[str, int] = {}
         self._expiries: dict[int, int] = {}
         self._schedules: dict[str, bytes] = {}
+        # fair ordering, per gid: the rotation (fkey -> turn) and the deliveries served
+        self._fair_turns: dict[int, dict[bytes, int]] = {}
+        self._fair_served: dict[int, int] = {}
+        self._fair_used = False  # some row ever had a fair key (else _fair_sync has nothing to do)
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -254,6 +331,8 @@ class MemoryStore:
             self._fences,
             self._expiries,
             self._schedules,
+            self._fair_turns,
+            self._fair_served,
         )
 
     @contextlib.contextmanager
@@ -275,6 +354,8 @@ class MemoryStore:
                 self._fences,
                 self._expiries,
                 self._schedules,
+                self._fair_turns,
+                self._fair_served,
             ) = saved
             raise
 
@@ -467,7 +548,11 @@ class MemoryStore:
     def group_forget(self, name: str) -> int:
         self._fences.pop(name, None)
         row = self._groups.pop(name, None)
-        return len(self._pending.pop(row.gid, {})) if row is not None else 0
+        if row is None:
+            return 0
+        self._fair_turns.pop(row.gid, None)
+        self._fair_served.pop(row.gid, None)
+        return len(self._pending.pop(row.gid, {}))
 
     def materialize(
         self,
@@ -478,6 +563,7 @@ class MemoryStore:
         end_offset: int | None = None,
         owner: str | None = None,
         deadline_ms: int = 0,
+        fair_key: str | None = None,
     ) -> int:
         _fits(deadline_ms)
         pending = self._pending[gid]
@@ -489,11 +575,16 @@ class MemoryStore:
             rec = self._records[offset]
             k1, k2 = order_keys(ordering, rec.priority, rec.deliver_at_ms)
             ready = rec.deliver_at_ms <= now_ms
+            fkey = None if fair_key is None else fair_key_of(rec.key, rec.headers, fair_key)
             if ready and owner is not None:
-                pending[offset] = PendingRow(offset, k1, k2, deadline_ms, False, owner, 1)
+                pending[offset] = PendingRow(offset, k1, k2, deadline_ms, False, owner, 1, fkey)
             else:
-                pending[offset] = PendingRow(offset, k1, k2, rec.deliver_at_ms, ready, None, 0)
+                pending[offset] = PendingRow(
+                    offset, k1, k2, rec.deliver_at_ms, ready, None, 0, fkey
+                )
             added += 1
+        self._fair_used = self._fair_used or fair_key is not None
+        self._fair_sync()
         return added
 
     def select_ready_offsets(self, gid: int, limit: int) -> list[tuple[int, int, int]]:
@@ -528,6 +619,7 @@ class MemoryStore:
             if _due(p, now_ms, lease_grace_ms):
                 p.ready, p.owner = True, None
                 moved += 1
+        self._fair_sync()
         return moved
 
     def select_ready(self, gid: int, limit: int) -> list[PendingRow]:
@@ -557,6 +649,7 @@ class MemoryStore:
             p = pending[offset]
             p.ready, p.owner, p.visible_at_ms = False, owner, deadline_ms
             p.delivery_count += 1
+        self._fair_sync()
 
     def pending_get(self, gid: int, offsets: Sequence[int]) -> dict[int, PendingRow]:
         pending = self._pending.get(gid, {})
@@ -574,13 +667,19 @@ class MemoryStore:
         }
 
     def pending_put(self, gid: int, rows: Sequence[PendingRow]) -> None:
+        pending = self._pending[gid]
         for row in rows:
             _fits_row(row)
-            self._pending[gid][row.offset] = copy.copy(row)
+            earlier = pending.get(row.offset)
+            pending[row.offset] = dataclasses.replace(  # the fair key stays the row's own
+                row, fkey=None if earlier is None else earlier.fkey
+            )
+        self._fair_sync()
 
     def pending_delete(self, gid: int, offsets: Sequence[int]) -> None:
         for offset in offsets:
             self._pending[gid].pop(offset, None)
+        self._fair_sync()
 
     def pending_for_offset(self, offset: int) -> dict[int, PendingRow]:
         return {
@@ -588,7 +687,9 @@ class MemoryStore:
         }
 
     def pending_delete_offset(self, offset: int) -> int:
-        return sum(1 for rows in self._pending.values() if rows.pop(offset, None))
+        gone = sum(1 for rows in self._pending.values() if rows.pop(offset, None))
+        self._fair_sync()
+        return gone
 
     def pending_delete_below(self, offset: int) -> int:
         gone = 0
@@ -596,13 +697,19 @@ class MemoryStore:
             for o in [o for o in rows if o < offset]:
                 del rows[o]
                 gone += 1
+        self._fair_sync()
         return gone
 
-    def pending_reorder(self, ordering: int) -> None:
+    def pending_reorder(self, ordering: int, fair_key: str | None = None) -> None:
         for rows in self._pending.values():
             for p in rows.values():
                 rec = self._records[p.offset]
                 p.k1, p.k2 = order_keys(ordering, rec.priority, rec.deliver_at_ms)
+                p.fkey = None if fair_key is None else fair_key_of(rec.key, rec.headers, fair_key)
+        for turns in self._fair_turns.values():  # every key leaves; the fair ones join again
+            turns.clear()
+        self._fair_used = self._fair_used or fair_key is not None
+        self._fair_sync()
 
     def release(self, gid: int, owner: str | None, now_ms: int) -> int:
         released = 0
@@ -625,6 +732,65 @@ class MemoryStore:
 
     def count_pending(self, gid: int) -> int:
         return len(self._pending.get(gid, {}))
+
+    # -- fair ordering ------------------------------------------------------------------------
+
+    def _fair_sync(self) -> None:
+        """Keys without ready rows leave their group's rotation; keys with them that are not in
+        it join (what SqliteStore's triggers do row by row)."""
+        if not self._fair_used:
+            return
+        for gid, rows in self._pending.items():
+            ready = {p.fkey for p in rows.values() if p.ready and p.fkey is not None}
+            turns = self._fair_turns.setdefault(gid, {})
+            for fkey in [k for k in turns if k not in ready]:
+                del turns[fkey]
+            join = 2 * self._fair_served.get(gid, 0) + 1
+            for fkey in ready:
+                turns.setdefault(fkey, join)
+            if not turns:
+                del self._fair_turns[gid]
+
+    def _fair_ready(self, gid: int) -> dict[bytes, list[PendingRow]]:
+        by_key: dict[bytes, list[PendingRow]] = {}
+        for p in self._pending.get(gid, {}).values():
+            if p.ready and p.fkey is not None:
+                by_key.setdefault(p.fkey, []).append(p)
+        for rows in by_key.values():
+            rows.sort(key=lambda p: (p.k1, p.k2, p.offset))
+        return by_key
+
+    def fair_rotation(self, gid: int) -> tuple[list[tuple[bytes, int, int]], int]:
+        turns = self._fair_turns.get(gid, {})
+        ready = self._fair_ready(gid)
+        rotation = sorted((turn, fkey) for fkey, turn in turns.items())
+        return [(k, t, len(ready[k])) for t, k in rotation], self._fair_served.get(gid, 0)
+
+    def select_fair_records(self, gid: int, limit: int) -> list[ReadyRecord]:
+        rotation, _ = self.fair_rotation(gid)
+        rotation = rotation[: max(limit, 0)]
+        order = fair_plan([ready for _, _, ready in rotation], limit)
+        ready = self._fair_ready(gid)
+        rows = [
+            [_ready_record(p.offset, p.delivery_count, self._records[p.offset]) for p in ready[k]]
+            for k, _, _ in rotation
+        ]
+        return fair_sequence(order, rows)
+
+    def select_fair_offsets(self, gid: int, limit: int) -> list[tuple[int, int, int]]:
+        return [(r[0], r[1], r[9]) for r in self.select_fair_records(gid, limit)]
+
+    def fair_served(self, gid: int, offsets: Sequence[int]) -> None:
+        if not offsets:
+            return
+        pending = self._pending[gid]
+        assert all(o in pending for o in offsets), f"group {gid} served offsets it lacks"
+        served = self._fair_served.get(gid, 0)
+        turns = self._fair_turns.get(gid, {})
+        for fkey, turn in fair_turns([pending[o].fkey for o in offsets], served).items():
+            if fkey in turns:
+                turns[fkey] = turn
+        self._fair_served[gid] = served + len(offsets)
 
     # -- outbox -------------------------------------------------------------------------------
 
@@ -670,6 +836,18 @@ class MemoryStore:
             self._fences.items(),
             self._expiries.items(),
             self._schedules.items(),
+            (
+                (gid, p.offset, p.fkey)
+                for gid, rows in self._pending.items()
+                for p in rows.values()
+                if p.fkey is not None
+            ),
+            (
+                (gid, fkey, turn, ready)
+                for gid in self._fair_turns
+                for fkey, turn, ready in self.fair_rotation(gid)[0]
+            ),
+            self._fair_served.items(),
         )
 
     def close(self) -> None:
@@ -687,6 +865,9 @@ def canonical_dump(
     fences: Iterable[tuple[str, int]],
     expiries: Iterable[tuple[int, int]],
     schedules: Iterable[tuple[str, bytes]] = (),
+    fair_keys: Iterable[tuple[int, int, bytes]] = (),
+    fair_rotation: Iterable[tuple[int, bytes, int, int]] = (),
+    fair_served: Iterable[tuple[int, int]] = (),
 ) -> dict[str, Any]:
     """A store's whole state as plain sorted data: equal dumps mean equal replicas."""
     names = {g.gid: g.name for g in groups}
@@ -713,4 +894,11 @@ def canonical_dump(
         "fences": sorted(fences),
         "expiries": sorted(expiries),
         "schedules": sorted(schedules),
+        # fair ordering: (group, offset, fair key) of pending rows; (group, fair key, turn,
+        # ready rows) of the rotations; (group, deliveries served)
+        "fair": (
+            sorted((names[g], o, k) for g, o, k in fair_keys),
+            sorted((names[g], k, t, r) for g, k, t, r in fair_rotation),
+            sorted((names[g], n) for g, n in fair_served),
+        ),
     }

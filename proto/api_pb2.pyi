@@ -409,7 +409,7 @@ class BackupChunk(_message.Message):
     def __init__(self, applied_index: _Optional[int] = ..., size_bytes: _Optional[int] = ..., chunks: _Optional[int] = ..., next_offset: _Optional[int] = ..., index: _Optional[int] = ..., sha256: _Optional[bytes] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class TopicConfigUpdate(_message.Message):
-    __slots__ = ("ordering", "lease_ms", "max_deliveries", "dead_letter_topic", "retention_ms", "retention_bytes", "max_record_bytes", "dedup_window_ms", "nack_backoff_base_ms", "nack_backoff_max_ms", "ttl_ms", "ttl_action")
+    __slots__ = ("ordering", "lease_ms", "max_deliveries", "dead_letter_topic", "retention_ms", "retention_bytes", "max_record_bytes", "dedup_window_ms", "nack_backoff_base_ms", "nack_backoff_max_ms", "ttl_ms", "ttl_action", "fair_key")
     ORDERING_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
@@ -422,6 +422,7 @@ class TopicConfigUpdate(_message.Message):
     NACK_BACKOFF_MAX_MS_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     TTL_ACTION_FIELD_NUMBER: _ClassVar[int]
+    FAIR_KEY_FIELD_NUMBER: _ClassVar[int]
     ordering: _common_pb2.Ordering
     lease_ms: int
     max_deliveries: int
@@ -434,7 +435,8 @@ class TopicConfigUpdate(_message.Message):
     nack_backoff_max_ms: int
     ttl_ms: int
     ttl_action: _common_pb2.TtlAction
-    def __init__(self, ordering: _Optional[_Union[_common_pb2.Ordering, str]] = ..., lease_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_record_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., nack_backoff_base_ms: _Optional[int] = ..., nack_backoff_max_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., ttl_action: _Optional[_Union[_common_pb2.TtlAction, str]] = ...) -> None: ...
+    fair_key: str
+    def __init__(self, ordering: _Optional[_Union[_common_pb2.Ordering, str]] = ..., lease_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_record_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., nack_backoff_base_ms: _Optional[int] = ..., nack_backoff_max_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., ttl_action: _Optional[_Union[_common_pb2.TtlAction, str]] = ..., fair_key: _Optional[str] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "partitions", "replication_factor", "config")

@@ -40,6 +40,7 @@ class Ordering(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FIFO: _ClassVar[Ordering]
     PRIORITY: _ClassVar[Ordering]
+    FAIR: _ClassVar[Ordering]
 
 class TtlAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -78,6 +79,7 @@ SCHEDULE_EXISTS: ErrorCode
 BAD_BACKUP: ErrorCode
 FIFO: Ordering
 PRIORITY: Ordering
+FAIR: Ordering
 TTL_DROP: TtlAction
 TTL_DEAD_LETTER: TtlAction
 CATCH_UP_ONCE: CatchUp
@@ -143,7 +145,7 @@ class DeliveryColumns(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[int]] = ..., delivery_counts: _Optional[_Iterable[int]] = ..., timestamps_ms: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[bytes]] = ..., lease_deadline_ms: _Optional[int] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
-    __slots__ = ("ordering", "lease_ms", "max_deliveries", "dead_letter_topic", "retention_ms", "retention_bytes", "max_record_bytes", "dedup_window_ms", "nack_backoff_base_ms", "nack_backoff_max_ms", "ttl_ms", "ttl_action")
+    __slots__ = ("ordering", "lease_ms", "max_deliveries", "dead_letter_topic", "retention_ms", "retention_bytes", "max_record_bytes", "dedup_window_ms", "nack_backoff_base_ms", "nack_backoff_max_ms", "ttl_ms", "ttl_action", "fair_key")
     ORDERING_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
@@ -156,6 +158,7 @@ class TopicConfig(_message.Message):
     NACK_BACKOFF_MAX_MS_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     TTL_ACTION_FIELD_NUMBER: _ClassVar[int]
+    FAIR_KEY_FIELD_NUMBER: _ClassVar[int]
     ordering: Ordering
     lease_ms: int
     max_deliveries: int
@@ -168,7 +171,8 @@ class TopicConfig(_message.Message):
     nack_backoff_max_ms: int
     ttl_ms: int
     ttl_action: TtlAction
-    def __init__(self, ordering: _Optional[_Union[Ordering, str]] = ..., lease_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_record_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., nack_backoff_base_ms: _Optional[int] = ..., nack_backoff_max_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., ttl_action: _Optional[_Union[TtlAction, str]] = ...) -> None: ...
+    fair_key: str
+    def __init__(self, ordering: _Optional[_Union[Ordering, str]] = ..., lease_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_record_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., nack_backoff_base_ms: _Optional[int] = ..., nack_backoff_max_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., ttl_action: _Optional[_Union[TtlAction, str]] = ..., fair_key: _Optional[str] = ...) -> None: ...
 
 class Schedule(_message.Message):
     __slots__ = ("name", "cron", "time_zone", "interval_ms", "template", "partition", "catch_up", "paused", "after_ms", "created_ms", "fired", "missed", "last_slot_ms", "revision", "next_slot_ms")

@@ -48,7 +48,8 @@ RESOURCE_FIELDS = {
 }
 # String fields that name no resource (decided one by one: add a new field to one set).
 # scope: CommitTxn/GetTxn's watermark key within a txn app (the right is on the app).
-NOT_RESOURCES = {"producer_id", "idempotency_key", "scope"}
+# fair_key: a topic setting naming a record header (ordering=fair), not a resource.
+NOT_RESOURCES = {"producer_id", "idempotency_key", "scope", "fair_key"}
 
 
 def _rules(pattern: str) -> tuple[AclRule, ...]:

@@ -17,7 +17,15 @@ from typing import Any
 import pytest
 
 from raftq.partitions.reader import ProducerState, producer_state
-from raftq.partitions.rows import ORDER_FIFO, ORDER_PRIORITY, Meta, OutboxRow, PendingRow, RecordRow
+from raftq.partitions.rows import (
+    ORDER_FAIR,
+    ORDER_FIFO,
+    ORDER_PRIORITY,
+    Meta,
+    OutboxRow,
+    PendingRow,
+    RecordRow,
+)
 from raftq.partitions.sqlite_store import TRACKED_PRODUCER_WHERE, SqliteStore
 from raftq.partitions.store import MemoryStore, PartitionStore
 
@@ -732,6 +740,49 @@ def test_materialize_can_write_a_visible_prefix_already_leased(store: PartitionS
     assert [r[2] for r in store.fresh_offsets(0, 100, 3)] == [
         r[9] for r in store.fresh_records(0, 100, 3)
     ]
+
+
+def test_fair_rotation_joins_serves_and_leaves(store: PartitionStore) -> None:
+    """Fair ordering's rows: keys with ready rows form the rotation, joining at 2*served+1 in
+    key order; a key served goes to the back (2*(served+i+1)); a key without ready rows leaves;
+    pending_put keeps a row's fair key; group_forget drops the rotation."""
+    with store.transaction():
+        store.insert_records(
+            [
+                *(rec(0, key=b"b"), rec(1, key=b"a", priority=1), rec(2, key=b"a"), rec(3)),
+                rec(4, key=b"c", deliver_at=500),
+            ]
+        )
+    g1 = group(store, "g1")
+    with store.transaction():
+        store.materialize(g1, 0, 100, ORDER_FAIR, fair_key="")
+    assert store.fair_rotation(g1) == ([(b"", 1, 1), (b"a", 1, 2), (b"b", 1, 1)], 0)
+    assert [r[0] for r in store.select_fair_records(g1, 10)] == [3, 2, 0, 1]  # a: by priority
+    assert store.select_fair_offsets(g1, 2) == [
+        (r[0], r[1], r[9]) for r in store.select_fair_records(g1, 2)
+    ]
+    with store.transaction():
+        store.lease(g1, [3, 2], "m", 900)
+        store.fair_served(g1, [3, 2])
+    # b"" left (no ready row), a served second: turn 2 * (0 + 1 + 1)
+    assert store.fair_rotation(g1) == ([(b"b", 1, 1), (b"a", 4, 1)], 2)
+    rows = store.pending_get(g1, [2])
+    assert rows[2].fkey == b"a"
+    with store.transaction():  # a nack-like change keeps the fair key
+        store.pending_put(g1, [pend(2, k1=1, visible=200, ready=False, count=1)])
+        store.promote(g1, 600)  # offset 2 and c's offset 4 join, at 2 * 2 + 1
+    assert store.pending_get(g1, [2])[2].fkey == b"a"
+    assert store.fair_rotation(g1) == ([(b"b", 1, 1), (b"a", 4, 2), (b"c", 5, 1)], 2)
+    with store.transaction():
+        store.pending_reorder(ORDER_PRIORITY)  # not fair any more: every key leaves
+    assert store.fair_rotation(g1) == ([], 2) and store.select_fair_records(g1, 5) == []
+    with store.transaction():
+        store.pending_reorder(ORDER_FAIR, "")  # fair again: all join together, in key order
+    assert [k for k, _, _ in store.fair_rotation(g1)[0]] == [b"a", b"b", b"c"]
+    with store.transaction():
+        store.group_forget("g1")
+    again = group(store, "g1")
+    assert store.fair_rotation(again) == ([], 0)
 
 
 def test_pending_leases_names_only_live_leases_of_the_owner(store: PartitionStore) -> None:

@@ -61,8 +61,8 @@ def config_update(config: Mapping[str, Any]) -> api_pb2.TopicConfigUpdate:
             known = ", ".join(api_pb2.TopicConfigUpdate.DESCRIPTOR.fields_by_name)
             raise errors.InvalidArgument(f"no topic setting {name!r}; known: {known}")
         if name == "ordering" and isinstance(value, str):
-            if value.upper() not in ("FIFO", "PRIORITY"):
-                raise errors.InvalidArgument(f"ordering {value!r}: use fifo or priority")
+            if value.upper() not in ("FIFO", "PRIORITY", "FAIR"):
+                raise errors.InvalidArgument(f"ordering {value!r}: use fifo, priority or fair")
             value = common_pb2.Ordering.Value(value.upper())
         if name == "ttl_action" and isinstance(value, str):
             if value.lower() not in ("drop", "dead_letter"):
