@@ -28,6 +28,7 @@ BENCHMARKS = [
     "bench.overload",
     "bench.vs_nats",
     "bench.snapshot_stall",
+    "bench.http_api",
 ]
 
 

@@ -19,8 +19,11 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+
+import grpc
 
 from raftq.backend import Backend
 from raftq.config import BrokerConfig, raft_frame_bytes_max
@@ -60,9 +63,14 @@ def raft_timings(config: BrokerConfig) -> RaftTimings:
 
 
 class Broker:
-    """Raises (constructor): ``errors.Unavailable`` when a port cannot be bound."""
+    """Raises (constructor): ``errors.Unavailable`` when a port cannot be bound.
 
-    def __init__(self, config: BrokerConfig) -> None:
+    ``interceptors``: more gRPC server interceptors on the client port, run after the broker's
+    own (metrics, admission, auth); tests record or fail calls with them."""
+
+    def __init__(
+        self, config: BrokerConfig, *, interceptors: Sequence[grpc.ServerInterceptor] = ()
+    ) -> None:
         self.config = config
         self.id = config.broker.id
         self.draining = False  # RemoveBroker runs on it (the metadata leader's report ack)
@@ -153,21 +161,24 @@ class Broker:
             self.metrics = BrokerMetrics(self)
             self.metrics_addr = self.metrics.start(config.broker.metrics_addr)
         self.driver.start()
-        interceptors = [self.metrics.interceptor] if self.metrics is not None else []
+        chain: list[grpc.ServerInterceptor] = []
+        if self.metrics is not None:
+            chain.append(self.metrics.interceptor)
         # Each kind of call (internal, control, admin, long poll, client) runs under a cap of
         # its own in a pool sized to their sum: no kind starves another (transport/admission.py).
         capacity = config.capacity.to_capacity()
         self.admission = AdmissionInterceptor(capacity)
-        interceptors.append(self.admission)  # after metrics: refusals are timed too
+        chain.append(self.admission)  # after metrics: refusals are timed too
         if self.security.interceptor is not None:
-            interceptors.append(self.security.interceptor)
+            chain.append(self.security.interceptor)
+        chain += interceptors
         self.health = Health(self.not_ready)
         self.grpc = serve(
             self.service,
             config.broker.client_addr,
             max_workers=capacity.workers,
             max_streams=capacity.send_streams_max,
-            interceptors=interceptors,
+            interceptors=chain,
             extra_services=[lambda server: add_internal_service(server, internal)],
             credentials=self.security.credentials,
             health_servicer=self.health,

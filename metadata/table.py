@@ -78,10 +78,6 @@ class PartitionInfo:
     revision: int = 0  # the Raft index that last set the replicas
     created_index: int = 0  # the AddPartitions that added it; 0 = created with its topic
 
-    @property
-    def preferred_leader(self) -> int:
-        return self.replicas[0]
-
 
 @dataclass(frozen=True)
 class TopicInfo:

@@ -57,7 +57,6 @@ MAX_CLOCK_SKEW_MS = 3600 * 1000  # a stamped clock_skew_ms is clamped to 0..1 ho
 EXPIRY_ROUNDS = 4  # a Lease whose choice held expired records chooses again at most this often
 PRODUCER_BATCHES_KEPT = 5  # like Kafka: the last five batches of a producer answer retries
 INT32_MAX = 2**31 - 1
-INT32_MIN = -(2**31)
 INT64_MAX = 2**63 - 1
 
 _OFFSET = operator.itemgetter(0)  # of a ReadyRecord (or a slim row)
@@ -140,14 +139,6 @@ def read_records(
             (key, value, None, record.priority, deliver_at_ms, idempotency_key, size, ttl_ms)
         )
     return out
-    size = len(record.key) + len(record.value)
-    if (
-        size <= max_record_bytes
-        and record.deliver_at_ms >= 0
-        and len(record.idempotency_key) <= MAX_NAME_CHARS
-    ):
-        return size
-    return None
 
 
 def check_record(record: common_pb2.Record, config: common_pb2.TopicConfig) -> Rejected | None:

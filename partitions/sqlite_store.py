@@ -25,9 +25,7 @@ import contextlib
 import itertools
 import operator
 import os
-import random
 import sys
-import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -948,73 +946,12 @@ class SqliteStore:
         self._conn.close()
 
 
-# -- benchmark baseline (bench/partition_apply.py) -------------------------------------------
-# Not used by the broker. It lives here because this is the only module that imports apsw.
+# -- for reports ----------------------------------------------------------------------------
 
 
 def sqlite_versions() -> dict[str, str]:
     """The APSW and SQLite library versions this store runs on (for benchmark reports)."""
     return {"apsw": apsw.apswversion(), "sqlite": apsw.sqlitelibversion()}
-
-
-def raw_insert_benchmark(
-    path: str,
-    batches: int,
-    batch_size: int,
-    value_size: int,
-    *,
-    synchronous: str = "FULL",
-    seed: int = 0,
-) -> float:
-    """BENCHMARK BASELINE: seconds spent inserting ``batches`` x ``batch_size`` rows of
-    ``value_size``-byte values into a table shaped like ``records``, one transaction per batch,
-    with the same pragmas as SqliteStore (WAL, ``synchronous``). Building the rows is not timed.
-    Called again on the same file, it appends after the rows already there.
-    """
-    if synchronous not in SYNCHRONOUS_MODES:
-        raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
-    rng = random.Random(seed)
-    conn = apsw.Connection(path)
-    try:
-        cur = conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute(f"PRAGMA synchronous={synchronous}")
-        cur.execute("PRAGMA cache_size=-65536")
-        cur.execute(
-            "CREATE TABLE IF NOT EXISTS records("
-            "ofs INTEGER PRIMARY KEY, timestamp_ms INTEGER NOT NULL, key BLOB, "
-            "value BLOB NOT NULL, headers BLOB, priority INTEGER NOT NULL, "
-            "deliver_at_ms INTEGER NOT NULL, idempotency_key TEXT, producer_id TEXT, "
-            "sequence INTEGER, size INTEGER NOT NULL)"
-        )
-        sql = f"INSERT INTO records({_RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-        ((offset,),) = cur.execute("SELECT coalesce(max(ofs) + 1, 0) FROM records")
-        elapsed = 0.0
-        for b in range(batches):
-            rows = [
-                (
-                    offset + i,
-                    b,
-                    None,
-                    rng.randbytes(value_size),
-                    None,
-                    0,
-                    0,
-                    None,
-                    None,
-                    None,
-                    value_size,
-                )
-                for i in range(batch_size)
-            ]
-            offset += batch_size
-            start = time.perf_counter()
-            with conn:
-                cur.executemany(sql, rows)
-            elapsed += time.perf_counter() - start
-        return elapsed
-    finally:
-        conn.close()
 
 
 class SnapshotCancelled(Exception):

@@ -1,19 +1,24 @@
-"""Real broker processes on 127.0.0.1 for tests and benchmarks (no mocks).
+"""Real brokers on 127.0.0.1 for tests and benchmarks (no mocks): one cluster with knobs.
 
-    with ProcessCluster(tmp_path, brokers=3) as cluster:
+    with make_cluster(tmp_path, brokers=3, processes=True) as cluster:
         cluster.wait_ready()
         admin = cluster.admin()
-        cluster.kill(2)            # SIGKILL, like a crash or power loss of that process
+        cluster.kill(2)            # processes: SIGKILL, like a crash; in-process: Broker.stop()
         cluster.start(2)           # same data directory: it rejoins
         cluster.leader_of("t", 0)  # broker id leading t/0 (from DescribeTopic)
+
+Knobs: ``brokers`` (1 or 3 ...), ``processes`` (ProcessCluster: ``python -m raftq.cli serve``
+per broker, for crashes and signals; else InProcessCluster: ``raftq.server.Broker`` objects in
+this process, for the API, client and CLI suites), ``auth`` (an AuthPolicy: tokens and ACLs
+required, written to ``<root>/auth.yaml``), ``env`` (more RAFTQ_* settings), ``metrics``
+(a Prometheus endpoint per broker, ``metrics_url(i)``), ``interceptors`` (in-process only: gRPC
+server interceptors added to each broker's client port, see tests/interceptors.py).
 
 ``client={...}`` are the keyword arguments of every client the harness makes (``tls_ca_file``,
 ``token``... for a cluster started with security settings in ``env``).
 
-``metrics=True`` gives each broker a Prometheus endpoint (``metrics_url(i)``); off by default.
-
-Each broker runs ``python -m raftq.cli serve`` with its settings in RAFTQ_* variables, its log
-in ``<root>/broker-N.log`` (printed on failure by ``logs()``), data in ``<root>/broker-N``.
+Each broker's settings are RAFTQ_* variables (``env(i)``); a process logs to
+``<root>/broker-N.log`` (printed on failure by ``logs()``); data lives in ``<root>/broker-N``.
 """
 
 from __future__ import annotations
@@ -24,12 +29,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
+
+import grpc
 
 from raftq.client import Admin
+from raftq.config import load_config
 from raftq.proto import errors
+from raftq.server import Broker
+from raftq.transport.auth import RESOURCE_KEYS, AuthPolicy
 from tests.helpers import free_port, stop_processes, wait_until
 
 FAST_RAFT = {
@@ -39,8 +50,25 @@ FAST_RAFT = {
 }
 
 
-class ProcessCluster:
-    serve_module = "raftq.cli"  # tests/chaos runs a shim that binds raft elsewhere
+def auth_file_text(policy: AuthPolicy) -> str:
+    """``policy`` as a ``security.auth_file`` (JSON is YAML)."""
+    keys = {resource: key for key, resource in RESOURCE_KEYS.items()}
+    principals = {
+        p.name: {
+            "token_sha256": p.token_sha256.hex(),
+            "acls": [
+                {keys[rule.resource]: list(rule.names), "operations": sorted(rule.operations)}
+                for rule in p.acls
+            ],
+        }
+        for p in policy.principals
+    }
+    return json.dumps({"principals": principals}, indent=1)
+
+
+class Cluster:
+    """What every kind of cluster shares: addresses, settings, clients and readiness. A kind
+    says how a broker starts, stops and reports liveness."""
 
     def __init__(
         self,
@@ -52,6 +80,7 @@ class ProcessCluster:
         metrics: bool = False,
         client: dict[str, Any] | None = None,
         seeds: int | None = None,
+        auth: AuthPolicy | None = None,
     ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -62,8 +91,12 @@ class ProcessCluster:
         self.raft_ports = {i: free_port() for i in range(1, brokers + 1)}
         self.metrics_ports = {i: free_port() for i in range(1, brokers + 1)} if metrics else {}
         self.extra_env = {**(FAST_RAFT if fast else {}), **(env or {})}
+        if auth is not None:
+            auth_file = self.root / "auth.yaml"
+            auth_file.write_text(auth_file_text(auth))
+            self.extra_env["RAFTQ_SECURITY__AUTH_REQUIRED"] = "true"
+            self.extra_env["RAFTQ_SECURITY__AUTH_FILE"] = str(auth_file)
         self.client_options: dict[str, Any] = dict(client or {})
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._admins: list[Admin] = []
 
     # -- addresses ----------------------------------------------------------------------------
@@ -108,57 +141,6 @@ class ProcessCluster:
             **self.extra_env,
         }
 
-    # -- processes ----------------------------------------------------------------------------
-
-    def start(self, broker: int | None = None) -> None:
-        for i in [broker] if broker is not None else sorted(self.client_ports):
-            assert i not in self.procs or self.procs[i].poll() is not None, f"broker {i} runs"
-            log = (self.root / f"broker-{i}.log").open("ab")
-            self.procs[i] = subprocess.Popen(
-                [sys.executable, "-m", self.serve_module, "serve", "--log-level", "INFO"],
-                env=self.env(i),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            log.close()
-
-    def kill(self, broker: int, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs[broker]
-        proc.send_signal(sig)
-        if sig in (signal.SIGKILL, signal.SIGTERM):
-            proc.wait(timeout=30)
-
-    def alive(self, broker: int) -> bool:
-        return broker in self.procs and self.procs[broker].poll() is None
-
-    def stop(self) -> None:
-        for admin in self._admins:
-            admin.close()
-        stop_processes(self.procs.values(), 15)
-
-    def __enter__(self) -> ProcessCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-        if exc is not None:
-            sys.stderr.write(self.logs())
-
-    def logs(self, lines: int = 40) -> str:
-        out = []
-        for i in sorted(self.client_ports):
-            path = self.root / f"broker-{i}.log"
-            if path.exists():
-                tail = path.read_text(errors="replace").splitlines()[-lines:]
-                out.append(f"---- broker {i} ({path}) ----\n" + "\n".join(tail))
-        return "\n".join(out) + "\n"
-
     # -- cluster state ------------------------------------------------------------------------
 
     def admin(self, bootstrap: str | None = None) -> Admin:
@@ -167,12 +149,12 @@ class ProcessCluster:
         return admin
 
     def live_bootstrap(self) -> str:
-        return ",".join(self.client_addr(i) for i in sorted(self.procs) if self.alive(i))
+        return ",".join(self.client_addr(i) for i in sorted(self.running()))
 
     def wait_ready(self, timeout_s: float = 60.0) -> Any:
         """Every running broker registered and alive in DescribeCluster."""
         admin = self.admin()
-        running = {i for i in self.procs if self.alive(i)}
+        running = self.running()
 
         def ready() -> Any:
             try:
@@ -202,6 +184,149 @@ class ProcessCluster:
         described = self.wait_leaders(topic)
         leader: int = described.partitions[partition].leader
         return leader
+
+    # -- the kind's part ----------------------------------------------------------------------
+
+    def start(self, broker: int | None = None) -> None:
+        """Start ``broker`` (default: every broker) on its data directory."""
+        raise NotImplementedError
+
+    def kill(self, broker: int, sig: int = signal.SIGKILL) -> None:
+        raise NotImplementedError
+
+    def alive(self, broker: int) -> bool:
+        raise NotImplementedError
+
+    def running(self) -> set[int]:
+        return {i for i in self.client_ports if self.alive(i)}
+
+    def stop(self) -> None:
+        """Stop every broker and close the harness's clients."""
+        for admin in self._admins:
+            admin.close()
+
+    def logs(self, lines: int = 40) -> str:
+        return ""
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+        if exc is not None:
+            sys.stderr.write(self.logs())
+
+
+class InProcessCluster(Cluster):
+    """Each broker a ``raftq.server.Broker`` in this process: the real broker code (gRPC,
+    Raft over the TCP mux, SQLite), started in about a second; ``kill`` stops one as
+    ``raftq serve`` does on SIGTERM. ``interceptors`` go on every broker's client port."""
+
+    def __init__(
+        self,
+        root: Path,
+        brokers: int = 1,
+        *,
+        interceptors: Sequence[grpc.ServerInterceptor] = (),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(root, brokers, **kwargs)
+        self.interceptors = tuple(interceptors)
+        self.brokers: dict[int, Broker] = {}
+
+    def start(self, broker: int | None = None) -> None:
+        for i in [broker] if broker is not None else sorted(self.client_ports):
+            assert not self.alive(i), f"broker {i} runs"
+            config = load_config(env=self.env(i))
+            self.brokers[i] = Broker(config, interceptors=self.interceptors)
+
+    def kill(self, broker: int, sig: int = signal.SIGKILL) -> None:
+        self.brokers.pop(broker).stop(grace_s=0.0 if sig == signal.SIGKILL else 1.0)
+
+    def alive(self, broker: int) -> bool:
+        return broker in self.brokers
+
+    def stop(self) -> None:
+        super().stop()
+        for i in sorted(self.brokers):
+            self.kill(i, signal.SIGTERM)
+
+    def broker(self, broker: int = 1) -> Broker:
+        return self.brokers[broker]
+
+    def wait_ready(self, timeout_s: float = 60.0) -> Any:
+        """Every running broker ready for clients (registered, hears the metadata leader and
+        a majority) and heard by the others: DescribeCluster says them all alive."""
+        wait_until(
+            lambda: all(b.not_ready() is None for b in self.brokers.values()),
+            timeout_s,
+            "every broker ready",
+        )
+        if self.client_options.get("token") is None and self.extra_env.get(
+            "RAFTQ_SECURITY__AUTH_REQUIRED"
+        ):
+            return None  # no token to ask DescribeCluster with: ready is all we know
+        return super().wait_ready(timeout_s)
+
+
+class ProcessCluster(Cluster):
+    """Each broker a ``python -m raftq.cli serve`` process: crashes, signals, restarts."""
+
+    serve_module = "raftq.cli"  # tests/chaos runs a shim that binds raft elsewhere
+
+    def __init__(self, root: Path, brokers: int = 3, **kwargs: Any) -> None:
+        super().__init__(root, brokers, **kwargs)
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    # -- processes ----------------------------------------------------------------------------
+
+    def start(self, broker: int | None = None) -> None:
+        for i in [broker] if broker is not None else sorted(self.client_ports):
+            assert i not in self.procs or self.procs[i].poll() is not None, f"broker {i} runs"
+            log = (self.root / f"broker-{i}.log").open("ab")
+            self.procs[i] = subprocess.Popen(
+                [sys.executable, "-m", self.serve_module, "serve", "--log-level", "INFO"],
+                env=self.env(i),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            log.close()
+
+    def kill(self, broker: int, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs[broker]
+        proc.send_signal(sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            proc.wait(timeout=30)
+
+    def alive(self, broker: int) -> bool:
+        return broker in self.procs and self.procs[broker].poll() is None
+
+    def stop(self) -> None:
+        super().stop()
+        stop_processes(self.procs.values(), 15)
+
+    def logs(self, lines: int = 40) -> str:
+        out = []
+        for i in sorted(self.client_ports):
+            path = self.root / f"broker-{i}.log"
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                out.append(f"---- broker {i} ({path}) ----\n" + "\n".join(tail))
+        return "\n".join(out) + "\n"
+
+
+def make_cluster(root: Path, brokers: int = 1, *, processes: bool = False, **knobs: Any) -> Cluster:
+    """The one cluster builder: ``processes`` picks ProcessCluster, else InProcessCluster;
+    the other knobs are theirs (``auth``, ``env``, ``metrics``, ``client``, ``interceptors``
+    for in-process brokers). Use it as a context manager."""
+    kind = ProcessCluster if processes else InProcessCluster
+    return kind(root, brokers, **knobs)
 
 
 def elapsed_since(start: float) -> float:

@@ -5,6 +5,7 @@ Import them as ``from tests.helpers import wait_until``; conftest.py also expose
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import socket
@@ -18,6 +19,13 @@ T = TypeVar("T")
 
 
 _HANDED_OUT: set[int] = set()
+_NAMES = itertools.count(1)
+
+
+def unique_name(base: str) -> str:
+    """``base-N``, never the same twice in this process: tests sharing one broker keep their
+    topics and groups apart."""
+    return f"{base}-{next(_NAMES)}"
 
 
 def free_port(host: str = "127.0.0.1") -> int:

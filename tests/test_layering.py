@@ -42,10 +42,11 @@ EVERYWHERE = ("",)
 
 RULES = (
     Rule(
-        "Only partitions/sqlite_store.py imports apsw.",
+        "Only partitions/sqlite_store.py (and bench/partition_apply.py, for its raw-insert "
+        "baseline) imports apsw.",
         frozenset({"apsw"}),
         EVERYWHERE,
-        ("partitions/sqlite_store.py",),
+        ("partitions/sqlite_store.py", "bench/partition_apply.py"),
     ),
     Rule(
         "Only transport/raft/ imports pysyncobj.",
@@ -80,9 +81,10 @@ RULES = (
         ("broker/spark/datasource.py", "bench/spark_write.py"),
     ),
     Rule(
-        "Only broker/web/ imports fastapi, starlette, jinja2, uvicorn, multipart: the console's "
-        "HTTP stack; a broker runs without the console extra.",
-        frozenset({"fastapi", "starlette", "jinja2", "uvicorn", "multipart", "python_multipart"}),
+        "Only broker/web/ imports fastapi, starlette, pydantic, jinja2, uvicorn, multipart: the "
+        "console's HTTP stack; a broker runs without the console extra.",
+        frozenset({"fastapi", "starlette", "pydantic", "jinja2", "uvicorn"})
+        | frozenset({"multipart", "python_multipart"}),
         EVERYWHERE,
         ("broker/web/",),
     ),

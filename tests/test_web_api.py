@@ -421,6 +421,11 @@ def test_console_pages_escape_record_contents(console: ConsoleProcess, web: http
         assert "&lt;b&gt;k&lt;/b&gt;" in page.text
         refused_page = browser.get("/topics/web.nothing")
         assert refused_page.status_code == 404 and "UNKNOWN_TOPIC" in refused_page.text
+        bad_form = browser.post("/topics", data={"name": "web.zero", "partitions": "0"})
+        assert bad_form.status_code == 400 and bad_form.headers["content-type"].startswith(
+            "text/html"
+        )
+        assert "INVALID_ARGUMENT" in bad_form.text and "partitions" in bad_form.text
     anonymous = httpx.get(console.url + "/", follow_redirects=False, timeout=60)
     assert anonymous.status_code == 303 and anonymous.headers["location"].startswith("/login")
 

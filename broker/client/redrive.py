@@ -33,7 +33,6 @@ from raftq.client.consumer import Consumer, Message
 from raftq.client.producer import Producer
 from raftq.client.send_future import SendFuture
 
-ORIGIN_HEADERS = ("raftq.dlq.topic", "raftq.dlq.partition")
 REDRIVE_GROUP = "raftq.redrive"
 
 

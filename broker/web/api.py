@@ -329,18 +329,18 @@ def nack(group: str, body: NackIn, gw: GatewayDep, token: Token) -> dict[str, An
     return {"results": gw.settle(token, group, body.ids, "nack", body.delay_ms)}
 
 
+def invalid(exc: RequestValidationError) -> errors.InvalidArgument:
+    """A request that does not validate, as the catalogue's INVALID_ARGUMENT naming each field."""
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()
+    )
+    return errors.InvalidArgument(problems or "request does not validate")
+
+
 def install(app: FastAPI) -> None:
-    """Add the API's routes and its error answers to ``app``."""
+    """Add the API's routes and its typed-error answers to ``app``."""
     app.include_router(router)
 
     @app.exception_handler(errors.RaftqError)
     async def on_raftq_error(_: Request, exc: errors.RaftqError) -> JSONResponse:
         return error_response(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def on_bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}"
-            for e in exc.errors()
-        )
-        return error_response(errors.InvalidArgument(problems or "request does not validate"))

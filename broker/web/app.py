@@ -12,7 +12,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
 
 from raftq.web import api, console
 from raftq.web.gateway import Gateway
@@ -42,6 +43,14 @@ def create_app(gateway: Gateway) -> FastAPI:
     app.state.gateway = gateway
     api.install(app)
     console.install(app)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_bad_request(request: Request, exc: RequestValidationError) -> Response:
+        """400 INVALID_ARGUMENT: JSON for the API, the console's error page for its forms."""
+        if request.url.path.startswith("/api/"):
+            return api.error_response(api.invalid(exc))
+        return console.failure(request, api.invalid(exc))
+
     return app
 
 

@@ -36,8 +36,8 @@ DEQUEUE_WAIT_MS_MAX = 30_000
 ENQUEUE_RECORDS_MAX = 1_000
 BROWSE_RECORDS_MAX = 1_000
 REDRIVE_IDLE_EXIT_MS = 1_000
-# Refusals of the caller rather than of a record: answered for the whole request.
-REQUEST_WIDE = (errors.Unauthenticated, errors.PermissionDenied)
+# Refusals of the caller or the topic rather than of a record: answered for the whole request.
+REQUEST_WIDE = (errors.Unauthenticated, errors.PermissionDenied, errors.UnknownTopic)
 
 
 @dataclass
@@ -197,7 +197,6 @@ class Gateway:
         and InvalidArgument (no record, too many) raise for the whole request."""
         if not 1 <= len(records) <= ENQUEUE_RECORDS_MAX:
             raise errors.InvalidArgument(f"send 1..{ENQUEUE_RECORDS_MAX} records")
-        self.admin(token).describe_topic(topic)  # UnknownTopic / PermissionDenied up front
         producer = self.producer(token)
         futures = [
             producer.send(
@@ -217,7 +216,7 @@ class Gateway:
         for future in futures:
             error = future.exception()
             if isinstance(error, REQUEST_WIDE):
-                raise error  # the caller's rights: every record of the request has it
+                raise error  # the caller's rights or the topic: every record of it has this
             if error is not None:
                 results.append({"ok": False, **views.error_dict(_typed(error))})
                 continue
