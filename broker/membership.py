@@ -14,14 +14,15 @@ Joining (a broker whose raft address is not in ``broker.seeds``):
 
 The metadata group has ``raft.metadata_voters`` voters; every other broker is a *learner*: a
 non-voting member that receives the metadata log like any follower (its table is as current)
-but is not counted toward commit or elections and never campaigns (transport/raft/node.py,
-"Learners"). Every joiner starts as a learner. The metadata leader's backend promotes one
-learner at a time while the voters are fewer than ``raft.metadata_voters`` (a new cluster
-growing, a voter removed by RemoveBroker): only a learner that has acknowledged the leader's
-whole committed log, and only once everything before is committed. The seeds are the first
-voters. ``meta/members.json`` holds the members and learners as last seen; a restart starts
-from it (plus the journal's membership entries, which are re-applied), so a joined broker
-rejoins without asking anyone and is never added twice.
+but is not counted toward commit or elections and never campaigns
+(transport/raft/membership.py). Every joiner starts as a learner. The metadata leader's
+backend promotes one learner at a time while the voters are fewer than
+``raft.metadata_voters`` (a new cluster growing, a voter removed by RemoveBroker): only a
+learner that has acknowledged the leader's whole committed log, and only once everything
+before is committed. The seeds are the first voters. ``meta/members.json`` holds the members
+and learners as last seen; a restart starts from it (plus the journal's membership entries,
+which are re-applied), so a joined broker rejoins without asking anyone and is never added
+twice.
 
 Moving a partition's replicas (the table's replica set differs from the group's voters), run
 by the partition's leader, one change at a time per group, state-based so any step can be

@@ -607,7 +607,7 @@ class PartitionReplica:
             self.machine.snapshot(path)
 
     def _capture(self) -> Callable[[str, threading.Event], None]:
-        """Driver thread: pin the state for a snapshot written off the driver (node.py)."""
+        """Driver thread: pin the state for a snapshot written off the driver (snapshots.py)."""
         with self._state_lock:
             if self.machine.failed is not None:
                 raise RuntimeError(f"{self.where} replica failed: no snapshot of stale state")

@@ -25,7 +25,7 @@ from raftq.config import (
     message_bytes_max,
 )
 from raftq.proto import api_pb2, api_pb2_grpc, common_pb2
-from raftq.transport.raft import mux
+from raftq.transport.raft import codec, handshake
 from raftq.transport.tls import message_size_options
 from tests.fuzz_cluster import FuzzCluster
 from tests.rpc_fuzz import TOPIC, classify, fuzz_method, fuzz_seed, iter_methods
@@ -103,17 +103,19 @@ def _attack(addr: str, payload: bytes, linger: bool = False) -> None:
 
 def test_garbage_and_truncated_frames_on_the_raft_port(fuzzed: FuzzCluster) -> None:
     rng = random.Random(SEED)
-    hello = mux.encode_frame(mux.KIND_HELLO, b"RQMX" + bytes([mux.PROTOCOL_VERSION]) + b"\0" * 64)
+    hello = codec.encode_frame(
+        codec.KIND_HELLO, b"RQMX" + bytes([handshake.PROTOCOL_VERSION]) + b"\0" * 64
+    )
     attacks = [
         rng.randbytes(64 * 1024),
         struct.pack("!I", 2**31) + b"\x01" * 100,  # oversized length
         struct.pack("!I", 0),  # zero length
         struct.pack("!I", 100) + b"\x05" + b"\x80" * 10,  # truncated frame, then hang up
-        mux.encode_frame(mux.KIND_BATCH, b"\x80\x05garbage"),  # data before authentication
-        mux.encode_frame(mux.KIND_SEALED, rng.randbytes(200)),
+        codec.encode_frame(codec.KIND_BATCH, b"\x80\x05garbage"),  # data before authentication
+        codec.encode_frame(codec.KIND_SEALED, rng.randbytes(200)),
         hello,  # a plausible hello, then silence
         hello + rng.randbytes(300),
-        mux.encode_frame(mux.KIND_AUTH, rng.randbytes(48)),
+        codec.encode_frame(codec.KIND_AUTH, rng.randbytes(48)),
     ]
     for i in sorted(fuzzed.cluster.raft_ports):
         addr = fuzzed.cluster.raft_addr(i)
@@ -121,7 +123,7 @@ def test_garbage_and_truncated_frames_on_the_raft_port(fuzzed: FuzzCluster) -> N
             _attack(addr, payload, linger=payload is hello)
         for _ in range(20):  # random frames of every kind
             kind = rng.randrange(256)
-            _attack(addr, mux.encode_frame(kind, rng.randbytes(rng.randrange(600))))
+            _attack(addr, codec.encode_frame(kind, rng.randbytes(rng.randrange(600))))
         # many half-open connections at once
         host, port = addr.rsplit(":", 1)
         socks = [socket.create_connection((host, int(port)), timeout=5) for _ in range(80)]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from raftq.transport.raft import mux
+from raftq.transport.raft import codec
 from tests.chaos.checker import check
 from tests.chaos.harness import Harness, Options
 from tests.chaos.proxy import RaftProxy, dialer_from_handshake
@@ -292,8 +292,8 @@ def _echo(conn: socket.socket) -> None:
 
 
 def test_dialer_is_read_from_the_auth_frame() -> None:
-    hello = mux.encode_frame(mux.KIND_HELLO, b"h" * 70)
-    auth = mux.encode_frame(mux.KIND_AUTH, b"m" * 32 + b"127.0.0.1:4242")
+    hello = codec.encode_frame(codec.KIND_HELLO, b"h" * 70)
+    auth = codec.encode_frame(codec.KIND_AUTH, b"m" * 32 + b"127.0.0.1:4242")
     assert dialer_from_handshake(hello) is None
     assert dialer_from_handshake(hello + auth[:10]) is None
     assert dialer_from_handshake(hello + auth) == "127.0.0.1:4242"
@@ -306,8 +306,8 @@ def test_proxy_relays_cuts_and_heals_a_pair() -> None:
     try:
         host, port = advertised[1].rsplit(":", 1)
         s = socket.create_connection((host, int(port)), timeout=5)
-        hello = mux.encode_frame(mux.KIND_HELLO, b"h" * 70)
-        auth = mux.encode_frame(mux.KIND_AUTH, b"m" * 32 + advertised[2].encode())
+        hello = codec.encode_frame(codec.KIND_HELLO, b"h" * 70)
+        auth = codec.encode_frame(codec.KIND_AUTH, b"m" * 32 + advertised[2].encode())
         s.sendall(hello + auth)
         got = b""
         while len(got) < len(hello + auth):

@@ -1,4 +1,4 @@
-"""Followers acknowledge unchanged heartbeats sparsely (transport/raft/node.py `_ack_repeats`).
+"""Followers acknowledge unchanged heartbeats sparsely (raft/durability.py `_ack_repeats`).
 
 Simulation tier: three RaftNodes of one group over the in-memory hub, each run by a RaftDriver
 stepped by hand on the manual clock. A follower answers every heartbeat that changes anything
@@ -20,8 +20,8 @@ import pytest
 
 from raftq.transport.raft import RaftNode, RaftTimings
 from raftq.transport.raft.driver import RaftDriver
+from raftq.transport.raft.durability import ACKS_PER_LEADER_FALLBACK
 from raftq.transport.raft.hub import Hub
-from raftq.transport.raft.node import ACKS_PER_LEADER_FALLBACK
 
 STEP_S = 0.01
 DRIVER_ROUND_S = 0.02

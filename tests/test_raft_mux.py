@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from raftq.transport.raft import mux
+from raftq.transport.raft import codec, handshake, mux
+from raftq.transport.raft.codec import FrameDecoder, FrameError, loads_data
 from raftq.transport.raft.driver import ListGroup, RaftDriver
-from raftq.transport.raft.mux import FrameDecoder, FrameError, MuxConfig, MuxEndpoint, loads_data
+from raftq.transport.raft.mux import MuxConfig, MuxEndpoint
 from tests.helpers import free_port
 
 SECRET = b"raftq-test-cluster-secret-0123456789"
@@ -47,12 +48,12 @@ def wait_for(cond: Callable[[], Any], timeout_s: float = 10.0, what: str = "cond
 
 
 def test_frame_decoder_splits_and_reassembles() -> None:
-    stream = mux.encode_frame(mux.KIND_PING) + mux.encode_frame(mux.KIND_BATCH, b"x" * 1000)
+    stream = codec.encode_frame(codec.KIND_PING) + codec.encode_frame(codec.KIND_BATCH, b"x" * 1000)
     dec = FrameDecoder(4096)
     got: list[tuple[int, bytes]] = []
     for i in range(0, len(stream), 7):  # byte-dribbled
         got += dec.feed(stream[i : i + 7])
-    assert got == [(mux.KIND_PING, b""), (mux.KIND_BATCH, b"x" * 1000)]
+    assert got == [(codec.KIND_PING, b""), (codec.KIND_BATCH, b"x" * 1000)]
     assert dec.buffered_bytes == 0
 
 
@@ -79,7 +80,7 @@ def test_data_only_unpickler_refuses_globals(tmp_path: Path) -> None:
         loads_data(pickle.dumps([("g", {"x": _Bomb(target)})]))
     assert not target.exists()
     msg = [("g", {"type": "append_entries", "entries": [(b"\x00cmd", 2, 1)], "term": 1})]
-    assert loads_data(mux.dumps_data(msg)) == msg
+    assert loads_data(codec.dumps_data(msg)) == msg
 
 
 # ------------------------------------------------------------------------------------------------
@@ -221,7 +222,7 @@ def test_hung_broker_is_detected_and_its_groups_reelect(cluster: Cluster) -> Non
 def test_idle_links_are_heard_through_pings_and_a_hung_peer_falls_silent(
     cluster: Cluster,
 ) -> None:
-    """Quiesced groups rely on link liveness (transport/raft/node.py): an idle link carries a
+    """Quiesced groups rely on link liveness (transport/raft/quiescence.py): an idle link carries a
     PING every ping_interval_s, so a live peer stays below silent_after_s; a hung one (its
     driver stopped, sockets open) passes it well before dead_after_s closes the link."""
     wait_for(cluster.all_led, what="a leader in every group")
@@ -305,26 +306,30 @@ def _closed_by_peer(s: socket.socket, timeout_s: float = 5.0) -> bool:
 @dataclass
 class _Dialed:
     sock: socket.socket
-    tx: mux.FrameCipher  # dialer -> listener, as the listener derives it if `secret` is right
-    rx: mux.FrameCipher
+    tx: handshake.FrameCipher  # dialer -> listener, as the listener derives it if `secret` is right
+    rx: handshake.FrameCipher
 
 
 def _handshake(addr: str, secret: bytes, claimed: str) -> _Dialed:
     """Dial `addr` like a peer broker claiming to be `claimed`: HELLO, CHALLENGE, AUTH.
     Returns the socket after AUTH with the session ciphers derived under `secret`."""
     s = _connect(addr)
-    nonce_c = os.urandom(mux.NONCE_BYTES)
-    private, epk_c = mux.new_key_pair()
-    s.sendall(mux.encode_frame(mux.KIND_HELLO, mux.hello_body(nonce_c, epk_c)))
+    nonce_c = os.urandom(handshake.NONCE_BYTES)
+    private, epk_c = handshake.new_key_pair()
+    s.sendall(codec.encode_frame(codec.KIND_HELLO, handshake.hello_body(nonce_c, epk_c)))
     kind, body = _read_frame(s)
-    assert kind == mux.KIND_CHALLENGE
-    head = len(mux.MAGIC) + 1
-    nonce_s = body[head : head + mux.NONCE_BYTES]
-    epk_s = body[head + mux.NONCE_BYTES : head + mux.NONCE_BYTES + mux.PUBLIC_KEY_BYTES]
-    listener = body[head + mux.NONCE_BYTES + mux.PUBLIC_KEY_BYTES + mux.MAC_BYTES :].decode()
-    proof = mux.client_proof(secret, nonce_s, nonce_c, epk_s, epk_c, claimed)
-    s.sendall(mux.encode_frame(mux.KIND_AUTH, proof + claimed.encode()))
-    to_listener, to_dialer = mux.session_keys(
+    assert kind == codec.KIND_CHALLENGE
+    head = len(handshake.MAGIC) + 1
+    nonce_s = body[head : head + handshake.NONCE_BYTES]
+    epk_s = body[
+        head + handshake.NONCE_BYTES : head + handshake.NONCE_BYTES + handshake.PUBLIC_KEY_BYTES
+    ]
+    listener = body[
+        head + handshake.NONCE_BYTES + handshake.PUBLIC_KEY_BYTES + handshake.MAC_BYTES :
+    ].decode()
+    proof = handshake.client_proof(secret, nonce_s, nonce_c, epk_s, epk_c, claimed)
+    s.sendall(codec.encode_frame(codec.KIND_AUTH, proof + claimed.encode()))
+    to_listener, to_dialer = handshake.session_keys(
         secret,
         private,
         epk_s,
@@ -335,12 +340,12 @@ def _handshake(addr: str, secret: bytes, claimed: str) -> _Dialed:
         dialer_addr=claimed,
         listener_addr=listener,
     )
-    return _Dialed(s, mux.FrameCipher(to_listener), mux.FrameCipher(to_dialer))
+    return _Dialed(s, handshake.FrameCipher(to_listener), handshake.FrameCipher(to_dialer))
 
 
 def _welcomed(d: _Dialed) -> bool:
     kind, body = _read_frame(d.sock)
-    return kind == mux.KIND_SEALED and d.rx.open(body) == (mux.KIND_WELCOME, b"")
+    return kind == codec.KIND_SEALED and d.rx.open(body) == (codec.KIND_WELCOME, b"")
 
 
 def test_wrong_secret_is_refused_both_ways() -> None:
@@ -447,13 +452,16 @@ def test_garbage_and_pickle_bombs_change_nothing(cluster: Cluster, tmp_path: Pat
     print("seed=99")
     attacks: list[tuple[str, Callable[[socket.socket], None]]] = [
         ("raw pickle, no framing", lambda s: s.sendall(bomb)),
-        ("framed batch before auth", lambda s: s.sendall(mux.encode_frame(mux.KIND_BATCH, bomb))),
+        (
+            "framed batch before auth",
+            lambda s: s.sendall(codec.encode_frame(codec.KIND_BATCH, bomb)),
+        ),
         ("oversized length", lambda s: s.sendall(struct.pack("!I", 2**31) + b"\x01" * 100)),
         ("zero length", lambda s: s.sendall(struct.pack("!I", 0))),
         ("random garbage", lambda s: s.sendall(rng.randbytes(64 * 1024))),
         (
             "oversized handshake frame",
-            lambda s: s.sendall(mux.encode_frame(mux.KIND_HELLO, b"\x00" * 4096)),
+            lambda s: s.sendall(codec.encode_frame(codec.KIND_HELLO, b"\x00" * 4096)),
         ),
     ]
     for what, attack in attacks:
@@ -469,7 +477,7 @@ def test_garbage_and_pickle_bombs_change_nothing(cluster: Cluster, tmp_path: Pat
     before = target.endpoint.stats["protocol_errors"]
     d = _handshake(addr, SECRET, "127.0.0.250:1")
     assert _welcomed(d)
-    d.sock.sendall(mux.encode_frame(mux.KIND_SEALED, d.tx.seal(mux.KIND_BATCH, bomb)))
+    d.sock.sendall(codec.encode_frame(codec.KIND_SEALED, d.tx.seal(codec.KIND_BATCH, bomb)))
     assert _closed_by_peer(d.sock)
     d.sock.close()
     assert target.endpoint.stats["protocol_errors"] > before
@@ -479,18 +487,20 @@ def test_garbage_and_pickle_bombs_change_nothing(cluster: Cluster, tmp_path: Pat
         d = _handshake(addr, SECRET, "127.0.0.250:1")
         assert _welcomed(d)
         if what == "plaintext batch":
-            d.sock.sendall(mux.encode_frame(mux.KIND_BATCH, bomb))
+            d.sock.sendall(codec.encode_frame(codec.KIND_BATCH, bomb))
         elif what == "forged":  # sealed under a key of its own choosing
             d.sock.sendall(
-                mux.encode_frame(mux.KIND_SEALED, mux.FrameCipher(b"k" * 32).seal(5, bomb))
+                codec.encode_frame(
+                    codec.KIND_SEALED, handshake.FrameCipher(b"k" * 32).seal(5, bomb)
+                )
             )
         elif what == "replayed":
-            ping = mux.encode_frame(mux.KIND_SEALED, d.tx.seal(mux.KIND_PING, b""))
+            ping = codec.encode_frame(codec.KIND_SEALED, d.tx.seal(codec.KIND_PING, b""))
             d.sock.sendall(ping + ping)
         else:
-            sealed = bytearray(d.tx.seal(mux.KIND_BATCH, bomb))
+            sealed = bytearray(d.tx.seal(codec.KIND_BATCH, bomb))
             sealed[3] ^= 1
-            d.sock.sendall(mux.encode_frame(mux.KIND_SEALED, bytes(sealed)))
+            d.sock.sendall(codec.encode_frame(codec.KIND_SEALED, bytes(sealed)))
         assert _closed_by_peer(d.sock), what
         d.sock.close()
     assert target.endpoint.stats["decrypt_failures"] >= 3
@@ -706,7 +716,7 @@ def test_raft_frames_are_encrypted_on_the_wire() -> None:
         wire = bytes(tap.seen)
         assert len(wire) > 200
         assert marker.encode() not in wire and b"g-secret" not in wire
-        assert b"append_entries" not in wire and mux.dumps_data("x")[2:] not in wire
+        assert b"append_entries" not in wire and codec.dumps_data("x")[2:] not in wire
     finally:
         dialer.close()
         listener.close()

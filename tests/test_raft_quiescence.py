@@ -1,4 +1,4 @@
-"""Quiesced Raft groups (transport/raft/node.py, "Quiescence"; driver.py wakes them).
+"""Quiesced Raft groups (transport/raft/quiescence.py; driver.py wakes them).
 
 Simulation tier: three brokers over the in-memory hub, a few RaftNode groups per broker (real
 journals, no fsync), one RaftDriver per broker stepped by hand on the manual clock, raftq's
@@ -28,7 +28,7 @@ import pytest
 from raftq.transport.raft import RaftNode, RaftTimings
 from raftq.transport.raft.driver import RaftDriver
 from raftq.transport.raft.hub import Hub
-from raftq.transport.raft.node import QUIESCE_AFTER_HEARTBEATS
+from raftq.transport.raft.quiescence import QUIESCE_AFTER_HEARTBEATS
 
 STEP_S = 0.01
 DRIVER_ROUND_S = 0.05

@@ -35,7 +35,7 @@ from raftq.proto import api_pb2, api_pb2_grpc, errors
 from raftq.transport import auth
 from raftq.transport.auth import AclRule, AuthPolicy, Need, Principal, requirements, token_digest
 from raftq.transport.grpc_errors import from_rpc_error
-from raftq.transport.raft import mux
+from raftq.transport.raft import codec, handshake
 from raftq.transport.tls import ChannelSecurity, open_channel
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
@@ -454,23 +454,25 @@ def test_unauthenticated_raft_peers_are_refused_and_change_nothing(
     bomb = pickle.dumps([("meta", {"type": "append_entries", "x": _Payload(marker)})], protocol=2)
     # 1. a peer with the wrong secret goes through the whole handshake: refused at AUTH
     sock = socket.create_connection((host, int(port)), timeout=10)
-    nonce_c = os.urandom(mux.NONCE_BYTES)
-    _private, epk_c = mux.new_key_pair()
-    sock.sendall(mux.encode_frame(mux.KIND_HELLO, mux.hello_body(nonce_c, epk_c)))
+    nonce_c = os.urandom(handshake.NONCE_BYTES)
+    _private, epk_c = handshake.new_key_pair()
+    sock.sendall(codec.encode_frame(codec.KIND_HELLO, handshake.hello_body(nonce_c, epk_c)))
     kind, body = _raft_frame(sock)
-    assert kind == mux.KIND_CHALLENGE
-    head = len(mux.MAGIC) + 1
-    nonce_s = body[head : head + mux.NONCE_BYTES]
-    epk_s = body[head + mux.NONCE_BYTES : head + mux.NONCE_BYTES + mux.PUBLIC_KEY_BYTES]
-    proof = mux.client_proof(
+    assert kind == codec.KIND_CHALLENGE
+    head = len(handshake.MAGIC) + 1
+    nonce_s = body[head : head + handshake.NONCE_BYTES]
+    epk_s = body[
+        head + handshake.NONCE_BYTES : head + handshake.NONCE_BYTES + handshake.PUBLIC_KEY_BYTES
+    ]
+    proof = handshake.client_proof(
         b"wrong-secret-wrong-secret", nonce_s, nonce_c, epk_s, epk_c, "1.2.3.4:1"
     )
-    sock.sendall(mux.encode_frame(mux.KIND_AUTH, proof + b"1.2.3.4:1"))
-    sock.sendall(mux.encode_frame(mux.KIND_BATCH, bomb))
+    sock.sendall(codec.encode_frame(codec.KIND_AUTH, proof + b"1.2.3.4:1"))
+    sock.sendall(codec.encode_frame(codec.KIND_BATCH, bomb))
     assert _closed(sock)
     sock.close()
     # 2. plaintext raft traffic (a stock pysyncobj peer, or anyone) at an encrypted port
-    for attack in (bomb, mux.encode_frame(mux.KIND_BATCH, bomb), os.urandom(4096)):
+    for attack in (bomb, codec.encode_frame(codec.KIND_BATCH, bomb), os.urandom(4096)):
         sock = socket.create_connection((host, int(port)), timeout=10)
         sock.sendall(attack)
         assert _closed(sock)

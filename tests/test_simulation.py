@@ -50,7 +50,7 @@ QUIESCED_SCHEDULES = 10
 
 
 def test_simulated_schedules_with_quiescence(tmp_path: Path) -> None:
-    """The same chaos with quiescing groups (transport/raft/node.py): the workload's think
+    """The same chaos with quiescing groups (transport/raft/quiescence.py): the workload's think
     times and the settle phase leave groups idle long enough to quiesce and be woken."""
     print(f"seeds {QUICK_BASE_SEED}..{QUICK_BASE_SEED + QUIESCED_SCHEDULES - 1}, quiesce=True")
     with memory_cap():

@@ -1,5 +1,5 @@
-"""A partition's snapshot is written off the broker's driver thread (transport/raft/node.py,
-"Snapshots off the tick thread"; issue 12 item 4).
+"""A partition's snapshot is written off the broker's driver thread (transport/raft/snapshots.py,
+"Off the tick thread"; issue 12 item 4).
 
 Three brokers in one process (tests/test_replica.py's brokers: a MuxEndpoint and a RaftDriver
 each), a "big" partition that compacts after 40 entries and several small partitions on the

@@ -206,7 +206,7 @@ class SimCluster:
         self.seed = seed
         self.root = root
         # Groups quiesce only when the election timeout (0.3 s minimum) exceeds the links'
-        # silent_after_s (node.py); the hub's default 0.4 s keeps these schedules awake.
+        # silent_after_s (quiescence.py); the hub's default 0.4 s keeps these schedules awake.
         self.hub = Hub(seed, ping_interval_s=0.05, silent_after_s=0.2) if quiesce else Hub(seed)
         self.quiesce = quiesce
         self.rng = random.Random(seed ^ 0x5EED)  # the workload and the fault schedule

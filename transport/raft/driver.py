@@ -37,7 +37,7 @@ does (leader fallback, log compaction, journal meta flush) runs at `full_tick_in
 resolution, and that a command proposed from another thread waits for its group's deadline
 unless the proposer calls `wake(name)` (RaftNode does, through the waker the driver installs).
 
-Quiesced groups (node.py, "Quiescence"): an idle group's replicas stop heartbeating and their
+Quiesced groups (quiescence.py): an idle group's replicas stop heartbeating and their
 tick deadline becomes +inf. Such a group has no heap entry; it is filed under the peers whose
 links keep it asleep (``node.quiesced_peers()``: a follower's leader, a leader's followers), and
 each round checks those O(peers) links: a link that closed or fell silent (nothing heard for the
@@ -193,7 +193,7 @@ class RaftDriver:
         self._full_heap: list[tuple[float, int, _Group]] = []
         self._every_round: dict[str, _Group] = {}  # groups without a tick deadline
         self._deferred: list[Callable[[], None]] = []  # run after the round's flush (defer)
-        # peer -> quiesced groups that sleep while that peer's link is heard (node.py).
+        # peer -> quiesced groups that sleep while that peer's link is heard (quiescence.py).
         self._quiet: dict[str, dict[str, _Group]] = {}
         self._quiesced = 0  # groups filed in _quiet (a thread-safe count for metrics)
         self._seq = 0
@@ -429,7 +429,7 @@ class RaftDriver:
 
     def _wake_silent(self, into: dict[str, _Group]) -> None:
         """Tick the quiesced groups of every peer whose link closed or fell silent: they wake
-        (node.py) and resume heartbeats or election timers. O(peers) per round."""
+        (quiescence.py) and resume heartbeats or election timers. O(peers) per round."""
         silence_of = getattr(self.endpoint, "link_silence_s", None)
         if silence_of is None:
             return

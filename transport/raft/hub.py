@@ -41,7 +41,8 @@ from typing import Any
 
 import pysyncobj.syncobj as _pysyncobj_syncobj
 
-from .mux import GroupTransport, dumps_data, loads_data, sendable_before_sync
+from .codec import dumps_data, loads_data
+from .group_transport import GroupTransport, sendable_before_sync
 from .snapshot import written_inline
 
 logger = logging.getLogger("raftq.transport.raft.hub")

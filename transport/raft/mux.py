@@ -1,4 +1,4 @@
-"""One multiplexed, authenticated Raft transport per broker.
+"""One multiplexed, authenticated Raft transport per broker: the endpoint and its event loop.
 
 Stock pysyncobj opens one port, one thread and one TCP connection per peer *per group* and
 unpickles whatever arrives (PYSYNCOBJ.md defects 4 and 5). Here a broker has:
@@ -6,48 +6,16 @@ unpickles whatever arrives (PYSYNCOBJ.md defects 4 and 5). Here a broker has:
 - one `MuxEndpoint`: one listening port, ONE connection per peer broker, every Raft group
   multiplexed over it. A data frame carries a list of ``(group, message)`` pairs: everything the
   groups sent to that peer since the last flush, coalesced into one frame.
-- one `GroupTransport` per group: a thin `pysyncobj.transport.Transport` view that buffers
-  outgoing messages in the endpoint and hands received ones to its SyncObj.
+- one `GroupTransport` per group (group_transport.py): a thin `pysyncobj.transport.Transport`
+  view that buffers outgoing messages in the endpoint and hands received ones to its SyncObj.
 - a `RaftDriver` (driver.py) thread that polls, delivers, ticks, syncs and then flushes.
 
-Wire format. Every frame is ``!I length`` + ``kind byte`` + body. Before authentication a frame
-may be at most `HANDSHAKE_FRAME_BYTES_MAX` bytes and only handshake kinds are accepted; after it,
-`frame_bytes_max`. A bad length, an unexpected kind, or a body that does not decode closes the
-connection; nothing else happens.
-
-Handshake (mutual HMAC-SHA256 challenge-response over a shared cluster secret plus an ephemeral
-X25519 exchange; the higher address dials the lower one, so each pair of brokers has exactly one
-connection)::
-
-    dialer   -> HELLO      magic, version, nonce_c, epk_c
-    listener -> CHALLENGE  magic, version, nonce_s, epk_s,
-                           mac("server", nonce_c, nonce_s, epk_c, epk_s, listener_addr),
-                           listener_addr
-    dialer   -> AUTH       mac("client", nonce_s, nonce_c, epk_s, epk_c, dialer_addr), dialer_addr
-    listener -> SEALED(WELCOME)   (only after the dialer's mac verified; proves the keys match)
-
-MACs are compared with `hmac.compare_digest`. Both MACs cover both ephemeral public keys, so a
-man in the middle without the secret can neither substitute its own key nor finish either side.
-
-Encryption. After AUTH every frame in both directions is ``SEALED``: its body is
-AES-256-GCM(key, nonce = 64-bit frame counter, inner kind byte + inner body). Each connection has
-two fresh keys (one per direction) from HKDF-SHA256 over the cluster secret and the X25519 shared
-secret, salted with both nonces and bound to both addresses and public keys (`session_keys`).
-The counter is implicit (each side counts the frames it sealed and opened), so a replayed,
-reordered, dropped, truncated or forged frame fails authentication and closes the connection.
-Keys die with the connection: a leaked cluster secret does not decrypt recorded traffic.
-
-Nothing is unpickled before both sides are authenticated and a frame's tag verified under the
-connection key, and even then only through `loads_data`, an Unpickler that refuses every
-global: only builtin scalars and containers can come out of it (pysyncobj messages are plain
-dicts). A plaintext BATCH or PING frame is a protocol error in every state.
-
-Why not TLS: the secret already authenticates both ends, so frame encryption needs no
-certificates (the raft port is encrypted in every deployment, dev clusters included), keeps
-the non-blocking selector loop free of TLS's hidden buffering (`SSLSocket.pending()`,
-SSLWant* on either side of a read or write), and checks every byte before it is decoded.
-`MuxEndpoint._wrap_socket` remains the hook for wrapping sockets (the read/write paths treat
-`ssl.SSLWant*Error` as would-block).
+The endpoint is a non-blocking selector loop: it accepts and dials connections, runs each one
+through the handshake (handshake.py: HELLO, CHALLENGE, AUTH, WELCOME; keys, MACs and the frame
+cipher) and reads and writes frames (codec.py: length-prefixed frames, the data-only
+unpickler). Nothing is unpickled before both sides are authenticated and a frame's tag
+verified under the connection key. A plaintext BATCH or PING frame is a protocol error in every
+state.
 
 Threading: a MuxEndpoint is driven by exactly one thread (its RaftDriver). `wake()` and the
 enqueue path are safe from any thread; everything else runs on the driver thread.
@@ -58,42 +26,53 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
-import hashlib
 import hmac
-import io
 import logging
 import os
-import pickle
 import selectors
 import socket
 import ssl
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from pysyncobj.transport import Transport
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from raftq.transport.raft.codec import (
+    FRAME_BYTES_MAX_DEFAULT,
+    HANDSHAKE_FRAME_BYTES_MAX,
+    KIND_AUTH,
+    KIND_BATCH,
+    KIND_CHALLENGE,
+    KIND_HELLO,
+    KIND_PING,
+    KIND_SEALED,
+    KIND_WELCOME,
+    FrameDecoder,
+    FrameError,
+    dumps_data,
+    encode_frame,
+    loads_data,
+)
+from raftq.transport.raft.group_transport import GroupTransport, sendable_before_sync
+from raftq.transport.raft.handshake import (
+    MAC_BYTES,
+    NONCE_BYTES,
+    SEAL_OVERHEAD_BYTES,
+    FrameCipher,
+    client_proof,
+    hello_body,
+    new_key_pair,
+    parse_hello,
+    server_proof,
+    session_keys,
+    should_dial,
+)
 
 logger = logging.getLogger("raftq.transport.raft.mux")
 
-MAGIC = b"RQMX"
-PROTOCOL_VERSION = 2  # 2: X25519 in the handshake, AES-GCM sealed frames
-NONCE_BYTES = 32
-MAC_BYTES = 32
-PUBLIC_KEY_BYTES = 32  # X25519
-KEY_BYTES = 32  # AES-256
-TAG_BYTES = 16  # GCM tag
-SEAL_OVERHEAD_BYTES = 1 + TAG_BYTES  # inner kind byte + tag
-HANDSHAKE_FRAME_BYTES_MAX = 512
-FRAME_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
 OUT_BUFFER_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 # Accepted connections still in the handshake: at most this many in all, and per remote host.
 # A new connection is always accepted; over a limit the oldest handshake of the same host (or,
@@ -101,326 +80,11 @@ OUT_BUFFER_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 # from a few hosts cannot keep a real broker's link from being accepted.
 UNAUTHENTICATED_CONNECTIONS_MAX = 64
 UNAUTHENTICATED_PER_HOST_MAX = 8
-PICKLE_PROTOCOL = 5
-
-_LEN = struct.Struct("!I")
-
-# Frame kinds. Append-only: a kind's number never changes meaning.
-KIND_HELLO = 1
-KIND_CHALLENGE = 2
-KIND_AUTH = 3
-KIND_WELCOME = 4
-KIND_BATCH = 5
-KIND_PING = 6
-KIND_SEALED = 7  # AES-GCM: (inner kind byte + inner body) under the connection key
-
-_HANDSHAKE_KINDS = frozenset({KIND_HELLO, KIND_CHALLENGE, KIND_AUTH, KIND_WELCOME})
-
-
-class FrameError(Exception):
-    """The byte stream violates the framing or the handshake; the connection must be closed."""
-
-
-# --------------------------------------------------------------------------------------------
-# Pure parts: restricted unpickling, framing, handshake MACs.
-# --------------------------------------------------------------------------------------------
-
-
-class _DataOnlyUnpickler(pickle.Unpickler):
-    """Unpickler that resolves no globals: builtin scalars and containers only.
-
-    Without `find_class` a pickle cannot name a callable, so `__reduce__` payloads (os.system,
-    open, ...) fail before anything runs. Persistent ids are refused by the base class.
-    """
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"global {module}.{name} refused")
-
-
-def loads_data(data: bytes) -> Any:
-    """Unpickle `data`, refusing every global. Raises `pickle.UnpicklingError` (or another
-    `Exception` for truncated/garbled input) on anything that is not plain data."""
-    return _DataOnlyUnpickler(io.BytesIO(data)).load()
-
-
-def dumps_data(obj: Any) -> bytes:
-    return pickle.dumps(obj, protocol=PICKLE_PROTOCOL)
-
-
-def sendable_before_sync(message: Any) -> bool:
-    """A leader's ``append_entries`` may leave before the leader's own journal fsync (Raft
-    §10.2.1: the leader writes its log in parallel with replicating it): the leader counts
-    itself toward commit only up to its fsync'd index (node.py), so this only overlaps its
-    fsync with the followers' round trip. Everything else (acks, votes) waits for the fsync."""
-    return type(message) is dict and message.get("type") == "append_entries"
-
-
-def encode_frame(kind: int, body: bytes = b"") -> bytes:
-    return _LEN.pack(len(body) + 1) + bytes((kind,)) + body
-
-
-class FrameDecoder:
-    """Splits a byte stream into ``(kind, body)`` frames. Raises `FrameError` on a length of 0 or
-    above `frame_bytes_max` as soon as the 4-byte prefix is seen (before buffering the body)."""
-
-    def __init__(self, frame_bytes_max: int) -> None:
-        self.frame_bytes_max = frame_bytes_max
-        self._buf = bytearray()
-
-    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
-        self._buf += data
-        frames: list[tuple[int, bytes]] = []
-        buf = self._buf
-        pos = 0
-        while len(buf) - pos >= _LEN.size:
-            (length,) = _LEN.unpack_from(buf, pos)
-            if length == 0 or length > self.frame_bytes_max:
-                raise FrameError(f"frame length {length} outside 1..{self.frame_bytes_max}")
-            if len(buf) - pos - _LEN.size < length:
-                break
-            start = pos + _LEN.size
-            frames.append((buf[start], bytes(buf[start + 1 : start + length])))
-            pos = start + length
-            # A handshake frame switches the size limit; stop so the caller can adjust it.
-            if frames[-1][0] in _HANDSHAKE_KINDS:
-                break
-        del buf[:pos]
-        return frames
-
-    @property
-    def buffered_bytes(self) -> int:
-        return len(self._buf)
-
-
-def _mac(secret: bytes, role: bytes, *parts: bytes) -> bytes:
-    h = hmac.new(secret, b"raftq-mux-v1 " + role, hashlib.sha256)
-    for part in parts:
-        h.update(_LEN.pack(len(part)))
-        h.update(part)
-    return h.digest()
-
-
-def server_proof(
-    secret: bytes, nonce_c: bytes, nonce_s: bytes, epk_c: bytes, epk_s: bytes, server_addr: str
-) -> bytes:
-    return _mac(secret, b"server", nonce_c, nonce_s, epk_c, epk_s, server_addr.encode())
-
-
-def client_proof(
-    secret: bytes, nonce_s: bytes, nonce_c: bytes, epk_s: bytes, epk_c: bytes, client_addr: str
-) -> bytes:
-    return _mac(secret, b"client", nonce_s, nonce_c, epk_s, epk_c, client_addr.encode())
-
-
-def hello_body(nonce: bytes, public_key: bytes) -> bytes:
-    """HELLO's body; CHALLENGE starts with the same fields (the listener's)."""
-    return MAGIC + bytes((PROTOCOL_VERSION,)) + nonce + public_key
-
-
-def new_key_pair() -> tuple[X25519PrivateKey, bytes]:
-    """An ephemeral X25519 key and its 32-byte public key."""
-    private = X25519PrivateKey.generate()
-    return private, private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-
-
-def session_keys(
-    secret: bytes,
-    private: X25519PrivateKey,
-    peer_public: bytes,
-    *,
-    nonce_c: bytes,
-    nonce_s: bytes,
-    epk_c: bytes,
-    epk_s: bytes,
-    dialer_addr: str,
-    listener_addr: str,
-) -> tuple[bytes, bytes]:
-    """(dialer→listener key, listener→dialer key) of one connection.
-
-    HKDF-SHA256 over secret ‖ X25519(private, peer_public): without the cluster secret no one
-    derives them (even a party to the exchange), and without the ephemeral private keys not
-    even the secret's holder can, once the connection is gone. Raises FrameError for a public
-    key that is malformed or of low order (an all-zero shared secret).
-    """
-    try:
-        shared = private.exchange(X25519PublicKey.from_public_bytes(peer_public))
-    except ValueError as exc:
-        raise FrameError(f"bad ephemeral public key: {exc}") from None
-    info = b"raftq-mux-v2 keys"
-    for part in (epk_c, epk_s, dialer_addr.encode(), listener_addr.encode()):
-        info += _LEN.pack(len(part)) + part
-    okm = HKDF(algorithm=hashes.SHA256(), length=2 * KEY_BYTES, salt=nonce_c + nonce_s, info=info)
-    keys = okm.derive(secret + shared)
-    return keys[:KEY_BYTES], keys[KEY_BYTES:]
-
-
-class FrameCipher:
-    """One direction of a connection: AES-256-GCM with an implicit 64-bit frame counter as
-    the nonce. `seal` and `open` must see frames in stream order; `open` raises FrameError
-    on any frame that was not sealed by the peer as the next one."""
-
-    def __init__(self, key: bytes) -> None:
-        self._aead = AESGCM(key)
-        self._counter = 0
-
-    def _nonce(self) -> bytes:
-        nonce = self._counter.to_bytes(12, "big")
-        self._counter += 1
-        return nonce
-
-    def seal(self, kind: int, body: bytes) -> bytes:
-        return self._aead.encrypt(self._nonce(), bytes((kind,)) + body, None)
-
-    def open(self, sealed: bytes) -> tuple[int, bytes]:
-        try:
-            plain = self._aead.decrypt(self._nonce(), sealed, None)
-        except InvalidTag:
-            raise FrameError("sealed frame failed authentication") from None
-        if not plain:
-            raise FrameError("empty sealed frame")
-        return plain[0], plain[1:]
 
 
 def _split_addr(addr: str) -> tuple[str, int]:
     host, port = addr.rsplit(":", 1)
     return host, int(port)
-
-
-def should_dial(self_addr: str, peer_addr: str) -> bool:
-    """Exactly one side of each pair dials: the one with the greater address string."""
-    return self_addr > peer_addr
-
-
-# --------------------------------------------------------------------------------------------
-# The view a SyncObj sees. Shared by the TCP endpoint and the in-memory hub (hub.py).
-# --------------------------------------------------------------------------------------------
-
-
-class ViewHost(Protocol):
-    """What a `GroupTransport` needs from its broker-level endpoint (TCP or hub)."""
-
-    address: str
-
-    @property
-    def peer_generation(self) -> int:
-        """Changes whenever the set of connected peers may have changed."""
-        ...
-
-    def connected_peers(self) -> frozenset[str]: ...
-
-    @property
-    def silent_after_s(self) -> float:
-        """A link heard from less recently than this is silent (its peer may be hung)."""
-        ...
-
-    def link_silence_s(self, peer: str) -> float | None:
-        """Seconds since anything arrived from `peer`; None when no link to it is open."""
-        ...
-
-    def enqueue(self, peer: str, group: str, message: Any) -> bool: ...
-
-    def view_created(self, group: str, view: GroupTransport) -> None: ...
-
-    def view_destroyed(self, group: str, view: GroupTransport) -> None: ...
-
-    def add_peer(self, peer: str) -> None: ...
-
-
-class GroupTransport(Transport):
-    """A pysyncobj Transport for one Raft group: a view onto the broker's endpoint.
-
-    Nodes are named by the broker's raft address, so node id == peer endpoint address. Sends are
-    buffered in the endpoint until the driver flushes. Connection state is reconciled on the
-    group's tick (SyncObj installs its callbacks only after constructing the transport, so
-    nothing may be announced from the constructor).
-    """
-
-    def __init__(
-        self, host: ViewHost, group: str, syncObj: Any, selfNode: Any, otherNodes: Iterable[Any]
-    ) -> None:
-        super().__init__(syncObj, selfNode, otherNodes)
-        if selfNode is None:
-            raise ValueError(f"[group={group}] read-only nodes are not supported")
-        if selfNode.id != host.address:
-            raise ValueError(
-                f"[group={group}] self node {selfNode.id} is not this endpoint ({host.address})"
-            )
-        self.group = group
-        self._host = host
-        self._nodes: dict[str, Any] = {}
-        self._announced: set[str] = set()
-        self._seen_generation = -1
-        self._destroyed = False
-        for node in otherNodes:
-            self.addNode(node)
-        syncObj.addOnTickCallback(self._on_tick)
-        host.view_created(group, self)
-
-    # -- pysyncobj Transport API --------------------------------------------------------------
-
-    def send(self, node: Any, message: Any) -> bool:
-        if self._destroyed:
-            return False
-        return self._host.enqueue(node.id, self.group, message)
-
-    def link_silence_s(self, peer: str) -> float | None:
-        """Seconds since the broker `peer` was last heard from (any frame, pings included);
-        None when no link to it is open. See `ViewHost.link_silence_s`."""
-        return self._host.link_silence_s(peer)
-
-    @property
-    def silent_after_s(self) -> float:
-        return self._host.silent_after_s
-
-    @property
-    def peer_generation(self) -> int:
-        """The host's link generation: changes whenever a link to some peer opened or closed."""
-        return self._host.peer_generation
-
-    def addNode(self, node: Any) -> None:
-        self._nodes[node.id] = node
-        self._host.add_peer(node.id)
-        self._seen_generation = -1
-
-    def dropNode(self, node: Any) -> None:
-        self._nodes.pop(node.id, None)
-        if node.id in self._announced:
-            self._announced.discard(node.id)
-            self._onNodeDisconnected(node)
-
-    def destroy(self) -> None:
-        if self._destroyed:
-            return
-        self._destroyed = True
-        self.setOnMessageReceivedCallback(None)
-        self.setOnNodeConnectedCallback(None)
-        self.setOnNodeDisconnectedCallback(None)
-        self._host.view_destroyed(self.group, self)
-
-    # -- endpoint side -------------------------------------------------------------------------
-
-    def deliver(self, peer: str, message: Any) -> None:
-        """Hand one received message to the SyncObj (driver thread). Messages from nodes that
-        are not members of the group are dropped, as stock pysyncobj refuses their connection."""
-        node = self._nodes.get(peer)
-        if node is not None:
-            self._onMessageReceived(node, message)
-
-    def _on_tick(self) -> None:
-        if self._seen_generation != self._host.peer_generation:
-            self.reconcile()
-
-    def reconcile(self) -> None:
-        """Announce connects/disconnects so SyncObj's connected set matches the endpoint's."""
-        self._seen_generation = self._host.peer_generation
-        up = self._host.connected_peers()
-        for peer, node in self._nodes.items():
-            if peer in up and peer not in self._announced:
-                self._announced.add(peer)
-                self._onNodeConnected(node)
-            elif peer not in up and peer in self._announced:
-                self._announced.discard(peer)
-                self._onNodeDisconnected(node)
 
 
 # --------------------------------------------------------------------------------------------
@@ -469,7 +133,7 @@ class MuxConfig:
     out_buffer_bytes_max: int = OUT_BUFFER_BYTES_MAX_DEFAULT
     handshake_timeout_s: float = 3.0
     # An idle link carries a PING this often, so "heard within silent_after_s" means the peer
-    # process and its driver thread are alive: quiesced Raft groups rely on it (node.py).
+    # process and its driver thread are alive: quiesced Raft groups rely on it (quiescence.py).
     ping_interval_s: float = 0.1
     silent_after_s: float = 0.4  # nothing received for this long: the link is silent
     dead_after_s: float = 5.0  # no frame at all for this long: the connection is dead
@@ -927,22 +591,8 @@ class MuxEndpoint:
         else:
             raise FrameError(f"unexpected frame kind {kind} in state {state}")
 
-    @staticmethod
-    def _parse_hello(body: bytes, what: str) -> tuple[bytes, bytes, bytes]:
-        """HELLO / CHALLENGE head → (nonce, ephemeral public key, the rest)."""
-        head = len(MAGIC) + 1 + NONCE_BYTES + PUBLIC_KEY_BYTES
-        if len(body) < head or not body.startswith(MAGIC):
-            raise FrameError(f"bad {what}")
-        if body[len(MAGIC)] != PROTOCOL_VERSION:
-            raise FrameError(
-                f"unsupported protocol version {body[len(MAGIC)]} (this broker speaks "
-                f"{PROTOCOL_VERSION}: upgrade every broker)"
-            )
-        nonce = body[len(MAGIC) + 1 : len(MAGIC) + 1 + NONCE_BYTES]
-        return nonce, body[head - PUBLIC_KEY_BYTES : head], body[head:]
-
     def _on_hello(self, conn: _Conn, body: bytes) -> None:
-        conn.nonce_theirs, conn.epk_theirs, rest = self._parse_hello(body, "HELLO")
+        conn.nonce_theirs, conn.epk_theirs, rest = parse_hello(body, "HELLO")
         if rest:
             raise FrameError("bad HELLO")
         conn.nonce_mine = os.urandom(NONCE_BYTES)
@@ -964,7 +614,7 @@ class MuxEndpoint:
         self._write(conn)
 
     def _on_challenge(self, conn: _Conn, body: bytes) -> None:
-        conn.nonce_theirs, conn.epk_theirs, rest = self._parse_hello(body, "CHALLENGE")
+        conn.nonce_theirs, conn.epk_theirs, rest = parse_hello(body, "CHALLENGE")
         if len(rest) < MAC_BYTES:
             raise FrameError("bad CHALLENGE")
         mac = rest[:MAC_BYTES]

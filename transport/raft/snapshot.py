@@ -69,7 +69,7 @@ def write_snapshot(
     learners: Sequence[str] = (),
 ) -> None:
     """Write a snapshot file at ``tmp_path``; exceptions make pysyncobj keep its log.
-    ``learners``: the members of ``cluster`` that do not vote (node.py, "Learners")."""
+    ``learners``: the members of ``cluster`` that do not vote (membership.py)."""
     last_entry, prev_entry, cluster = data
     user_path = tmp_path + ".state"
     snapshot(user_path)
@@ -138,7 +138,7 @@ def written_inline() -> Iterator[None]:
 
 
 class BackgroundSnapshot:
-    """One snapshot written off the tick thread (see "Snapshots off the tick thread", node.py).
+    """One snapshot written off the tick thread (see "Off the tick thread", snapshots.py).
 
     The tick thread pinned the state (``write`` comes from the group's ``capture()`` and holds
     it) together with pysyncobj's bookkeeping ``data`` = (last, prev, cluster); a worker

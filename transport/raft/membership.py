@@ -1,0 +1,198 @@
+"""Membership: learners, who votes and campaigns, and membership entries without pickle.
+
+Learners (Raft thesis §4.2.1 non-voting members; pysyncobj has none). A member added with a
+``learner`` membership entry is replicated to like any follower, but the leader does not count
+it toward commit or toward its leader-fallback quorum, a candidate neither asks nor counts its
+vote, it never campaigns and is never a leadership-transfer target. A ``promote`` entry makes
+it a voter: a single-server change of the voting set, issued only once the learner has caught
+up. The learner set is replicated state: it follows the membership entries (appended, applied,
+truncated) and travels in snapshots.
+
+No unpickled entry. Membership changes are written as protobuf (entries.py) and every
+membership entry is parsed there, never by pysyncobj's ``pickle.loads``; code-version entries
+(pickles too) are never applied. A crafted entry changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from pysyncobj.config import FAIL_REASON
+from pysyncobj.syncobj import _RAFT_STATE, SyncObj
+
+from raftq.transport.raft.entries import decode_membership, encode_membership
+from raftq.transport.raft.pinned import monotonic_time
+
+
+class Membership(SyncObj):
+    """The membership layer of :class:`~raftq.transport.raft.hardened.HardenedSyncObj` (not
+    instantiated alone)."""
+
+    # State (set up in HardenedSyncObj.__init__).
+    _learners: set[Any]
+    _self_learner: bool
+    _votes_from: set[Any]  # candidate: the voters that granted this term
+
+    # -------------------------------------------------------------------- learners
+    def _set_learners(self, addrs: Iterable[str]) -> None:
+        wanted = set(addrs)
+        self._learners = {n for n in self._SyncObj__otherNodes if n.id in wanted}
+        self._self_learner = self.selfNode.id in wanted
+
+    def _voters(self) -> Collection[Any]:
+        """The other members that vote (learners excluded); every tick of a leader asks."""
+        learners = self._learners
+        if not learners:
+            return self._SyncObj__otherNodes
+        return [n for n in self._SyncObj__otherNodes if n not in learners]
+
+    def learner_addrs(self) -> list[str]:
+        """Every learner of the group as this replica knows it, itself included."""
+        addrs = [str(n.id) for n in list(self._learners)]
+        if self._self_learner:
+            addrs.append(str(self.selfNode.id))
+        return sorted(addrs)
+
+    @property
+    def hasQuorum(self) -> bool:
+        """Open links to a majority of the voters (this replica counted when it votes)."""
+        connected = self._SyncObj__connectedNodes
+        voters = self._voters()
+        linked = sum(1 for n in voters if n in connected)
+        total = len(voters)
+        if not self._self_learner:
+            linked, total = linked + 1, total + 1
+        return linked > total / 2
+
+    def _SyncObj__doChangeCluster(self, request: list[Any], reverse: bool = False) -> bool:
+        """syncobj.py:1374 plus the learner ops (``entries.encode_membership``)."""
+        op, addr = request[0], str(request[1])
+        node = self._SyncObj__nodeClass(addr)
+        is_self = node == self.selfNode
+        if op in ("add", "rem"):
+            if (op == "add") != reverse:  # adding a voter
+                if is_self:
+                    self._self_learner = False
+                self._learners.discard(node)
+            else:
+                self._learners.discard(node)
+            return bool(SyncObj._SyncObj__doChangeCluster(self, [op, addr], reverse))
+        if op == "learner":
+            if reverse:  # undo the addition
+                self._learners.discard(node)
+                return bool(SyncObj._SyncObj__doChangeCluster(self, ["rem", addr]))
+            if is_self:
+                self._self_learner = True
+                return False
+            # The log is authoritative: a replica that started from a stale member list (it
+            # took this one for a voter) learns here that it is a learner. A leader never
+            # appends such an entry for a voter (_SyncObj__changeCluster).
+            present = node in self._SyncObj__otherNodes
+            if not present:
+                SyncObj._SyncObj__doChangeCluster(self, ["add", addr])
+            self._learners.add(node)
+            return not present
+        if op == "promote":
+            if is_self:
+                was = self._self_learner
+                self._self_learner = reverse
+                return was != reverse
+            if reverse:
+                if node in self._SyncObj__otherNodes:
+                    self._learners.add(node)
+                return True
+            if node in self._learners:
+                self._learners.discard(node)
+                return True
+            return False
+        return False
+
+    def _SyncObj__changeCluster(self, request: list[Any]) -> bool:
+        """Leader, before appending a change (syncobj.py:1356): a voter is never demoted."""
+        if request[0] == "learner":
+            node = self._SyncObj__nodeClass(str(request[1]))
+            if node in self._SyncObj__otherNodes and node not in self._learners:
+                return False
+        return bool(SyncObj._SyncObj__changeCluster(self, request))
+
+    def transferLeadership(self, node: Any = None, callback: Any = None) -> None:
+        """syncobj.py:408, never to a learner (it would not campaign)."""
+        if node is None:
+            match = self._SyncObj__raftMatchIndex
+            connected = self._SyncObj__connectedNodes
+            candidates = [(match.get(n, 0), n.id, n) for n in self._voters() if n in connected]
+            if not candidates:
+                if callback is not None:
+                    callback(None, FAIL_REASON.REQUEST_DENIED)
+                return
+            node = max(candidates)[2]
+        elif not hasattr(node, "id"):
+            node = self._SyncObj__nodeClass(node)
+        if node in self._learners:
+            if callback is not None:
+                callback(None, FAIL_REASON.REQUEST_DENIED)
+            return
+        SyncObj.transferLeadership(self, node, callback)
+
+    # ------------------------------------------------------------------- elections
+    def _start_election(self) -> None:
+        self._SyncObj__raftElectionDeadline = (
+            monotonic_time() + self._SyncObj__generateRaftTimeout()
+        )
+        if self._self_learner:
+            return  # a learner never campaigns (it is not counted either)
+        self._SyncObj__transferInProgress = False
+        self._SyncObj__raftLeader = None
+        self._SyncObj__setState(_RAFT_STATE.CANDIDATE)
+        self._SyncObj__setCurrentTerm(self._SyncObj__raftCurrentTerm + 1, self.selfNode.id)
+        self._SyncObj__votesCount = 1
+        self._votes_from = set()
+        last = self._SyncObj__raftLog[-1]
+        voters = self._voters()
+        for node in voters:
+            self._SyncObj__transport.send(
+                node,
+                {
+                    "type": "request_vote",
+                    "term": self._SyncObj__raftCurrentTerm,
+                    "last_log_index": last[1],
+                    "last_log_term": last[2],
+                },
+            )
+        self._SyncObj__onLeaderChanged()
+        if self._SyncObj__votesCount > (len(voters) + 1) / 2:
+            self._SyncObj__onBecomeLeader()
+
+    def _on_vote(self, node: Any, message: dict[str, Any]) -> None:
+        """A granted vote (replaces syncobj.py:1063): counted once per voter, learners never."""
+        if (
+            self._SyncObj__raftState != _RAFT_STATE.CANDIDATE
+            or message.get("term") != self._SyncObj__raftCurrentTerm
+            or node not in self._SyncObj__otherNodes
+            or node in self._learners
+        ):
+            return
+        self._votes_from.add(node)
+        self._SyncObj__votesCount = 1 + len(self._votes_from)
+        if self._SyncObj__votesCount > (len(self._voters()) + 1) / 2:
+            self._SyncObj__onBecomeLeader()
+
+    # ---------------------------------------------------------- membership entries
+    def _SyncObj__parseChangeClusterRequest(self, command: bytes) -> list[str] | None:
+        """Replaces syncobj.py:1415 (plain pickle.loads): protobuf, or a legacy pickle read
+        without globals; an invalid entry is refused (None: it changes nothing)."""
+        return decode_membership(command)
+
+    def addNodeToCluster(self, node: Any, callback: Any = None) -> None:
+        """Replaces syncobj.py:370 (which pickles the change)."""
+        self._applyCommand(encode_membership("add", str(getattr(node, "id", node))), callback)
+
+    def removeNodeFromCluster(self, node: Any, callback: Any = None) -> None:
+        """Replaces syncobj.py:386 (which pickles the change)."""
+        self._applyCommand(encode_membership("rem", str(getattr(node, "id", node))), callback)
+
+    def setCodeVersion(self, newVersion: int, callback: Any = None) -> None:
+        """Refused: stock replicates a pickled VERSION entry; raftq versions its own codecs."""
+        if callback is not None:
+            callback(None, FAIL_REASON.REQUEST_DENIED)

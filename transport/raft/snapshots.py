@@ -1,0 +1,237 @@
+"""Snapshots of a Raft group: taken locally, sent to a follower, received and loaded.
+
+The file format, the chunked sender and receiver and the background writer are in
+snapshot.py; this layer is what the node does with them.
+
+- **Loading keeps the journal.** Loading a snapshot (at start-up or from the leader) keeps the
+  journal entries after it whenever the journal holds the snapshot's last (index, term)
+  instead of clearing the journal (pysyncobj's ``__loadDumpFile`` cleared it unless it began
+  exactly at the snapshot, losing acknowledged entries after a crash between snapshot and
+  compaction).
+- **Durable before the journal changes.** Snapshots travel in offset-checked chunks and are
+  made durable before the journal changes; a follower that needs a snapshot while none can be
+  read (pysyncobj's serializer is busy for one tick after each snapshot) gets a heartbeat, not
+  an unbounded loop, and at most ``SNAPSHOT_CHUNKS_PER_ROUND`` chunks per heartbeat.
+- **Off the tick thread.** With ``capture`` a due snapshot only *pins* the state on the tick
+  thread (a partition: a WAL read transaction on a second SQLite connection) with its (last,
+  prev) entries; a worker (snapshot.BackgroundSnapshot, two per process) writes and fsyncs
+  the file while the group keeps applying, and a later tick renames it over the snapshot file
+  and compacts the journal to it. A snapshot installed meanwhile (from the leader) cancels
+  the job, so an older state never replaces a newer one.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pysyncobj.syncobj import SyncObj
+
+from raftq.transport.raft.pinned import monotonic_time
+from raftq.transport.raft.snapshot import (
+    BackgroundSnapshot,
+    SnapshotReceiver,
+    SnapshotSender,
+    journal_keep_from,
+)
+
+logger = logging.getLogger(__name__)
+
+SNAPSHOT_CHUNKS_PER_ROUND = 8  # snapshot bytes per follower per heartbeat: 8 chunks at most
+
+
+class Snapshots(SyncObj):
+    """The snapshot layer of :class:`~raftq.transport.raft.hardened.HardenedSyncObj` (not
+    instantiated alone)."""
+
+    # State (set up in HardenedSyncObj.__init__).
+    _snapshot_tx: SnapshotSender
+    _snapshot_rx: SnapshotReceiver
+    _snapshot_job: BackgroundSnapshot | None  # being written off the tick thread
+    _SyncObj__raftCommitIndex: int
+    _SyncObj__forceLogCompaction: bool
+
+    # ---------------------------------------------------- received from the leader
+    def _on_snapshot_chunk(self, node: Any, message: dict[str, Any]) -> int | None:
+        """Follower side of a snapshot chunk; returns the snapshot's last index once installed.
+
+        Replaces pysyncobj's receive (serializer.setTransmissionData + ``__loadDumpFile(
+        clearJournal=True)``), which wrote chunks blindly, renamed the file without fsync and
+        cleared the whole journal.
+        """
+        data, is_first, is_last = message["serialized"]
+        rx = self._snapshot_rx
+        try:
+            if not rx.add(bytes(data), bool(is_first), bool(is_last), message.get("offset")):
+                return None
+        except ValueError as exc:
+            logger.warning("[group=%s] snapshot from %s restarts: %s", self._group, node, exc)
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return None
+        try:
+            last, _prev, _cluster = rx.header()
+        except (OSError, ValueError):
+            logger.exception("[group=%s] snapshot from %s is unreadable", self._group, node)
+            rx.discard()
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return None
+        if last[1] <= self.raftLastApplied:
+            # A stale or duplicate transfer: what it holds is applied (so committed) here, and
+            # installing it would move state backwards or drop a journal compacted past it.
+            rx.discard()
+            logger.info(
+                "[group=%s] snapshot at %d from %s is not newer than applied %d: ignored",
+                self._group,
+                last[1],
+                node,
+                self.raftLastApplied,
+            )
+            self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=last[1] + 1, success=True)
+            return int(last[1])
+        rx.install()  # durable before the journal or the state machine change
+        try:
+            self._SyncObj__loadDumpFile(clearJournal=True)
+        except Exception:
+            logger.exception("[group=%s] cannot load the snapshot from %s", self._group, node)
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return None
+        self._sync_before_reply()
+        self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=last[1] + 1, success=True)
+        return int(last[1])
+
+    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:
+        """Load the snapshot file and reconcile the journal with it (replaces syncobj.py:1472).
+
+        Raft §7: journal entries after the snapshot's last entry are kept when the journal holds
+        that entry with the same term, whether this is a restart (the crash may have fallen
+        between the snapshot's rename and the compaction) or a snapshot from the leader;
+        otherwise the journal is replaced by the snapshot's (prev, last). Raises when the
+        snapshot cannot be read or restored (at start-up the group then does not run).
+        """
+        self._cancel_snapshot_job()  # it would rename an older state over this one
+        _data, last, prev, cluster = self._SyncObj__serializer.deserialize()
+        log = self._raftq_journal
+        before = (log[0][1], log[-1][1]) if len(log) else None
+        keep_from = journal_keep_from(log.entries(), last)
+        if keep_from is None:
+            # Catching up (the journal ends before the snapshot) is routine; a journal that
+            # starts after it or holds another term there is worth a look.
+            routine = before is None or before[1] < last[1]
+            logger.log(
+                logging.INFO if routine else logging.WARNING,
+                "[group=%s] journal %s does not hold snapshot entry (%d, term %d): replaced "
+                "by the snapshot",
+                self._group,
+                before,
+                last[1],
+                last[2],
+            )
+            log.clear()
+            log.add(*prev)
+            log.add(*last)
+        elif keep_from > 0:
+            log.deleteEntriesTo(keep_from)
+        self._SyncObj__raftLastApplied = last[1]
+        # The snapshot holds applied (so committed) entries only.
+        commit = min(max(self._SyncObj__raftCommitIndex, last[1]), self._last_index())
+        if commit != self._SyncObj__raftCommitIndex:
+            self._SyncObj__raftCommitIndex = commit
+            log.setRaftCommitIndex(commit)
+        logger.info(
+            "[group=%s] snapshot at (%d, term %d) loaded; journal %s -> (%d, %d), commit %d",
+            self._group,
+            last[1],
+            last[2],
+            before,
+            log[0][1],
+            log[-1][1],
+            commit,
+        )
+        if self._SyncObj__conf.dynamicMembershipChange:
+            self._SyncObj__updateClusterConfiguration(
+                [n for n in cluster if n != self._SyncObj__selfNode]
+            )
+            self._set_learners(self._raftq._snapshot_learners)
+        self._SyncObj__onSetCodeVersion(0)
+
+    # ---------------------------------------------------------- sent to a follower
+    def _send_snapshot(self, node: Any) -> None:
+        chunks, snapshot_last = self._snapshot_tx.chunks(node)
+        if not chunks:
+            if self._SyncObj__raftLog[0][1] == 1:  # never compacted: index 1 is the same no-op
+                self._SyncObj__raftNextIndex[node] = 2  # everywhere; entries can be sent
+                self._send_entries(node)
+                return
+            # No readable snapshot right now: keep the follower's election timer quiet.
+            logger.warning("[group=%s] %s needs a snapshot; none to send yet", self._group, node)
+            self._SyncObj__transport.send(node, self._append_message(serialized=None))
+            return
+        for data, is_first, is_last, offset in chunks:
+            message = self._append_message(serialized=(data, is_first, is_last), offset=offset)
+            self._SyncObj__transport.send(node, message)
+            if node not in self._SyncObj__connectedNodes:
+                self._snapshot_tx.cancel(node)
+                return
+        if snapshot_last is not None:
+            self._SyncObj__raftNextIndex[node] = max(
+                self._SyncObj__raftNextIndex[node], snapshot_last + 1
+            )
+
+    # --------------------------------------------------------------- taken locally
+    def _SyncObj__tryLogCompaction(self) -> None:
+        """SyncObj.__tryLogCompaction (syncobj.py:1421), the snapshot written off this thread
+        when the owner gives ``capture`` (see "Snapshots off the tick thread", RaftNode)."""
+        if self._raftq._capture is None:
+            SyncObj._SyncObj__tryLogCompaction(self)
+            return
+        now = monotonic_time()
+        job = self._snapshot_job
+        if job is not None:
+            if not job.done():
+                return
+            self._snapshot_job = None
+            if job.install():
+                self._SyncObj__lastSerializedTime = now
+                self._SyncObj__deleteEntriesTo(job.prev_index)
+                self._SyncObj__lastSerializedEntry = job.prev_index
+                logger.info("[group=%s] snapshot at %d written", self._group, job.last_index)
+            return
+        conf = self._SyncObj__conf
+        if (
+            len(self._SyncObj__raftLog) <= conf.logCompactionMinEntries
+            and now - self._SyncObj__lastSerializedTime <= conf.logCompactionMinTime
+            and not self._SyncObj__forceLogCompaction
+        ):
+            return
+        entries = self._SyncObj__getEntries(self.raftLastApplied - 1, 2)
+        if len(entries) < 2 or entries[0][1] == self._SyncObj__lastSerializedEntry:
+            self._SyncObj__forceLogCompaction = False
+            self._SyncObj__lastSerializedTime = now
+            return
+        if not BackgroundSnapshot.room():
+            return  # as many snapshots pinned as the process allows: a later tick
+        self._SyncObj__forceLogCompaction = False
+        try:
+            write = self._raftq._capture()
+        except Exception:
+            logger.exception("[group=%s] cannot pin a snapshot; the log is kept", self._group)
+            return
+        cluster = self._SyncObj__otherNodes | {self._SyncObj__selfNode}
+        self._snapshot_job = BackgroundSnapshot(
+            self._SyncObj__conf.fullDumpFile,
+            (entries[1], entries[0], cluster),
+            write,
+            fsync=self._raftq_journal.fsync_enabled,
+            learners=self.learner_addrs(),
+        )
+
+    def _cancel_snapshot_job(self) -> None:
+        if self._snapshot_job is not None:
+            self._snapshot_job.cancel()
+            self._snapshot_job = None
+
+    def _doDestroy(self) -> None:
+        self._cancel_snapshot_job()
+        self._snapshot_tx.cancel_all()
+        self._snapshot_rx.abort()
+        super()._doDestroy()
