@@ -449,3 +449,42 @@ def test_without_auth_every_caller_is_anonymous(tmp_path: Path) -> None:
                 assert got["records"][0]["acked"]
         finally:
             console.stop()
+
+
+def test_operator_verbs_alter_grow_purge_seek_and_delete(web: httpx.Client) -> None:
+    create(web, "web.ops", config={"lease_ms": 60_000})
+    altered = ok(
+        web.patch("/topics/web.ops", json={"config": {"max_deliveries": 9}}, headers=ADMIN)
+    )
+    assert altered["config"]["max_deliveries"] == 9
+    refused(
+        web.patch("/topics/web.ops", json={"config": {"colour": 1}}, headers=ADMIN),
+        400,
+        "INVALID_ARGUMENT",
+    )
+    grown = ok(web.post("/topics/web.ops/partitions", json={"partitions": 2}, headers=ADMIN))
+    assert len(grown["partitions"]) == 2
+    refused(
+        web.post("/topics/web.ops/partitions", json={"partitions": 2}, headers=ADMIN),
+        400,
+        "INVALID_ARGUMENT",
+    )
+    enqueue(web, "web.ops", *({"value": str(i), "partition": 0} for i in range(4)))
+    got = dequeue(web, "g9", "web.ops", max_records=2)
+    seek = {"topic": "web.ops", "partition": 0, "offset": 3}
+    refused(web.post("/groups/g9/seek", json=seek, headers=ADMIN), 409, "GROUP_NOT_EMPTY")
+    refused(web.delete("/groups/g9", headers=ADMIN), 409, "GROUP_NOT_EMPTY")
+    refused(
+        web.post("/groups/g9/seek", json={**seek, "latest": True}, headers=ADMIN),
+        400,
+        "INVALID_ARGUMENT",
+    )
+    moved = ok(web.post("/groups/g9/seek", json={**seek, "force": True}, headers=ADMIN))
+    assert [(p["partition"], p["offset"]) for p in moved["partitions"]] == [(0, 3)]
+    assert len(got) == 2  # held by g9's member, then acknowledged by the seek
+    assert [m["value"] for m in dequeue(web, "g9", "web.ops", max_records=10)] == ["3"]
+    refused(web.post("/topics/web.ops/purge", headers=READER), 403, "PERMISSION_DENIED")
+    purged = ok(web.post("/topics/web.ops/purge", json={"partition": 0}, headers=ADMIN))
+    assert purged["partitions"] == [{"partition": 0, "log_start": 4, "deleted": 4}]
+    assert ok(web.get("/topics/web.ops/partitions/0/records", headers=ADMIN))["records"] == []
+    refused(web.delete("/groups/nobody", headers=ADMIN), 404, "UNKNOWN_GROUP")

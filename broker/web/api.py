@@ -142,6 +142,28 @@ class RecordUpdateIn(BaseModel):
     deliver_at_ms: int | None = Field(default=None, ge=0, le=INT64)
 
 
+class TopicConfigIn(BaseModel):
+    config: dict[str, Any] = Field(description="the settings to change, by name")
+
+
+class PartitionsIn(BaseModel):
+    partitions: int = Field(ge=1, le=INT32, description="the new total count")
+
+
+class PurgeIn(BaseModel):
+    partition: int | None = Field(default=None, ge=0, le=INT32, description="absent: all")
+
+
+class SeekIn(BaseModel):
+    topic: str
+    partition: int | None = Field(default=None, ge=0, le=INT32, description="absent: all")
+    offset: int | None = Field(default=None, ge=0, le=INT64)
+    timestamp_ms: int | None = Field(default=None, ge=0, le=INT64)
+    earliest: bool = False
+    latest: bool = False
+    force: bool = Field(default=False, description="even while members live")
+
+
 class RedriveIn(BaseModel):
     rate: float = Field(default=0.0, ge=0, description="records/s; 0: no cap")
     limit: int | None = Field(default=None, ge=1, description="move at most this many")
@@ -211,6 +233,25 @@ def describe_topic(topic: str, gw: GatewayDep, token: Token) -> dict[str, Any]:
 @router.delete("/topics/{topic}", tags=["topics"], status_code=204, summary="delete a topic")
 def delete_topic(topic: str, gw: GatewayDep, token: Token) -> None:
     gw.admin(token).delete_topic(topic)
+
+
+@router.patch("/topics/{topic}", tags=["topics"], summary="change topic settings")
+def alter_topic(topic: str, body: TopicConfigIn, gw: GatewayDep, token: Token) -> dict[str, Any]:
+    return views.proto_dict(gw.admin(token).alter_topic_config(topic, **body.config))
+
+
+@router.post("/topics/{topic}/partitions", tags=["topics"], summary="grow the partition count")
+def add_partitions(topic: str, body: PartitionsIn, gw: GatewayDep, token: Token) -> dict[str, Any]:
+    """Keyed records go to murmur2(key) mod the new count from then on (README)."""
+    return views.proto_dict(gw.admin(token).add_partitions(topic, body.partitions))
+
+
+@router.post("/topics/{topic}/purge", tags=["topics"], summary="delete every record now in it")
+def purge_topic(
+    topic: str, gw: GatewayDep, token: Token, body: Annotated[PurgeIn | None, Body()] = None
+) -> dict[str, Any]:
+    purged = gw.admin(token).purge_topic(topic, (body or PurgeIn()).partition)
+    return {"partitions": [views.proto_dict(p) for p in purged]}
 
 
 @router.post("/topics/{topic}/records", tags=["queue"], summary="enqueue records")
@@ -309,6 +350,29 @@ def list_groups(gw: GatewayDep, token: Token) -> list[dict[str, Any]]:
 def describe_group(group: str, gw: GatewayDep, token: Token) -> dict[str, Any]:
     described, lag = gw.group_lag(token, group)
     return {**views.proto_dict(described), "lag": lag}
+
+
+@router.delete("/groups/{group}", tags=["groups"], summary="delete an empty group")
+def delete_group(group: str, gw: GatewayDep, token: Token) -> dict[str, Any]:
+    """GROUP_NOT_EMPTY (409) while members live."""
+    return views.proto_dict(gw.admin(token).delete_group(group))
+
+
+@router.post("/groups/{group}/seek", tags=["groups"], summary="move a group's position")
+def seek_group(group: str, body: SeekIn, gw: GatewayDep, token: Token) -> dict[str, Any]:
+    """To exactly one of offset, timestamp_ms, earliest, latest (Kafka's --reset-offsets);
+    GROUP_NOT_EMPTY (409) while members live unless force."""
+    moved = gw.admin(token).seek_group(
+        group,
+        body.topic,
+        partition=body.partition,
+        offset=body.offset,
+        timestamp_ms=body.timestamp_ms,
+        earliest=body.earliest,
+        latest=body.latest,
+        force=body.force,
+    )
+    return {"partitions": [views.proto_dict(p) for p in moved]}
 
 
 @router.post("/groups/{group}/dequeue", tags=["queue"], summary="lease ready records")
