@@ -1,8 +1,9 @@
 """Every RPC behind its permission, generated from proto/api.proto's descriptors.
 
-A real gRPC server on 127.0.0.1 with tokens and ACLs required (the broker's AuthInterceptor
-over tests/api_facade.py: real partition machines on SQLite). The generated tests walk every
-RPC of every service and every string field of its request (nested and repeated too):
+A real broker in this process on 127.0.0.1 with tokens and ACLs required (security.auth_file
+written from POLICY), one per test: each test's refusals must change nothing it can see. The
+generated tests walk every RPC of every service and every string field of its request (nested
+and repeated too):
 
 - every RPC has an explicit entry in raftq.transport.auth's table (the fail-closed cluster-admin
   default is for RPCs nobody decided on: a new RPC fails here until someone does);
@@ -31,7 +32,7 @@ from raftq.proto import api_pb2, api_pb2_grpc, errors
 from raftq.transport import auth
 from raftq.transport.auth import GROUP, TOPIC, TXN_APP, AclRule, AuthPolicy, Principal, token_digest
 from raftq.transport.grpc_errors import from_rpc_error
-from tests.api_facade import api_server
+from tests.cluster import make_cluster
 
 TIMEOUT_S = 10
 ALL = ("produce", "consume", "admin")
@@ -263,8 +264,9 @@ class Setup:
 
 @pytest.fixture
 def setup(tmp_path: pathlib.Path) -> Iterator[Setup]:
-    with api_server(tmp_path, auth_policy=POLICY) as (address, _facade):
-        wire = Wire(address)
+    with make_cluster(tmp_path, auth=POLICY) as cluster:
+        cluster.wait_ready()
+        wire = Wire(cluster.client_addr(1))
         try:
             wire.call(
                 ROOT,

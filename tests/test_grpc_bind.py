@@ -1,4 +1,4 @@
-"""A broker's gRPC port is its own: a second server on a port in use fails to start.
+"""A broker's gRPC port is its own: a second broker on a port in use fails to start.
 
 gRPC turns SO_REUSEPORT on by default, so two servers could bind one port and the kernel would
 split connections between them: a client of one broker reached another (seen as "connection
@@ -9,22 +9,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from raftq.proto import errors
-from raftq.transport.grpc_server import serve
-from tests.api_facade import ApiFacade
-from tests.helpers import free_port
+from tests.cluster import ProcessCluster, make_cluster
 
 
-def test_a_second_server_on_a_port_in_use_is_refused(tmp_path: Path) -> None:
-    address = f"127.0.0.1:{free_port()}"
-    first_facade, second_facade = ApiFacade(tmp_path / "a"), ApiFacade(tmp_path / "b")
-    first = serve(first_facade, address, max_workers=2)
-    try:
-        with pytest.raises(errors.Unavailable, match="cannot listen on"):
-            serve(second_facade, address, max_workers=2).stop(None)
-    finally:
-        first.stop(None).wait(5)
-        first_facade.close()
-        second_facade.close()
+def test_a_second_broker_on_a_client_port_in_use_exits_and_the_first_serves_on(
+    tmp_path: Path,
+) -> None:
+    with make_cluster(tmp_path / "first") as first:
+        first.wait_ready()
+        second = ProcessCluster(tmp_path / "second", brokers=1)
+        second.client_ports[1] = first.client_ports[1]  # its own raft port, the same client port
+        second.start()
+        try:
+            assert second.procs[1].wait(timeout=60) == 1, second.logs()
+        finally:
+            second.stop()
+        assert "cannot listen on " + first.client_addr(1) in second.logs()
+        admin = first.admin()
+        admin.create_topic("still-mine", partitions=1)
+        assert [t.name for t in admin.list_topics()] == ["still-mine"]

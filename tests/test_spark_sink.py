@@ -411,13 +411,15 @@ def test_a_retry_resumes_by_records_when_the_broker_prefixes_the_principal(
 ) -> None:
     """With auth on, the broker stores the producer id as ``<principal>/spark:...``: the rows
     of such an id are counted too, so a retry still skips exactly what was written."""
-    from tests.api_facade import api_server
+    from tests.cluster import make_cluster
     from tests.test_authz import POLICY
 
     with (
-        api_server(tmp_path, auth_policy=POLICY) as (address, _facade),
-        Admin(address, token="token-root") as root,
+        make_cluster(tmp_path, auth=POLICY) as cluster,
+        Admin(cluster.client_addr(1), token="token-root") as root,
     ):
+        cluster.wait_ready()
+        address = cluster.client_addr(1)
         root.create_topic("victim-spark", partitions=3)
         opts = sink.SinkOptions.parse(
             {
