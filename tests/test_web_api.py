@@ -421,6 +421,9 @@ def test_console_pages_escape_record_contents(console: ConsoleProcess, web: http
         assert "&lt;b&gt;k&lt;/b&gt;" in page.text
         refused_page = browser.get("/topics/web.nothing")
         assert refused_page.status_code == 404 and "UNKNOWN_TOPIC" in refused_page.text
+        fair = {"name": "web.fair", "ordering": "fair"}
+        made = browser.post("/topics", data=fair, follow_redirects=True)
+        assert made.status_code == 200 and "ordering FAIR (fair key: the record key)" in made.text
         bad_form = browser.post("/topics", data={"name": "web.zero", "partitions": "0"})
         assert bad_form.status_code == 400 and bad_form.headers["content-type"].startswith(
             "text/html"

@@ -95,7 +95,7 @@ class TopicIn(BaseModel):
     replication_factor: int | None = Field(default=None, ge=1, le=INT32)
     config: dict[str, Any] = Field(
         default_factory=dict,
-        description="topic settings by name: ordering (fifo|priority), lease_ms, "
+        description="topic settings by name: ordering (fifo|priority|fair), fair_key, lease_ms, "
         "max_deliveries, dead_letter_topic, retention_ms, ttl_ms, ...",
     )
 
