@@ -666,6 +666,25 @@ def cluster_rebalance_leaders(args: argparse.Namespace) -> int:
     return 0
 
 
+def partition_move(args: argparse.Namespace) -> int:
+    """``raftq partition move TOPIC PARTITION --replicas 1,2,4``: Kafka's reassignment."""
+    try:
+        replicas = [int(b) for b in args.replicas.split(",") if b.strip()]
+    except ValueError:
+        sys.stderr.write(f"error: --replicas {args.replicas!r}: broker ids, comma-separated\n")
+        return 2
+    with _admin(args) as admin:
+        result = admin.move_partition(args.topic, args.partition, replicas, args.timeout_s)
+    if args.json:
+        emit_json(to_dict(result), sys.stdout)
+    else:
+        print(
+            f"{args.topic}/{args.partition} on brokers {list(result.replicas)}, "
+            f"led by broker {result.leader}"
+        )
+    return 0
+
+
 # --- wiring ---------------------------------------------------------------------------------
 
 
@@ -763,6 +782,24 @@ def register(subparsers: Subparsers) -> None:
     recover.add_argument("--app", required=True, help="txnAppId, or query-<id> for writeStream")
     recover.add_argument("--topic", help="the writer's topic option (none: column-routed)")
     recover.add_argument("--batch", type=int, required=True, help="the stuck batch id")
+
+    partition = subparsers.add_parser("partition", help="move a partition's replicas")
+    partitions = partition.add_subparsers(dest="partition_command", required=True, metavar="ACTION")
+    move = _add(
+        partitions,
+        "move",
+        partition_move,
+        "move a partition's replicas to other brokers, under load (Kafka's reassignment)",
+        common,
+    )
+    move.add_argument("topic")
+    move.add_argument("partition", type=int)
+    move.add_argument(
+        "--replicas", required=True, help="broker ids, the first the preferred leader: 1,2,4"
+    )
+    move.add_argument(
+        "--timeout-s", type=float, default=300.0, help="wait at most this long (default 300)"
+    )
 
     cluster = subparsers.add_parser("cluster", help="cluster health")
     clusters = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")

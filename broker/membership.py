@@ -504,6 +504,73 @@ class Membership:
         )
         return list(metadata_pb2.MetaCommand.FromString(data).deregister_broker.moves)
 
+    # -- moving one partition (on the metadata leader) ------------------------------------------
+
+    def move_partition(
+        self, topic: str, partition: int, replicas: list[int], timeout_s: float
+    ) -> api_pb2.MovePartitionResponse:
+        """``raftq partition move``: set the partition's replicas (a ReassignPartition, unless
+        the table already has them) and wait until the leader reports the group's voters as
+        exactly the new set; the partition's leader moves the data (``_move_step``). Normal
+        errors: UnknownTopic, UnknownPartition, InvalidArgument (frontend.reassign_partition),
+        Timeout (still moving: call again, it resumes), Unavailable."""
+        b = self.broker
+        deadline = time.monotonic() + timeout_s
+        table = b.meta.table
+        if table.replicas(topic, partition) != tuple(replicas):
+            data = b.frontend.reassign_partition(
+                table,
+                topic,
+                partition,
+                replicas,
+                live_ids=b.service.live_brokers(),
+                now_ms=b.service.now_ms(),
+            )
+            before = table.replicas(topic, partition)
+            b.service.meta_propose(data, max(deadline - time.monotonic(), 0.1))
+            logger.info(
+                "[topic/partition=%s/%d] replicas %s -> %s (move)",
+                topic,
+                partition,
+                list(before or ()),
+                replicas,
+            )
+        while True:
+            table = b.meta.table
+            if table.replicas(topic, partition) != tuple(replicas):
+                raise errors.Unavailable(
+                    f"{topic}/{partition} was moved again meanwhile: "
+                    f"now {list(table.replicas(topic, partition) or ())}"
+                )
+            leader = self._moved_leader(table, topic, partition)
+            if leader is not None:
+                return api_pb2.MovePartitionResponse(replicas=replicas, leader=leader)
+            if time.monotonic() >= deadline:
+                raise errors.Timeout(
+                    f"{topic}/{partition} is still moving to {replicas}: call again to keep "
+                    "waiting (it goes on meanwhile)"
+                )
+            time.sleep(0.1)
+
+    def _moved_leader(self, table: Table, topic: str, partition: int) -> int | None:
+        """The broker leading ``topic/partition`` with exactly the table's replicas as voters
+        (the latest term reported), or None while the move goes on."""
+        info = table.topic(topic)
+        replicas = table.replicas(topic, partition)
+        if info is None or replicas is None:
+            return None
+        want = {table.brokers[r].raft_addr for r in replicas if r in table.brokers}
+        best: tuple[int, int, set[str]] | None = None
+        for broker_id, report in self.broker.reports.latest().items():
+            for r in report.replicas:
+                if (r.topic, r.partition, r.topic_id) != (topic, partition, info.topic_id):
+                    continue
+                if r.leader and (best is None or r.term >= best[0]):
+                    best = (r.term, broker_id, set(r.members))
+        if best is None or best[2] != want or best[1] not in replicas:
+            return None
+        return best[1]
+
     def _moves_pending(
         self, table: Table, broker_id: int, raft_addr: str, moved: set[tuple[str, int]]
     ) -> list[str]:

@@ -99,6 +99,7 @@ LEADER_ONLY: dict[str, type[Any]] = {
     "add_partitions": api_pb2.AddPartitionsRequest,
     "rebalance_leaders": api_pb2.RebalanceLeadersRequest,
     "backup_metadata": api_pb2.BackupMetadataRequest,
+    "move_partition": api_pb2.MovePartitionRequest,
 }
 # Facade methods the metadata leader runs on a given broker (never forwarded again).
 ON_BROKER: dict[str, type[Any]] = {
@@ -130,6 +131,7 @@ RESPONSES: dict[str, type[Any]] = {
     "rebalance_leaders": api_pb2.RebalanceLeadersResponse,
     "lead_preferred_here": api_pb2.RebalanceLeadersResponse,
     "backup_metadata": api_pb2.BackupMetadataResponse,
+    "move_partition": api_pb2.MovePartitionResponse,
 }
 
 
@@ -1232,6 +1234,30 @@ class BrokerService:
     ) -> api_pb2.RemoveBrokerResponse:
         assert self.membership is not None
         return self.membership.remove_broker(request.broker_id, timeout_s)
+
+    def move_partition(
+        self, request: api_pb2.MovePartitionRequest, *, timeout_s: float | None
+    ) -> api_pb2.MovePartitionResponse:
+        """On the metadata leader, in slices like remove_broker (broker/membership.py)."""
+        deadline = time.monotonic() + _timeout(timeout_s)
+        while True:
+            try:
+                response: api_pb2.MovePartitionResponse = self._leader_only(
+                    "move_partition", request, deadline - time.monotonic()
+                )
+                return response
+            except (errors.Timeout, errors.NotLeader):
+                if time.monotonic() >= deadline - 0.1:
+                    raise
+                time.sleep(0.1)
+
+    def _move_partition(
+        self, request: api_pb2.MovePartitionRequest, timeout_s: float
+    ) -> api_pb2.MovePartitionResponse:
+        assert self.membership is not None
+        return self.membership.move_partition(
+            request.topic, request.partition, list(request.replicas), timeout_s
+        )
 
     def add_partitions(
         self, request: api_pb2.AddPartitionsRequest, *, timeout_s: float | None

@@ -362,6 +362,24 @@ class ListOffsetsResponse(_message.Message):
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionOffsets]
     def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ...) -> None: ...
 
+class MovePartitionRequest(_message.Message):
+    __slots__ = ("topic", "partition", "replicas")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class MovePartitionResponse(_message.Message):
+    __slots__ = ("replicas", "leader")
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    leader: int
+    def __init__(self, replicas: _Optional[_Iterable[int]] = ..., leader: _Optional[int] = ...) -> None: ...
+
 class BackupMetadataRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -845,6 +845,11 @@ class AdminStub:
                 request_serializer=proto_dot_api__pb2.BackupPartitionRequest.SerializeToString,
                 response_deserializer=proto_dot_api__pb2.BackupChunk.FromString,
                 _registered_method=True)
+        self.MovePartition = channel.unary_unary(
+                '/raftq.v1.Admin/MovePartition',
+                request_serializer=proto_dot_api__pb2.MovePartitionRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.MovePartitionResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -1013,6 +1018,19 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MovePartition(self, request, context):
+        """Move a partition's replicas to `replicas` (Kafka's partition reassignment), under load:
+        the partition's leader adds each new replica as a non-campaigning member, waits until it
+        has caught up, hands leadership to a new replica if it is leaving, and only then removes the
+        old ones, one Raft membership change at a time. Runs on the metadata leader and returns when
+        the partition's group is exactly the new set. TIMEOUT: still moving (call again: it
+        resumes); UNKNOWN_TOPIC, UNKNOWN_PARTITION; INVALID_ARGUMENT for no, repeated, unknown or
+        dead brokers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1115,6 +1133,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.BackupPartition,
                     request_deserializer=proto_dot_api__pb2.BackupPartitionRequest.FromString,
                     response_serializer=proto_dot_api__pb2.BackupChunk.SerializeToString,
+            ),
+            'MovePartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.MovePartition,
+                    request_deserializer=proto_dot_api__pb2.MovePartitionRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.MovePartitionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1661,6 +1684,33 @@ class Admin:
             '/raftq.v1.Admin/BackupPartition',
             proto_dot_api__pb2.BackupPartitionRequest.SerializeToString,
             proto_dot_api__pb2.BackupChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MovePartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Admin/MovePartition',
+            proto_dot_api__pb2.MovePartitionRequest.SerializeToString,
+            proto_dot_api__pb2.MovePartitionResponse.FromString,
             options,
             channel_credentials,
             insecure,

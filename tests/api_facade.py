@@ -747,6 +747,11 @@ class ApiFacade:
     ) -> api_pb2.RebalanceLeadersResponse:
         return api_pb2.RebalanceLeadersResponse()  # one node: every leader is preferred
 
+    def move_partition(
+        self, request: api_pb2.MovePartitionRequest, *, timeout_s: float | None
+    ) -> api_pb2.MovePartitionResponse:
+        raise errors.InvalidArgument("the in-process facade has one broker: nothing to move")
+
     def backup_metadata(
         self, request: api_pb2.BackupMetadataRequest, *, timeout_s: float | None
     ) -> api_pb2.BackupMetadataResponse:

@@ -252,6 +252,10 @@ def tame(method: str, msg: Message) -> None:
             msg.name = SCRATCH_TOPIC
         if 4 < msg.partitions <= 10_000:
             msg.partitions = 4
+    elif method == "MovePartition":
+        assert isinstance(msg, api_pb2.MovePartitionRequest)
+        if msg.topic in PROTECTED_TOPICS:
+            msg.topic = SCRATCH_TOPIC
     elif method == "RemoveBroker":
         assert isinstance(msg, api_pb2.RemoveBrokerRequest)
         if 1 <= msg.broker_id <= 16:
@@ -427,6 +431,7 @@ def templates() -> dict[str, dict[str, Any]]:
         "CommitTxn": {"app_id": "fz-app", "version": 1},
         "GetTxn": {"app_id": "fz-app"},
         "BackupPartition": {"topic": TOPIC, "partition": 0},
+        "MovePartition": {"topic": SCRATCH_TOPIC, "partition": 0, "replicas": [1, 2, 3]},
     }
 
 

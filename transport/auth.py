@@ -29,7 +29,7 @@ What each RPC needs (`requirements`; any one of the listed operations on every r
     Admin.DescribeTopic                        any                topic
     Admin.CreateTopic, AlterTopicConfig        admin              topic (and dead_letter_topic)
     Admin.DeleteTopic, UpdateRecord,
-      CancelRecord, AddPartitions              admin              topic
+      CancelRecord, AddPartitions, MovePartition admin            topic
     Admin.DescribeGroup                        consume | admin    group (member ids: see below)
     Admin.DeleteGroup                          admin              group
     Admin.SeekGroup                            admin              group and topic
@@ -318,6 +318,7 @@ _NEEDS: dict[str, Callable[[Any, _Call], list[Need]]] = {
     "/raftq.v1.Admin/AddPartitions": lambda r, c: [Need(_A, r.name)],
     "/raftq.v1.Admin/RebalanceLeaders": lambda r, c: [Need(_A, CLUSTER)],
     "/raftq.v1.Admin/BackupMetadata": lambda r, c: [Need(_A, CLUSTER)],
+    "/raftq.v1.Admin/MovePartition": lambda r, c: [Need(_A, r.topic)],
     "/raftq.v1.Admin/BackupPartition": lambda r, c: [Need(_A, CLUSTER), Need(_A, r.topic)],
     "/raftq.v1.Admin/ListTopics": lambda r, c: c.anything(),  # answer: the topics it may see
     "/raftq.v1.Admin/ListGroups": lambda r, c: c.anything(),  # answer: the groups it may see

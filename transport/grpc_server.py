@@ -200,6 +200,10 @@ class BrokerFacade(Protocol):
         self, request: api_pb2.RebalanceLeadersRequest, *, timeout_s: float | None
     ) -> api_pb2.RebalanceLeadersResponse: ...
 
+    def move_partition(
+        self, request: api_pb2.MovePartitionRequest, *, timeout_s: float | None
+    ) -> api_pb2.MovePartitionResponse: ...
+
     def backup_metadata(
         self, request: api_pb2.BackupMetadataRequest, *, timeout_s: float | None
     ) -> api_pb2.BackupMetadataResponse: ...
@@ -463,6 +467,15 @@ def check_purge_topic(r: api_pb2.PurgeTopicRequest) -> None:
 
 def check_remove_broker(r: api_pb2.RemoveBrokerRequest) -> None:
     check_range(r.broker_id, "broker_id", 1)
+
+
+def check_move_partition(r: api_pb2.MovePartitionRequest) -> None:
+    check_topic_name(r.topic)
+    check_range(r.partition, "partition", 0)
+    if not r.replicas or len(r.replicas) > REPLICATION_FACTOR_MAX:
+        raise _bad(f"replicas: name 1 to {REPLICATION_FACTOR_MAX} broker ids")
+    for broker_id in r.replicas:
+        check_range(broker_id, "replicas", 1)
 
 
 def _no_check(request: Any) -> None:
@@ -764,6 +777,7 @@ class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
     AddPartitions = _unary("add_partitions", check_add_partitions)
     RebalanceLeaders = _unary("rebalance_leaders", _no_check)
     BackupMetadata = _unary("backup_metadata", _no_check)
+    MovePartition = _unary("move_partition", check_move_partition)
 
     def BackupPartition(
         self, request: api_pb2.BackupPartitionRequest, context: grpc.ServicerContext

@@ -180,6 +180,23 @@ class Admin:
         """``app_id``'s committed-batch watermark for ``scope``; None when it never committed."""
         return self._run(calls.get_txn(app_id, scope))
 
+    def move_partition(
+        self, topic: str, partition: int, replicas: Sequence[int], timeout_s: float = 300.0
+    ) -> api_pb2.MovePartitionResponse:
+        """Move ``topic/partition`` to ``replicas`` (broker ids, the first the preferred
+        leader; Kafka's partition reassignment) and return once its Raft group is exactly that
+        set; producers and consumers carry on meanwhile. Raises (normal): UnknownTopic,
+        UnknownPartition, InvalidArgument (no, repeated, unknown or dead brokers), Timeout
+        (still moving after ``timeout_s``: call again, it resumes)."""
+        request = api_pb2.MovePartitionRequest(
+            topic=topic, partition=partition, replicas=list(replicas)
+        )
+
+        def send(stubs: Any, _left_s: float) -> api_pb2.MovePartitionResponse:
+            return stubs.admin.MovePartition(request, timeout=timeout_s)
+
+        return self._channels.call_any(send)
+
     def backup_metadata(self) -> api_pb2.BackupMetadataResponse:
         """The metadata leader's table, whole, with its applied index and the cluster's id
         (``raftq backup``; broker/backup.py)."""
