@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -491,3 +492,28 @@ def test_operator_verbs_alter_grow_purge_seek_and_delete(web: httpx.Client) -> N
     assert purged["partitions"] == [{"partition": 0, "log_start": 4, "deleted": 4}]
     assert ok(web.get("/topics/web.ops/partitions/0/records", headers=ADMIN))["records"] == []
     refused(web.delete("/groups/nobody", headers=ADMIN), 404, "UNKNOWN_GROUP")
+
+
+def test_dequeues_at_once_are_bounded(
+    secured: tuple[ProcessCluster, ConsoleProcess], web: httpx.Client
+) -> None:
+    """Waiting dequeues hold server threads: past dequeues_max one is refused
+    RESOURCE_EXHAUSTED (429 with Retry-After over HTTP) instead of starving other requests."""
+    cluster, _ = secured
+    create(web, "web.waits")
+    gw = Gateway(cluster.bootstrap, dequeues_max=1, reap=False)
+    try:
+        gw.dequeue(token("admin"), "g10", "web.waits", 1, 0, auto_ack=False)  # joined
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(gw.dequeue, token("admin"), "g10", "web.waits", 1, 10_000, False)
+            wait_until(lambda: gw.statistics()["dequeues"] == 1, 10, "the first one waiting")
+            with pytest.raises(errors.ResourceExhausted) as refused_one:
+                gw.dequeue(token("admin"), "g10", "web.waits", 1, 0, auto_ack=False)
+            assert refused_one.value.retry_after_ms > 0
+            enqueue(web, "web.waits", {"value": "wake"})
+            assert [m["value"] for m in waiting.result(timeout=30)] == ["wake"]
+        assert gw.dequeue(token("admin"), "g10", "web.waits", 1, 0, auto_ack=False) == []
+    finally:
+        gw.close()
+    answer = api.error_response(errors.ResourceExhausted("busy", retry_after_ms=1_500))
+    assert answer.status_code == 429 and answer.headers["retry-after"] == "2"

@@ -11,12 +11,13 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio.to_thread
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 
 from raftq.web import api, console
-from raftq.web.gateway import Gateway
+from raftq.web.gateway import THREADS_MAX, Gateway
 
 API_DOC = """The HTTP/JSON API of raftq beside its gRPC API: topics, enqueue and dequeue, ack and
 nack by id, a record's priority, groups, the cluster, dead letters and their redrive.
@@ -28,6 +29,9 @@ answer `{"code", "message", "retriable"}` with the HTTP status of the error's ki
 def create_app(gateway: Gateway) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # Routes run on anyio's worker threads (40 by default); dequeues hold at most
+        # gateway.dequeues_max of them, so other requests always find one.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS_MAX
         yield
         gateway.close()
 

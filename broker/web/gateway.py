@@ -36,6 +36,10 @@ DEQUEUE_WAIT_MS_MAX = 30_000
 ENQUEUE_RECORDS_MAX = 1_000
 BROWSE_RECORDS_MAX = 1_000
 REDRIVE_IDLE_EXIT_MS = 1_000
+# Dequeues (long polls) at once: each holds one of the server's worker threads (THREADS_MAX,
+# set by raftq.web.app) for up to wait_ms; the rest stay free for every other request.
+DEQUEUES_MAX = 32
+THREADS_MAX = 64
 # Refusals of the caller or the topic rather than of a record: answered for the whole request.
 REQUEST_WIDE = (errors.Unauthenticated, errors.PermissionDenied, errors.UnknownTopic)
 
@@ -78,6 +82,7 @@ class Gateway:
         consumer_idle_s: float = 300.0,
         clients_max: int = 64,
         members_max: int = 1_024,
+        dequeues_max: int = DEQUEUES_MAX,
         clock: Callable[[], float] = time.monotonic,
         reap: bool = True,
     ) -> None:
@@ -88,6 +93,8 @@ class Gateway:
         self.consumer_idle_s = consumer_idle_s
         self.clients_max = clients_max
         self.members_max = members_max
+        self.dequeues_max = dequeues_max
+        self._dequeues = 0  # under way now
         self._clock = clock
         self._lock = threading.Lock()
         self._clients: OrderedDict[str, _Clients] = OrderedDict()
@@ -97,9 +104,13 @@ class Gateway:
             threading.Thread(target=self._reap, name="raftq-web-reaper", daemon=True).start()
 
     def statistics(self) -> dict[str, int]:
-        """Tokens with clients held, and dequeue members held."""
+        """Tokens with clients held, dequeue members held, dequeues under way."""
         with self._lock:
-            return {"clients": len(self._clients), "members": len(self._members)}
+            return {
+                "clients": len(self._clients),
+                "members": len(self._members),
+                "dequeues": self._dequeues,
+            }
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -244,13 +255,27 @@ class Gateway:
         """Lease up to ``max_records`` ready records of ``topic`` for ``group`` (waiting up to
         ``wait_ms`` for the first). With ``auto_ack`` each is acknowledged before it is
         returned (at most once: a record whose ack failed is returned with ``acked`` false and
-        will be redelivered). Raises UnknownTopic, PermissionDenied, InvalidArgument..."""
+        will be redelivered). Raises UnknownTopic, PermissionDenied, InvalidArgument,
+        ResourceExhausted (``dequeues_max`` dequeues already waiting: retry)..."""
         if not 1 <= max_records <= DEQUEUE_RECORDS_MAX:
             raise errors.InvalidArgument(f"max_records must be 1..{DEQUEUE_RECORDS_MAX}")
         if not 0 <= wait_ms <= DEQUEUE_WAIT_MS_MAX:
             raise errors.InvalidArgument(f"wait_ms must be 0..{DEQUEUE_WAIT_MS_MAX}")
-        member = self._member(token, group, topic, join=True)
-        messages = member.consumer.poll(max_records, timeout_ms=wait_ms)
+        with self._lock:
+            full = self._dequeues >= self.dequeues_max
+            if not full:
+                self._dequeues += 1
+        if full:
+            raise errors.ResourceExhausted(
+                f"{self.dequeues_max} dequeues are waiting on this console: retry",
+                retry_after_ms=max(100, min(wait_ms, 1_000)),
+            )
+        try:
+            member = self._member(token, group, topic, join=True)
+            messages = member.consumer.poll(max_records, timeout_ms=wait_ms)
+        finally:
+            with self._lock:
+                self._dequeues -= 1
         member.used_s = self._clock()  # leased now: idle from here
         out = [views.delivery_dict(m) for m in messages]
         if auto_ack and messages:
