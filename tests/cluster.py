@@ -12,7 +12,7 @@ per broker, for crashes and signals; else InProcessCluster: ``raftq.server.Broke
 this process, for the API, client and CLI suites), ``auth`` (an AuthPolicy: tokens and ACLs
 required, written to ``<root>/auth.yaml``), ``env`` (more RAFTQ_* settings), ``metrics``
 (a Prometheus endpoint per broker, ``metrics_url(i)``), ``interceptors`` (in-process only: gRPC
-server interceptors added to each broker's client port, see tests/interceptors.py).
+server interceptors added to each broker's client port, such as tests/wiretap.py's).
 
 ``client={...}`` are the keyword arguments of every client the harness makes (``tls_ca_file``,
 ``token``... for a cluster started with security settings in ``env``).
@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -43,6 +43,8 @@ from raftq.server import Broker
 from raftq.transport.auth import RESOURCE_KEYS, AuthPolicy
 from tests.helpers import free_port, stop_processes, wait_until
 
+# gRPC server interceptors for every broker, or a function of the broker id giving its own.
+Interceptors = Sequence[grpc.ServerInterceptor] | Callable[[int], Sequence[grpc.ServerInterceptor]]
 FAST_RAFT = {
     "RAFTQ_RAFT__ELECTION_TIMEOUT_MIN_MS": "400",
     "RAFTQ_RAFT__ELECTION_TIMEOUT_MAX_MS": "800",
@@ -233,18 +235,19 @@ class InProcessCluster(Cluster):
         root: Path,
         brokers: int = 1,
         *,
-        interceptors: Sequence[grpc.ServerInterceptor] = (),
+        interceptors: Interceptors = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(root, brokers, **kwargs)
-        self.interceptors = tuple(interceptors)
+        self.interceptors = interceptors
         self.brokers: dict[int, Broker] = {}
 
     def start(self, broker: int | None = None) -> None:
         for i in [broker] if broker is not None else sorted(self.client_ports):
             assert not self.alive(i), f"broker {i} runs"
             config = load_config(env=self.env(i))
-            self.brokers[i] = Broker(config, interceptors=self.interceptors)
+            chain = self.interceptors(i) if callable(self.interceptors) else self.interceptors
+            self.brokers[i] = Broker(config, interceptors=chain)
 
     def kill(self, broker: int, sig: int = signal.SIGKILL) -> None:
         self.brokers.pop(broker).stop(grace_s=0.0 if sig == signal.SIGKILL else 1.0)
