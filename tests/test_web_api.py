@@ -517,3 +517,19 @@ def test_dequeues_at_once_are_bounded(
         gw.close()
     answer = api.error_response(errors.ResourceExhausted("busy", retry_after_ms=1_500))
     assert answer.status_code == 429 and answer.headers["retry-after"] == "2"
+
+
+def test_move_a_partition_and_rebalance_leaders(web: httpx.Client) -> None:
+    made = create(web, "web.move")
+    replicas = made["partitions"][0]["replicas"]
+    path = "/topics/web.move/partitions/0/move"
+    for bad in ({"replicas": []}, {"replicas": [99]}, {"replicas": [replicas[0]] * 2}):
+        refused(web.post(path, json=bad, headers=ADMIN), 400, "INVALID_ARGUMENT")
+    refused(web.post(path, json={"replicas": replicas}, headers=READER), 403, "PERMISSION_DENIED")
+    moved = ok(web.post(path, json={"replicas": replicas[::-1]}, headers=ADMIN))
+    assert moved["replicas"] == replicas[::-1]
+    described = ok(web.get("/topics/web.move", headers=ADMIN))
+    assert described["partitions"][0]["replicas"] == replicas[::-1]
+    refused(web.post("/cluster/rebalance-leaders", headers=READER), 403, "PERMISSION_DENIED")
+    answer = ok(web.post("/cluster/rebalance-leaders", headers=ADMIN))
+    assert answer["moved"] >= 0 and answer["remaining"] >= 0

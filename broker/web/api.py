@@ -150,6 +150,12 @@ class PartitionsIn(BaseModel):
     partitions: int = Field(ge=1, le=INT32, description="the new total count")
 
 
+class MoveIn(BaseModel):
+    replicas: list[int] = Field(
+        min_length=1, max_length=16, description="broker ids, the first the preferred leader"
+    )
+
+
 class PurgeIn(BaseModel):
     partition: int | None = Field(default=None, ge=0, le=INT32, description="absent: all")
 
@@ -212,6 +218,15 @@ def list_brokers(gw: GatewayDep, token: Token) -> list[dict[str, Any]]:
     return [views.proto_dict(b) for b in gw.admin(token).describe_cluster().brokers]
 
 
+@router.post(
+    "/cluster/rebalance-leaders",
+    tags=["cluster"],
+    summary="move leaderships to their preferred replicas",
+)
+def rebalance_leaders(gw: GatewayDep, token: Token) -> dict[str, Any]:
+    return views.proto_dict(gw.admin(token).rebalance_leaders())
+
+
 @router.get("/topics", tags=["topics"], summary="topics the caller has a right on")
 def list_topics(gw: GatewayDep, token: Token) -> list[dict[str, Any]]:
     return [views.proto_dict(t) for t in gw.admin(token).list_topics()]
@@ -244,6 +259,22 @@ def alter_topic(topic: str, body: TopicConfigIn, gw: GatewayDep, token: Token) -
 def add_partitions(topic: str, body: PartitionsIn, gw: GatewayDep, token: Token) -> dict[str, Any]:
     """Keyed records go to murmur2(key) mod the new count from then on (README)."""
     return views.proto_dict(gw.admin(token).add_partitions(topic, body.partitions))
+
+
+@router.post(
+    "/topics/{topic}/partitions/{partition}/move",
+    tags=["topics"],
+    summary="move a partition's replicas (under load; returns when done)",
+)
+def move_partition(
+    topic: str,
+    partition: Annotated[int, Path(ge=0, le=INT32)],
+    body: MoveIn,
+    gw: GatewayDep,
+    token: Token,
+) -> dict[str, Any]:
+    """TIMEOUT (504) while still moving after the request timeout: call again, it resumes."""
+    return views.proto_dict(gw.admin(token).move_partition(topic, partition, body.replicas))
 
 
 @router.post("/topics/{topic}/purge", tags=["topics"], summary="delete every record now in it")
