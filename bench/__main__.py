@@ -29,6 +29,7 @@ BENCHMARKS = [
     "bench.vs_nats",
     "bench.snapshot_stall",
     "bench.http_api",
+    "bench.backup",
 ]
 
 

@@ -161,12 +161,15 @@ def take_backup(
     """Back the cluster ``admin`` reaches up into ``directory`` (created if missing):
     incremental to the directory's latest backup unless ``full`` or there is none.
 
-    Raises (normal): BadBackup (another cluster's directory, a corrupt root file),
+    Raises (normal): BadBackup (another cluster's directory, a corrupt root file, a directory
+    that is neither empty nor a backup directory),
     Unavailable / Timeout (a leader could not be reached before ``timeout_s``: run it again;
     chunks already stored are kept)."""
     deadline = time.monotonic() + timeout_s
     directory.mkdir(parents=True, exist_ok=True)
     root = read_root(directory)
+    if root is None and any(directory.iterdir()):
+        raise _bad(f"{directory} is not empty and not a raftq backup directory")
     meta = admin.backup_metadata()
     if not meta.cluster_id:
         raise errors.Unavailable("the cluster has no id yet (nothing applied): try again")

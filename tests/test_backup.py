@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from raftq import backup, cli
+from raftq import backup, cli, inspector
 from raftq.client import Admin, Consumer, Message, Producer
 from raftq.metadata.machine import MetadataMachine
 from raftq.metadata.table import Table
@@ -152,6 +152,27 @@ def test_backup_incremental_destroy_restore(
         produce(new.bootstrap, range(100, 102))
         ends = {p.partition: p.end for p in admin.list_offsets(TOPIC)}
         assert sum(ends.values()) == TOTAL + 2
+        # a replica added to a restored group gets the seeded snapshot from its leader
+        joined = new.add_broker()
+        new.start(joined)
+        wait_until(
+            lambda: any(b.id == joined and b.alive for b in admin.describe_cluster().brokers),
+            60,
+            "the new broker registered",
+        )
+        replicas = list(admin.describe_topic(TOPIC).partitions[0].replicas)
+        admin.move_partition(TOPIC, 0, [*replicas[:2], joined], timeout_s=120)
+        log0 = [offset for offset, _, _ in log_of(admin, TOPIC)[0]]
+
+        def copied() -> bool:
+            try:
+                found = inspector.select(new.root / f"broker-{joined}", TOPIC, 0)
+            except inspector.InspectError:
+                return False  # no file yet
+            rows = inspector.records(Path(found[0].path), 0, 10_000) if found else []
+            return [r.offset for r in rows] == log0
+
+        wait_until(copied, 60, "the added replica holds the restored log")
         # and a new one: its backups do not go into the old cluster's directory
         with pytest.raises(errors.BadBackup, match="holds backups of cluster"):
             backup.take_backup(admin, directory)
@@ -217,6 +238,19 @@ def test_restore_refuses_bad_input(tmp_path: Path) -> None:
     with pytest.raises(errors.InvalidArgument, match="ID=HOST:PORT"):
         backup.parse_brokers(["1=127.0.0.1:1,two=x:2"])
     assert backup.parse_brokers(["1=a:1,2=b:2", "3=c:3"]) == {1: "a:1", 2: "b:2", 3: "c:3"}
+
+
+def test_backup_refuses_a_directory_of_something_else(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    admin = Admin("127.0.0.1:1", request_timeout_ms=100)  # refused before any call
+    try:
+        with pytest.raises(errors.BadBackup, match="not empty and not a raftq backup"):
+            backup.take_backup(admin, tmp_path)
+        (tmp_path / backup.ROOT_FILE).write_text('{"format": 99, "backups": []}')
+        with pytest.raises(errors.BadBackup, match="format 1"):
+            backup.take_backup(admin, tmp_path)
+    finally:
+        admin.close()
 
 
 def test_restore_writes_the_table_marker(tmp_path: Path) -> None:
