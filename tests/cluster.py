@@ -1,4 +1,6 @@
 """Real brokers on 127.0.0.1 for tests and benchmarks (no mocks): one cluster with knobs.
+A test takes the ``cluster`` fixture (tests/conftest.py; knobs from
+``@pytest.mark.cluster(...)``), a module shares one through a fixture calling ``make_cluster``.
 
     with make_cluster(tmp_path, brokers=3, processes=True) as cluster:
         cluster.wait_ready()

@@ -11,6 +11,7 @@ import pytest
 from raftq.partitions.sqlite_store import SqliteStore
 from raftq.partitions.store import MemoryStore, PartitionStore
 from tests import helpers
+from tests.cluster import Cluster, make_cluster
 
 
 @pytest.fixture
@@ -38,3 +39,19 @@ def new_store(request: pytest.FixtureRequest) -> Iterator[Callable[[], Partition
         yield make
         for store in made:
             store.close()
+
+
+@pytest.fixture
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """Real brokers for one test, started and ready, stopped after it: one broker in this
+    process unless the test's closest ``@pytest.mark.cluster(...)`` sets the knobs of
+    tests/cluster.py ``make_cluster`` (``brokers=3``, ``processes=True``, ``auth=POLICY``,
+    ``env={...}``, ``metrics=True``, ``interceptors=[...]``). A module shares one cluster
+    with a module-scoped fixture of its own calling ``make_cluster``."""
+    marker = request.node.get_closest_marker("cluster")
+    knobs = dict(marker.kwargs) if marker is not None else {}
+    with make_cluster(tmp_path_factory.mktemp("cluster"), **knobs) as built:
+        built.wait_ready()
+        yield built

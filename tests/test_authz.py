@@ -19,7 +19,6 @@ joined, other principals' ids refused in every call, DescribeGroup hiding them, 
 
 from __future__ import annotations
 
-import pathlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +31,7 @@ from raftq.proto import api_pb2, api_pb2_grpc, errors
 from raftq.transport import auth
 from raftq.transport.auth import GROUP, TOPIC, TXN_APP, AclRule, AuthPolicy, Principal, token_digest
 from raftq.transport.grpc_errors import from_rpc_error
-from tests.cluster import make_cluster
+from tests.cluster import Cluster
 
 TIMEOUT_S = 10
 ALL = ("produce", "consume", "admin")
@@ -262,50 +261,51 @@ class Setup:
         return out
 
 
+pytestmark = pytest.mark.cluster(auth=POLICY)  # the `cluster` fixture's knobs
+
+
 @pytest.fixture
-def setup(tmp_path: pathlib.Path) -> Iterator[Setup]:
-    with make_cluster(tmp_path, auth=POLICY) as cluster:
-        cluster.wait_ready()
-        wire = Wire(cluster.client_addr(1))
-        try:
-            wire.call(
-                ROOT,
-                "/raftq.v1.Admin/CreateTopic",
-                api_pb2.CreateTopicRequest(name="victim", partitions=1),
-            )
-            wire.call(
-                ROOT,
-                "/raftq.v1.Admin/CreateTopic",
-                api_pb2.CreateTopicRequest(name="other", partitions=1),
-            )
-            wire.call(
-                VICTIM,
-                "/raftq.v1.Producer/Send",
-                api_pb2.SendRequest(topic="victim", values=[b"a", b"b"]),
-            )
-            joined = wire.call(
-                VICTIM,
-                "/raftq.v1.Consumer/JoinGroup",
-                api_pb2.JoinGroupRequest(group="victim-g", topics=["victim"]),
-            )
-            polled = wire.call(
-                VICTIM,
-                "/raftq.v1.Consumer/Poll",
-                api_pb2.PollRequest(
-                    group="victim-g",
-                    member_id=joined.member_id,
-                    generation=joined.generation,
-                    max_records=1,
-                ),
-            )
-            wire.call(
-                VICTIM,
-                "/raftq.v1.Admin/CommitTxn",
-                api_pb2.CommitTxnRequest(app_id="victim-app", version=3),
-            )
-            yield Setup(wire, joined.member_id, joined.generation, polled.records[0])
-        finally:
-            wire.close()
+def setup(cluster: Cluster) -> Iterator[Setup]:
+    wire = Wire(cluster.client_addr(1))
+    try:
+        wire.call(
+            ROOT,
+            "/raftq.v1.Admin/CreateTopic",
+            api_pb2.CreateTopicRequest(name="victim", partitions=1),
+        )
+        wire.call(
+            ROOT,
+            "/raftq.v1.Admin/CreateTopic",
+            api_pb2.CreateTopicRequest(name="other", partitions=1),
+        )
+        wire.call(
+            VICTIM,
+            "/raftq.v1.Producer/Send",
+            api_pb2.SendRequest(topic="victim", values=[b"a", b"b"]),
+        )
+        joined = wire.call(
+            VICTIM,
+            "/raftq.v1.Consumer/JoinGroup",
+            api_pb2.JoinGroupRequest(group="victim-g", topics=["victim"]),
+        )
+        polled = wire.call(
+            VICTIM,
+            "/raftq.v1.Consumer/Poll",
+            api_pb2.PollRequest(
+                group="victim-g",
+                member_id=joined.member_id,
+                generation=joined.generation,
+                max_records=1,
+            ),
+        )
+        wire.call(
+            VICTIM,
+            "/raftq.v1.Admin/CommitTxn",
+            api_pb2.CommitTxnRequest(app_id="victim-app", version=3),
+        )
+        yield Setup(wire, joined.member_id, joined.generation, polled.records[0])
+    finally:
+        wire.close()
 
 
 def _wire_forms(method: Any, values: dict[str, str]) -> list[Any]:

@@ -9,22 +9,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.cluster import ProcessCluster, make_cluster
+from tests.cluster import Cluster, ProcessCluster
 
 
 def test_a_second_broker_on_a_client_port_in_use_exits_and_the_first_serves_on(
-    tmp_path: Path,
+    cluster: Cluster, tmp_path: Path
 ) -> None:
-    with make_cluster(tmp_path / "first") as first:
-        first.wait_ready()
-        second = ProcessCluster(tmp_path / "second", brokers=1)
-        second.client_ports[1] = first.client_ports[1]  # its own raft port, the same client port
-        second.start()
-        try:
-            assert second.procs[1].wait(timeout=60) == 1, second.logs()
-        finally:
-            second.stop()
-        assert "cannot listen on " + first.client_addr(1) in second.logs()
-        admin = first.admin()
-        admin.create_topic("still-mine", partitions=1)
-        assert [t.name for t in admin.list_topics()] == ["still-mine"]
+    second = ProcessCluster(tmp_path / "second", brokers=1)
+    second.client_ports[1] = cluster.client_ports[1]  # its own raft port, the same client port
+    second.start()
+    try:
+        assert second.procs[1].wait(timeout=60) == 1, second.logs()
+    finally:
+        second.stop()
+    assert "cannot listen on " + cluster.client_addr(1) in second.logs()
+    admin = cluster.admin()
+    admin.create_topic("still-mine", partitions=1)
+    assert [t.name for t in admin.list_topics()] == ["still-mine"]

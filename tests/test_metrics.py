@@ -17,11 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from raftq.client import Admin, Consumer, Message, Producer
-from raftq.config import load_config
 from raftq.proto import errors
-from raftq.server import Broker
-from tests.cluster import FAST_RAFT, ProcessCluster
-from tests.helpers import free_port, wait_until
+from tests.cluster import InProcessCluster, ProcessCluster
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -247,30 +245,14 @@ def test_brokers_export_partition_group_raft_and_rpc_metrics(tmp_path: Path) -> 
 # -- one broker in this process: the collector, the HTTP endpoint's lifecycle, pruning -------
 
 
-def test_in_process_broker_metrics_follow_topics_and_stop_with_the_broker(tmp_path: Path) -> None:
-    raft_addr = f"127.0.0.1:{free_port()}"
-    env = {
-        "RAFTQ_BROKER__ID": "1",
-        "RAFTQ_BROKER__CLIENT_ADDR": f"127.0.0.1:{free_port()}",
-        "RAFTQ_BROKER__RAFT_ADDR": raft_addr,
-        "RAFTQ_BROKER__METRICS_ADDR": f"127.0.0.1:{free_port()}",
-        "RAFTQ_BROKER__DATA_DIR": str(tmp_path / "b1"),
-        "RAFTQ_BROKER__SEEDS": f'["{raft_addr}"]',
-        "RAFTQ_TOPIC_DEFAULTS__REPLICATION_FACTOR": "1",
-        **FAST_RAFT,
-    }
-    broker = Broker(load_config(env=env))
+@pytest.mark.cluster(metrics=True)
+def test_in_process_broker_metrics_follow_topics_and_stop_with_the_broker(
+    cluster: InProcessCluster,
+) -> None:
+    broker = cluster.broker(1)
     url = f"http://{broker.metrics_addr}/metrics"
     try:
         admin = Admin(broker.config.broker.client_addr)
-
-        def alive() -> bool:
-            try:
-                return any(b.alive for b in admin.describe_cluster().brokers)
-            except errors.RaftqError:
-                return False
-
-        wait_until(alive, 30, "the single broker registered and alive")
         admin.create_topic("solo", partitions=1)
         with Producer(broker.config.broker.client_addr, linger_ms=1) as producer:
             for future in [producer.send("solo", b"abc") for _ in range(4)]:
@@ -300,6 +282,6 @@ def test_in_process_broker_metrics_follow_topics_and_stop_with_the_broker(tmp_pa
         )
         admin.close()
     finally:
-        broker.stop()
+        cluster.kill(1)
     with pytest.raises(OSError):  # the endpoint stopped with the broker
         urllib.request.urlopen(url, timeout=2)

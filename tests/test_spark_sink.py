@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import os
-import pathlib
 import random
 import re
 import threading
@@ -20,7 +19,8 @@ from raftq import cli
 from raftq.client import Admin
 from raftq.proto import errors
 from raftq.spark import sink, source
-from tests.cluster import ProcessCluster
+from tests.cluster import Cluster, ProcessCluster
+from tests.test_authz import POLICY
 
 
 @pytest.fixture(scope="module")
@@ -406,20 +406,14 @@ def test_source_options_are_checked() -> None:
             source.SourceOptions.parse({"bootstrap": "h:1", **bad})
 
 
+@pytest.mark.cluster(auth=POLICY)
 def test_a_retry_resumes_by_records_when_the_broker_prefixes_the_principal(
-    tmp_path: pathlib.Path,
+    cluster: Cluster,
 ) -> None:
     """With auth on, the broker stores the producer id as ``<principal>/spark:...``: the rows
     of such an id are counted too, so a retry still skips exactly what was written."""
-    from tests.cluster import make_cluster
-    from tests.test_authz import POLICY
-
-    with (
-        make_cluster(tmp_path, auth=POLICY) as cluster,
-        Admin(cluster.client_addr(1), token="token-root") as root,
-    ):
-        cluster.wait_ready()
-        address = cluster.client_addr(1)
+    address = cluster.client_addr(1)
+    with Admin(address, token="token-root") as root:
         root.create_topic("victim-spark", partitions=3)
         opts = sink.SinkOptions.parse(
             {
