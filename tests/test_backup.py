@@ -22,7 +22,7 @@ from raftq import backup, cli, inspector
 from raftq.client import Admin, Consumer, Message, Producer
 from raftq.metadata.machine import MetadataMachine
 from raftq.metadata.table import Table
-from raftq.proto import common_pb2, errors, metadata_pb2
+from raftq.proto import api_pb2, common_pb2, errors, metadata_pb2
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 
@@ -114,11 +114,12 @@ def test_backup_incremental_destroy_restore(
         assert summary.backup == "0002" and summary.base == "0001"
         # page-level diffs: each partition's header chunk and its appended tail changed, not
         # the chunks in between
-        assert 0 < summary.copied_bytes == summary.stored_bytes < summary.total_bytes / 2, summary
+        assert 0 < summary.stored_bytes <= summary.copied_bytes < summary.total_bytes / 2, summary
         expected_log, expected_dlq = log_of(admin, TOPIC), log_of(admin, DLQ)
         expected_group = group_state(admin, "g")
         assert sum(len(rows) for rows in expected_log.values()) == TOTAL
         produce(cluster.bootstrap, range(TOTAL, TOTAL + 5))  # after the last backup: not restored
+        check_hops(cluster, admin)
     shutil.rmtree(old)  # the cluster is gone
 
     new = restore_cluster(tmp_path / "new", directory)
@@ -178,6 +179,35 @@ def test_backup_incremental_destroy_restore(
             backup.take_backup(admin, directory)
     finally:
         new.stop()
+
+
+def check_hops(cluster: ProcessCluster, admin: Admin) -> None:
+    """BackupMetadata through a broker that does not lead the metadata group (forwarded);
+    BackupPartition at a follower (NOT_LEADER naming the leader: a stream is not forwarded);
+    bad requests typed before anything is copied."""
+    meta_leader = admin.describe_cluster().metadata_leader
+    other = next(b for b in (1, 2, 3) if b != meta_leader)
+    with cluster.admin(cluster.client_addr(other)) as via:
+        assert via.backup_metadata().cluster_id == admin.backup_metadata().cluster_id
+    leader = cluster.leader_of(TOPIC, 0)
+    follower = next(b for b in (1, 2, 3) if b != leader)
+    request = api_pb2.BackupPartitionRequest(topic=TOPIC, partition=0)
+    with pytest.raises(errors.NotLeader) as refused:
+        list(admin.backup_partition(cluster.client_addr(follower), request, 10))
+    assert refused.value.leader_hint == cluster.client_addr(leader)
+    at = cluster.client_addr(leader)
+    for bad, error in (
+        (api_pb2.BackupPartitionRequest(topic=TOPIC, partition=0, chunk_bytes=5000), "multiple"),
+        (api_pb2.BackupPartitionRequest(topic=TOPIC, partition=0, have=[b"x"]), "32-byte"),
+    ):
+        with pytest.raises(errors.InvalidArgument, match=error):
+            list(admin.backup_partition(at, bad, 10))
+    with pytest.raises(errors.UnknownTopic):
+        list(admin.backup_partition(at, api_pb2.BackupPartitionRequest(topic="nope"), 10))
+    with pytest.raises(errors.UnknownPartition):
+        list(
+            admin.backup_partition(at, api_pb2.BackupPartitionRequest(topic=TOPIC, partition=9), 10)
+        )
 
 
 # -- bad input (no cluster needed) -----------------------------------------------------------
