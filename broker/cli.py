@@ -927,8 +927,11 @@ def register_console(subparsers: Subparsers) -> None:
         default=300_000,
         help="close a dequeue member unused this long (default 300000)",
     )
+    # Not $RAFTQ_TOKEN, which an operator's shell often holds: only an explicit --token
+    # stands in for visitors.
+    parser.set_defaults(token=None)
     parser.epilog = (
-        "Visitors log in with their own token; --token (or $RAFTQ_TOKEN), if given, is used "
+        "Visitors log in with their own token; --token (never $RAFTQ_TOKEN), if given, is used "
         "for requests that carry none: whoever reaches the console then acts as it."
     )
 

@@ -533,3 +533,16 @@ def test_move_a_partition_and_rebalance_leaders(web: httpx.Client) -> None:
     refused(web.post("/cluster/rebalance-leaders", headers=READER), 403, "PERMISSION_DENIED")
     answer = ok(web.post("/cluster/rebalance-leaders", headers=ADMIN))
     assert answer["moved"] >= 0 and answer["remaining"] >= 0
+
+
+def test_console_never_takes_the_operators_token_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """$RAFTQ_TOKEN serves the operator's CLI commands; the console would hand it to every
+    visitor, so only an explicit --token stands in for them."""
+    monkeypatch.setenv("RAFTQ_TOKEN", "operator-secret")
+    from raftq.cli import build_parser
+
+    assert build_parser().parse_args(["console"]).token is None
+    assert build_parser().parse_args(["console", "--token", "t"]).token == "t"
+    assert build_parser().parse_args(["topic", "list"]).token == "operator-secret"

@@ -86,10 +86,13 @@ def login_form(request: Request, next: str = "/") -> Response:
 
 
 @router.post("/login")
-def login(token: Annotated[str, Form()], next: Annotated[str, Form()] = "/") -> Response:
+def login(
+    request: Request, token: Annotated[str, Form()], next: Annotated[str, Form()] = "/"
+) -> Response:
     target = next if next.startswith("/") and not next.startswith("//") else "/"
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(COOKIE, token.strip(), httponly=True, samesite="strict")
+    secure = request.url.scheme == "https"  # served over TLS: never send it in clear
+    response.set_cookie(COOKIE, token.strip(), httponly=True, samesite="strict", secure=secure)
     return response
 
 
