@@ -17,7 +17,7 @@ import pytest
 from raftq.proto import errors
 from raftq.web import api, views
 from raftq.web.gateway import Gateway
-from tests.cluster import ProcessCluster
+from tests.cluster import Cluster, ProcessCluster
 from tests.helpers import wait_until
 from tests.test_readme import README
 from tests.web_harness import ConsoleProcess, secured_console, token
@@ -434,25 +434,23 @@ def test_console_pages_escape_record_contents(console: ConsoleProcess, web: http
     assert anonymous.status_code == 303 and anonymous.headers["location"].startswith("/login")
 
 
-def test_without_auth_every_caller_is_anonymous(tmp_path: Path) -> None:
+def test_without_auth_every_caller_is_anonymous(cluster: Cluster, tmp_path: Path) -> None:
     """A cluster without auth_required: no header, or an empty Bearer (an unset $RAFTQ_TOKEN
     in the README's curl lines), is the anonymous principal with every right."""
-    with ProcessCluster(tmp_path, brokers=1) as cluster:
-        console = ConsoleProcess(tmp_path, cluster.bootstrap)
-        try:
-            cluster.wait_ready()
-            console.wait_ready()
-            with httpx.Client(base_url=console.url + "/api/v1", timeout=60) as client:
-                ok(client.post("/topics", json={"name": "open"}), 201)
-                empty = {"Authorization": "Bearer"}  # curl trims "Bearer $UNSET"
-                sent = ok(client.post("/topics/open/records", json={"records": [{"value": "v"}]}))
-                assert sent["results"][0]["offset"] == 0
-                body = {"topic": "open", "auto_ack": True, "wait_ms": 5_000}
-                got = ok(client.post("/groups/anon/dequeue", json=body, headers=empty))
-                assert [r["value"] for r in got["records"]] == ["v"]
-                assert got["records"][0]["acked"]
-        finally:
-            console.stop()
+    console = ConsoleProcess(tmp_path, cluster.bootstrap)
+    try:
+        console.wait_ready()
+        with httpx.Client(base_url=console.url + "/api/v1", timeout=60) as client:
+            ok(client.post("/topics", json={"name": "open"}), 201)
+            empty = {"Authorization": "Bearer"}  # curl trims "Bearer $UNSET"
+            sent = ok(client.post("/topics/open/records", json={"records": [{"value": "v"}]}))
+            assert sent["results"][0]["offset"] == 0
+            body = {"topic": "open", "auto_ack": True, "wait_ms": 5_000}
+            got = ok(client.post("/groups/anon/dequeue", json=body, headers=empty))
+            assert [r["value"] for r in got["records"]] == ["v"]
+            assert got["records"][0]["acked"]
+    finally:
+        console.stop()
 
 
 def test_operator_verbs_alter_grow_purge_seek_and_delete(web: httpx.Client) -> None:
