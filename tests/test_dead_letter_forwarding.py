@@ -10,17 +10,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from raftq.client import Admin, Consumer, Producer
-from raftq.config import load_config
 from raftq.proto import api_pb2, errors
 from raftq.server import Broker
-from tests.cluster import FAST_RAFT, ProcessCluster
-from tests.helpers import free_port, wait_until
+from tests.cluster import InProcessCluster, ProcessCluster
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -89,22 +87,8 @@ def test_a_dead_letter_topic_created_through_a_partition_leader_that_is_not_the_
 
 
 @pytest.fixture
-def solo_broker(tmp_path: Path) -> Iterator[Broker]:
-    raft_addr = f"127.0.0.1:{free_port()}"
-    env = {
-        "RAFTQ_BROKER__ID": "1",
-        "RAFTQ_BROKER__CLIENT_ADDR": f"127.0.0.1:{free_port()}",
-        "RAFTQ_BROKER__RAFT_ADDR": raft_addr,
-        "RAFTQ_BROKER__DATA_DIR": str(tmp_path / "b1"),
-        "RAFTQ_BROKER__SEEDS": f'["{raft_addr}"]',
-        "RAFTQ_TOPIC_DEFAULTS__REPLICATION_FACTOR": "1",
-        **FAST_RAFT,
-    }
-    broker = Broker(load_config(env=env))
-    try:
-        yield broker
-    finally:
-        broker.stop()
+def solo_broker(cluster: InProcessCluster) -> Broker:
+    return cluster.broker(1)  # the `cluster` fixture's one broker, in this process
 
 
 def test_dead_letters_forwarded_twice_are_stored_once(solo_broker: Broker) -> None:
