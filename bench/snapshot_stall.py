@@ -14,7 +14,14 @@ the probe waited for a driver during that time (the driver stall), and how many 
 changed term or leader. ``--snap-sync`` takes the snapshot on the driver thread as before
 (the group's ``capture`` is removed), for the comparison.
 
+``--snap-install`` measures the follower's side instead: once every replica has snapshotted,
+one follower of the big partition is stopped, its files deleted and started again empty, so it
+catches up from the leader's snapshot (received in chunks, then restored); reported are the
+install time (restart to caught up) and the same stall and group figures during it. With
+``--snap-sync`` the restarted replica installs on its driver as before.
+
     python -m bench snapshot_stall [--snap-mb 2048] [--snap-groups 999] [--snap-sync]
+                                   [--snap-install]
 """
 
 from __future__ import annotations
@@ -47,6 +54,9 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--snap-mb", type=int, default=2048, help="big partition size, MiB")
     group.add_argument("--snap-groups", type=int, default=999, help="other groups per broker")
     group.add_argument("--snap-sync", action="store_true", help="snapshot on the driver (before)")
+    group.add_argument(
+        "--snap-install", action="store_true", help="a follower installs it (restarted empty)"
+    )
     group.add_argument("--snap-dir", default=None, help="where the files go (default: a tmp dir)")
 
 
@@ -109,7 +119,29 @@ def _send(group: list[PartitionReplica], sequence: int) -> None:
         time.sleep(0.05)
 
 
-def measure(root: Path, megabytes: int, groups: int, sync: bool) -> dict[str, float]:
+def _start_big(
+    addr: str, peers: list[str], driver: RaftDriver, data_dir: Path, sync: bool
+) -> PartitionReplica:
+    replica = PartitionReplica(
+        "big",
+        0,
+        BIG_TOPIC_ID,
+        data_dir=data_dir,
+        self_addr=addr,
+        peers=peers,
+        driver=driver,
+        timings=RaftTimings(compaction_min_entries=COMPACT_AFTER),
+        synchronous="NORMAL",
+    )
+    if sync:  # snapshots written and installed on the driver, as before
+        replica.node._capture = None
+        replica.node.syncobj._snapshot_rx.install_syncs = False
+    return replica
+
+
+def measure(
+    root: Path, megabytes: int, groups: int, sync: bool, install: bool = False
+) -> dict[str, float]:
     hosts = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
     endpoints = [MuxEndpoint(f"{h}:0", SECRET) for h in hosts]
     drivers = [RaftDriver(e, tick_interval_s=0.05, name=f"driver-{e.address}") for e in endpoints]
@@ -117,7 +149,6 @@ def measure(root: Path, megabytes: int, groups: int, sync: bool) -> dict[str, fl
     for d in drivers:
         d.start()
     timings = RaftTimings()
-    big_timings = RaftTimings(compaction_min_entries=COMPACT_AFTER)
     replicas: list[PartitionReplica] = []
     big: list[PartitionReplica] = []
     try:
@@ -129,20 +160,7 @@ def measure(root: Path, megabytes: int, groups: int, sync: bool) -> dict[str, fl
             data_dir = root / addr.replace(":", "_")
             data_dir.mkdir(parents=True)
             shutil.copyfile(padded, data_dir / f"p.{BIG_TOPIC_ID}.0.sqlite")
-            replica = PartitionReplica(
-                "big",
-                0,
-                BIG_TOPIC_ID,
-                data_dir=data_dir,
-                self_addr=addr,
-                peers=addrs,
-                driver=driver,
-                timings=big_timings,
-                synchronous="NORMAL",
-            )
-            if sync:
-                replica.node._capture = None
-            big.append(replica)
+            big.append(_start_big(addr, addrs, driver, data_dir, sync and not install))
         os.unlink(padded)
         for g in range(groups):
             for addr, driver in zip(addrs, drivers, strict=True):
@@ -169,6 +187,19 @@ def measure(root: Path, megabytes: int, groups: int, sync: bool) -> dict[str, fl
             "every group has a leader",
         )
         print(f"  {groups + 1} groups led after {time.monotonic() - started:.1f} s", flush=True)
+        if install:  # the snapshots first, then a follower restarted empty
+            for i in range(COMPACT_AFTER + 5):
+                _send(big, i)
+            _wait(lambda: all(r.node.journal[0][1] > 1 for r in big), 3600, "snapshots written")
+            victim = next(r for r in big if not r.is_leader())
+            victim.close()
+            big.remove(victim)
+            everyone.remove(victim)
+            addr = victim.node.self_addr
+            data_dir = root / addr.replace(":", "_")
+            for f in data_dir.glob(f"p.{BIG_TOPIC_ID}.0.*"):
+                f.unlink()
+            print(f"  {victim.name} on {addr} stopped and deleted", flush=True)
         before = _leaders_and_terms(everyone)
         probe = _Probe(drivers)
         probe.start()
@@ -176,9 +207,21 @@ def measure(root: Path, megabytes: int, groups: int, sync: bool) -> dict[str, fl
         _wait(lambda: time.monotonic() > quiet_end, BASELINE_S + 1, "baseline window")
         baseline_s, probe.longest_s = probe.longest_s, 0.0
         snap_started = time.monotonic()
-        for i in range(COMPACT_AFTER + 5):
-            _send(big, i)
-        _wait(lambda: all(r.node.journal[0][1] > 1 for r in big), 3600, "snapshots installed")
+        if install:
+            restarted = _start_big(addr, addrs, drivers[addrs.index(addr)], data_dir, sync)
+            big.append(restarted)
+            _wait(
+                lambda: (
+                    restarted.node.journal[0][1] > 1
+                    and restarted.node.applied_index >= big[0].node.journal[0][1]
+                ),
+                3600,
+                "the snapshot installed",
+            )
+        else:
+            for i in range(COMPACT_AFTER + 5):
+                _send(big, i)
+            _wait(lambda: all(r.node.journal[0][1] > 1 for r in big), 3600, "snapshots installed")
         snap_s = time.monotonic() - snap_started
         probe.stop.set()
         probe.join()
@@ -203,14 +246,17 @@ def run(options: argparse.Namespace) -> list[Result]:
     megabytes = 64 if options.quick else options.snap_mb
     groups = 20 if options.quick else options.snap_groups
     how = "on the driver (before)" if options.snap_sync else "off the driver"
+    what = "installed by a follower" if options.snap_install else "snapshot"
     with tempfile.TemporaryDirectory(dir=options.snap_dir, prefix="raftq-snap-") as tmp:
-        figures = measure(Path(tmp), megabytes, groups, options.snap_sync)
-    note = f"{megabytes} MiB partition + {groups} groups per broker, snapshot {how}"
+        figures = measure(Path(tmp), megabytes, groups, options.snap_sync, options.snap_install)
+    note = f"{megabytes} MiB partition + {groups} groups per broker, {what} {how}"
     print(f"  {figures}", flush=True)
+    kind = "install" if options.snap_install else "snapshot"
+    took = "restarted follower caught up" if options.snap_install else "all 3 replicas written"
     return [
-        Result("snapshot: all 3 replicas written", figures["snapshot_s"], "s", note=note),
+        Result(f"{kind}: {took}", figures["snapshot_s"], "s", note=note),
         Result(
-            "snapshot: longest driver stall",
+            f"{kind}: longest driver stall",
             figures["stall_s"],
             "s",
             "< 0.4 (election min)",
@@ -224,7 +270,7 @@ def run(options: argparse.Namespace) -> list[Result]:
             note="the same probe before the snapshot: the loaded machine's own noise",
         ),
         Result(
-            "snapshot: groups that changed term or leader",
+            f"{kind}: groups that changed term or leader",
             figures["changed"],
             "groups",
             "0",

@@ -53,3 +53,21 @@ def test_snapshot_stall_quick_run_prints_the_table() -> None:
     for metric in ("snapshot: all 3 replicas written", "snapshot: longest driver stall"):
         assert metric in done.stdout, done.stdout
     assert "snapshot: groups that changed term or leader" in done.stdout, done.stdout
+
+
+@pytest.mark.slow
+def test_snapshot_stall_install_quick_run_prints_the_table() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "snapshot_stall", "--quick", "--snap-install"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for metric in (
+        "install: restarted follower caught up",
+        "install: longest driver stall",
+        "install: groups that changed term or leader",
+    ):
+        assert metric in done.stdout, done.stdout

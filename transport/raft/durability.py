@@ -51,6 +51,7 @@ class DurableLog(SyncObj):
     _SyncObj__raftLeader: Any
     _SyncObj__raftCommitIndex: int
     _SyncObj__newAppendEntriesTime: float
+    _install_job: Any  # snapshots.py: a received snapshot being restored
     _quiesced: bool  # quiescence.py
     _quiet_beats: int
     _quiet_generation: int
@@ -81,6 +82,15 @@ class DurableLog(SyncObj):
             self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
         leader_commit = message["commit_index"]
         self._SyncObj__leaderCommitIndex = leader_commit
+        if self._install_job is not None:
+            # Restoring a received snapshot (snapshots.py): append nothing until it is done.
+            # An ack at the commit index (entries the leader holds) keeps the leader from
+            # stepping down or sending the snapshot again.
+            commit = self._SyncObj__raftCommitIndex
+            self._SyncObj__sendNextNodeIdx(
+                node, nextNodeIdx=commit + 1, success=True, quiesce=False
+            )
+            return
 
         if "prevLogIdx" in message:
             verified = self._append_from_leader(node, message, now)

@@ -48,7 +48,12 @@ from raftq.transport.raft.pinned import (
     monotonic_time,
 )
 from raftq.transport.raft.quiescence import Quiescence
-from raftq.transport.raft.snapshot import BackgroundSnapshot, SnapshotReceiver, SnapshotSender
+from raftq.transport.raft.snapshot import (
+    BackgroundSnapshot,
+    SnapshotInstall,
+    SnapshotReceiver,
+    SnapshotSender,
+)
 from raftq.transport.raft.snapshots import SNAPSHOT_CHUNKS_PER_ROUND, Snapshots
 
 if TYPE_CHECKING:
@@ -108,8 +113,14 @@ class HardenedSyncObj(DurableLog, Snapshots, Quiescence, Membership, SyncObj):
         self._snapshot_tx = SnapshotSender(
             conf.fullDumpFile, conf.logCompactionBatchSize, SNAPSHOT_CHUNKS_PER_ROUND
         )
-        self._snapshot_rx = SnapshotReceiver(conf.fullDumpFile, fsync=journal.fsync_enabled)
+        self._snapshot_rx = SnapshotReceiver(
+            conf.fullDumpFile,
+            fsync=journal.fsync_enabled,
+            install_syncs=owner._capture is not None,  # installed off the tick thread
+        )
         self._snapshot_job: BackgroundSnapshot | None = None  # being written off the tick thread
+        self._install_job: SnapshotInstall | None = None  # a received one restored off it
+        self._install_from: Any = None
         super().__init__(self_addr, list(peers), conf, transportClass=transport_class)
         # SyncObj built a MemoryJournal (conf.journalFile is None); swap in the durable one
         # and redo what SyncObj.__init__ derived from it (syncobj.py:166-176).
@@ -251,14 +262,17 @@ class HardenedSyncObj(DurableLog, Snapshots, Quiescence, Membership, SyncObj):
         conf = self._SyncObj__conf
         if not transport.ready:
             time.sleep(timeToWait)
-            if not self._SyncObj__needLoadDumpFile:  # apply nothing before the snapshot
-                self._SyncObj__applyLogEntries()
+            if not self._SyncObj__needLoadDumpFile and self._install_job is None:
+                self._SyncObj__applyLogEntries()  # apply nothing before the snapshot
             return
 
         if self._SyncObj__needLoadDumpFile:
             if conf.fullDumpFile is not None and os.path.isfile(conf.fullDumpFile):
                 self._SyncObj__loadDumpFile(clearJournal=False)
             self._SyncObj__needLoadDumpFile = False
+
+        if self._install_job is not None and self._install_job.done():
+            self._finish_install()
 
         now = monotonic_time()
         if now - self._SyncObj__startTime > self._SyncObj__numOneSecondDumps:
@@ -275,7 +289,10 @@ class HardenedSyncObj(DurableLog, Snapshots, Quiescence, Membership, SyncObj):
             and self.selfNode is not None
             and self._SyncObj__connectedToAnyone()
         ):
-            self._start_election()
+            if self._install_job is None:
+                self._start_election()
+            else:  # installing a snapshot: behind the leader by definition, it never campaigns
+                self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
 
         if self._SyncObj__raftState != _RAFT_STATE.LEADER:
             self._snapshot_tx.cancel_all()
@@ -289,7 +306,8 @@ class HardenedSyncObj(DurableLog, Snapshots, Quiescence, Membership, SyncObj):
                 self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
                 self._SyncObj__raftLeader = None
 
-        need_send = self._SyncObj__applyLogEntries()
+        # Nothing is applied while a received snapshot is being restored (snapshots.py).
+        need_send = self._SyncObj__applyLogEntries() if self._install_job is None else False
         if self._SyncObj__raftState == _RAFT_STATE.LEADER:
             if need_send and self._commit_push_s:
                 # Only the new commit index is news here: let it ride on the next

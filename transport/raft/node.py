@@ -488,16 +488,29 @@ class RaftNode:
             raise
 
     def _deserialize(self, path: str) -> tuple[Any, ...]:
+        last, prev, cluster, self._snapshot_learners = self._read_snapshot(path)
+        return last, prev, cluster
+
+    def _restore_received(self, path: str, cancelled: threading.Event) -> tuple[Any, ...]:
+        """Snapshot worker: restore the snapshot received at ``path`` (snapshots.py,
+        "Installing off the tick thread"; the group applies nothing meanwhile). Returns (last,
+        prev, cluster nodes, learners); raises when it cannot, or was cancelled before it
+        began (nothing changed then)."""
+        if cancelled.is_set():
+            raise RuntimeError(f"[group={self.name}] install cancelled")
+        return self._read_snapshot(path)
+
+    def _read_snapshot(self, path: str) -> tuple[Any, ...]:
         if self._restore is None:
             raise RuntimeError(f"[group={self.name}] snapshot file without a restore callback")
         try:
             last, prev, cluster = read_snapshot(path, self._restore, fsync=self._fsync)
-            self._snapshot_learners = snapshot_learners(path)
+            learners = snapshot_learners(path)
         except Exception:
             logger.critical("[group=%s] cannot restore snapshot %s", self.name, path)
             raise
         logger.info("[group=%s] restored snapshot at index %d", self.name, last[1])
-        return last, prev, [TCPNode(addr) for addr in cluster]
+        return last, prev, [TCPNode(addr) for addr in cluster], learners
 
     # ------------------------------------------------------------ membership
     def _call_soon(self, fn: Callable[[], None]) -> None:
@@ -659,6 +672,9 @@ class RaftNode:
             at = math.inf  # asleep until a message, a silent or closed link (driver.py)
         else:
             at = state["_SyncObj__raftElectionDeadline"]
+        install = state["_install_job"]
+        if install is not None:  # restoring a snapshot: nothing to apply until it is done
+            return -math.inf if self._calls or install.done() else float(at)
         if (
             self._calls
             or commit > state["_SyncObj__raftLastApplied"]

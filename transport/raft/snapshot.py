@@ -20,7 +20,9 @@ with a journal that may still start before it. Loading reconciles the two by (in
 when the journal holds the snapshot's last entry. A snapshot arriving from the leader goes
 through :class:`SnapshotReceiver` (chunks checked by offset, tmp → fsync → rename → directory
 fsync) before the same reconciliation; :class:`SnapshotSender` streams the file to a follower
-a bounded number of chunks per heartbeat.
+a bounded number of chunks per heartbeat. :class:`SnapshotInstall` restores a received snapshot
+on a worker thread (groups given ``capture``), so a follower's tick thread only writes the
+chunks and, once the worker is done, renames the file and reconciles the journal.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import struct
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -86,19 +87,24 @@ def write_snapshot(
     ).encode()
     with open(tmp_path, "wb") as out, open(user_path, "rb") as state:
         out.write(MAGIC + _LEN.pack(len(header)) + header)
-        copied = 0
-        while chunk := state.read(_COPY_BYTES):
-            out.write(chunk)
-            copied += len(chunk)
-            if fsync and copied % _SYNC_EVERY_BYTES == 0:
-                # Never gigabytes of dirty pages at once: the kernel would throttle every
-                # writer on the machine (the driver's journal appends too) to flush them.
-                out.flush()
-                os.fdatasync(out.fileno())
-        out.flush()
+        _copy(state, out, fsync)
         if fsync:
             os.fsync(out.fileno())
     os.unlink(user_path)
+
+
+def _copy(source: IO[bytes], out: IO[bytes], fsync: bool) -> None:
+    """Copy the rest of ``source`` to ``out`` (flushed), fdatasync'ing it every
+    ``_SYNC_EVERY_BYTES`` when ``fsync``: never gigabytes of dirty pages at once, or the kernel
+    would throttle every writer on the machine (the driver's journal appends too)."""
+    copied = 0
+    while chunk := source.read(_COPY_BYTES):
+        out.write(chunk)
+        copied += len(chunk)
+        if fsync and copied % _SYNC_EVERY_BYTES == 0:
+            out.flush()
+            os.fdatasync(out.fileno())
+    out.flush()
 
 
 Writer = Callable[[str, threading.Event], None]
@@ -238,11 +244,14 @@ class BackgroundSnapshot:
 
 
 def remove_stale_background_files(path: str) -> None:
-    """Remove what a crash left of background snapshots of ``path`` (never installed)."""
+    """Remove what a crash left of background snapshots of ``path`` and of snapshots being
+    received or installed (never renamed over ``path``)."""
     parent = Path(path).parent
-    for leftover in parent.glob(Path(path).name + ".bg*"):
-        with contextlib.suppress(FileNotFoundError):
-            leftover.unlink()
+    name = Path(path).name
+    for pattern in (".bg*", ".rx", ".rx.restore"):
+        for leftover in parent.glob(name + pattern):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
 
 
 def read_snapshot(
@@ -270,7 +279,7 @@ def read_snapshot(
         (length,) = _LEN.unpack(f.read(_LEN.size))
         header = json.loads(f.read(length))
         with open(user_path, "wb") as out:
-            shutil.copyfileobj(f, out, _COPY_BYTES)
+            _copy(f, out, fsync)
     try:
         restore(user_path)
     finally:
@@ -405,16 +414,20 @@ class SnapshotSender:
 class SnapshotReceiver:
     """Follower side of snapshot transfer: chunks must arrive in order, without gaps.
 
-    The file is assembled at ``<path>.rx``; :meth:`add` returns True once the final chunk made
-    it durable at ``path`` (tmp fsync → rename → directory fsync). A chunk whose offset is not
-    where the file stands (a lost or reordered message) aborts the transfer: the caller asks
-    the leader to start over.
+    The file is assembled at ``<path>.rx``; :meth:`add` returns True once the final chunk is
+    written, fsync'd (unless ``install_syncs``: :class:`SnapshotInstall` then fsyncs it on its
+    worker, and while chunks arrive the file is fdatasync'd behind the writer every
+    ``_SYNC_EVERY_BYTES``, on a thread of its own, so its dirty pages stay bounded without the
+    tick thread waiting for a disk); :meth:`install` moves it to ``path`` (rename → directory
+    fsync). A chunk whose offset is not where the file stands (a lost or reordered message)
+    aborts the transfer: the caller asks the leader to start over.
     """
 
-    def __init__(self, path: str, *, fsync: bool) -> None:
+    def __init__(self, path: str, *, fsync: bool, install_syncs: bool = False) -> None:
         self.path = path
         self.tmp_path = path + ".rx"
         self.fsync = fsync
+        self.install_syncs = install_syncs
         self._file: IO[bytes] | None = None
         self._received = 0
 
@@ -428,14 +441,18 @@ class SnapshotReceiver:
             where = self._received if self._file is not None else None
             self.abort()
             raise ValueError(f"snapshot chunk at offset {offset}, expected {where}")
+        before = self._received
         self._file.write(data)
         self._received += len(data)
         if not is_last:
+            crossed = before // _SYNC_EVERY_BYTES != self._received // _SYNC_EVERY_BYTES
+            if self.fsync and self.install_syncs and crossed:
+                _sync_behind(self._file)
             return False
         f, self._file = self._file, None
         with f:
             f.flush()
-            if self.fsync:
+            if self.fsync and not self.install_syncs:
                 os.fsync(f.fileno())
         return True
 
@@ -458,3 +475,69 @@ class SnapshotReceiver:
             self._file.close()
             self._file = None
         self._received = 0
+
+
+_syncer: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _sync_behind(f: IO[bytes]) -> None:
+    """fdatasync ``f`` on the process's sync thread (a duplicate descriptor: the file may be
+    closed meanwhile); the caller does not wait. A failure only leaves the pages to the
+    kernel: the file is fsync'd before it is used (SnapshotInstall)."""
+    global _syncer
+    f.flush()
+    fd = os.dup(f.fileno())
+    with _pool_lock:
+        if _syncer is None:
+            _syncer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="raft-sync")
+        syncer = _syncer
+
+    def sync() -> None:
+        try:
+            os.fdatasync(fd)
+        except OSError:
+            logger.warning("fdatasync behind a received snapshot failed", exc_info=True)
+        finally:
+            os.close(fd)
+
+    syncer.submit(sync)
+
+
+class SnapshotInstall:
+    """A snapshot received from the leader, restored off the tick thread (snapshots.py,
+    "Installing").
+
+    ``restore(cancelled)`` runs on the snapshot workers (at once on the calling thread inside
+    :func:`written_inline`, so a simulation stays a function of its seed) and returns what the
+    tick thread needs to adopt the snapshot; ``on_done()`` is called from the worker when it
+    finished (the driver's wake-up). The tick thread polls :meth:`done`, then takes
+    :meth:`result` (the worker's exception re-raised). :meth:`cancel` sets the flag
+    ``restore`` checks before it begins.
+    """
+
+    def __init__(
+        self,
+        restore: Callable[[threading.Event], Any],
+        on_done: Callable[[], None] | None = None,
+    ) -> None:
+        self.cancelled = threading.Event()
+        if _inline:
+            self._future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            try:
+                self._future.set_result(restore(self.cancelled))
+            except Exception as exc:
+                self._future.set_exception(exc)
+            return
+        self._future = _workers().submit(restore, self.cancelled)
+        if on_done is not None:
+            self._future.add_done_callback(lambda _future: on_done())
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def result(self) -> Any:
+        """Once :meth:`done`: what ``restore`` returned; raises what it raised."""
+        return self._future.result()

@@ -18,6 +18,17 @@ snapshot.py; this layer is what the node does with them.
   the file while the group keeps applying, and a later tick renames it over the snapshot file
   and compacts the journal to it. A snapshot installed meanwhile (from the leader) cancels
   the job, so an older state never replaces a newer one.
+- **Installing off the tick thread.** With ``capture`` a snapshot received from the leader is
+  restored on a worker too (snapshot.SnapshotInstall: fsync the received file, copy the
+  state out, ``restore`` it: a partition's SQLite backup into its live file in one
+  transaction). The tick thread only writes the chunks (fdatasync'd behind it); while the
+  worker runs, the group *installs*: it applies nothing, appends nothing from the leader (it
+  answers with an ack at its commit index, so the leader neither steps down nor restarts the
+  transfer), takes no snapshot of its own and does not campaign. When the worker is done, a
+  tick renames the received file over the group's snapshot (the commit point: a crash before
+  it restarts from the old snapshot and journal, whatever the SQLite file holds, since a
+  restart restores the snapshot; after it, from the new one), reconciles the journal with it
+  and acknowledges the snapshot's last index.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from pysyncobj.syncobj import SyncObj
 from raftq.transport.raft.pinned import monotonic_time
 from raftq.transport.raft.snapshot import (
     BackgroundSnapshot,
+    SnapshotInstall,
     SnapshotReceiver,
     SnapshotSender,
     journal_keep_from,
@@ -48,6 +60,9 @@ class Snapshots(SyncObj):
     _snapshot_tx: SnapshotSender
     _snapshot_rx: SnapshotReceiver
     _snapshot_job: BackgroundSnapshot | None  # being written off the tick thread
+    _install_job: SnapshotInstall | None  # a received snapshot being restored off it
+    _install_from: Any  # the node that sent it
+    _SyncObj__raftLeader: Any
     _SyncObj__raftCommitIndex: int
     _SyncObj__forceLogCompaction: bool
 
@@ -88,6 +103,8 @@ class Snapshots(SyncObj):
             )
             self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=last[1] + 1, success=True)
             return int(last[1])
+        if self._raftq._capture is not None:
+            return self._begin_install(node)
         rx.install()  # durable before the journal or the state machine change
         try:
             self._SyncObj__loadDumpFile(clearJournal=True)
@@ -98,6 +115,54 @@ class Snapshots(SyncObj):
         self._sync_before_reply()
         self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=last[1] + 1, success=True)
         return int(last[1])
+
+    def _begin_install(self, node: Any) -> int | None:
+        """Restore the received snapshot on a worker (see "Installing off the tick thread");
+        inline (the simulation) it is done at once and acknowledged as on the tick thread."""
+        self._cancel_snapshot_job()  # an older local snapshot must not be renamed over it
+        owner, path = self._raftq, self._snapshot_rx.tmp_path
+        self._install_from = node
+        self._install_job = SnapshotInstall(
+            lambda cancelled: owner._restore_received(path, cancelled), owner._wake
+        )
+        if self._install_job.done():
+            return self._finish_install()
+        logger.info(
+            "[group=%s] installing the snapshot from %s off the tick thread", self._group, node
+        )
+        return None
+
+    @property
+    def installing(self) -> bool:
+        """A received snapshot is being restored: apply, append, compact and campaign wait."""
+        return self._install_job is not None
+
+    def _finish_install(self) -> int | None:
+        """Tick thread, once the install job is done: rename the received snapshot over the
+        group's (the commit point), reconcile the journal with it and acknowledge it to the
+        leader. Returns the snapshot's last index, or None when the install failed (the leader
+        is asked to start over)."""
+        job, sender = self._install_job, self._install_from
+        assert job is not None
+        self._install_job = self._install_from = None
+        leader = self._SyncObj__raftLeader or sender
+        try:
+            last, prev, cluster, learners = job.result()
+            self._snapshot_rx.install()  # durable before the journal changes
+            self._adopt_snapshot(last, prev, cluster, learners)
+        except Exception:
+            logger.exception("[group=%s] cannot install the snapshot from %s", self._group, sender)
+            self._snapshot_rx.discard()
+            self._SyncObj__sendNextNodeIdx(leader, success=False, reset=True)
+            return None
+        self._sync_before_reply()
+        self._SyncObj__sendNextNodeIdx(leader, nextNodeIdx=last[1] + 1, success=True)
+        return int(last[1])
+
+    def _cancel_install(self) -> None:
+        if self._install_job is not None:
+            self._install_job.cancel()
+            self._install_job = self._install_from = None
 
     def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:
         """Load the snapshot file and reconcile the journal with it (replaces syncobj.py:1472).
@@ -110,6 +175,11 @@ class Snapshots(SyncObj):
         """
         self._cancel_snapshot_job()  # it would rename an older state over this one
         _data, last, prev, cluster = self._SyncObj__serializer.deserialize()
+        self._adopt_snapshot(last, prev, cluster, self._raftq._snapshot_learners)
+
+    def _adopt_snapshot(self, last: Any, prev: Any, cluster: Any, learners: list[str]) -> None:
+        """The group's bookkeeping after its state was restored from a snapshot whose last two
+        entries are (prev, last): journal, applied and commit index, members, learners."""
         log = self._raftq_journal
         before = (log[0][1], log[-1][1]) if len(log) else None
         keep_from = journal_keep_from(log.entries(), last)
@@ -151,7 +221,7 @@ class Snapshots(SyncObj):
             self._SyncObj__updateClusterConfiguration(
                 [n for n in cluster if n != self._SyncObj__selfNode]
             )
-            self._set_learners(self._raftq._snapshot_learners)
+            self._set_learners(learners)
         self._SyncObj__onSetCodeVersion(0)
 
     # ---------------------------------------------------------- sent to a follower
@@ -184,6 +254,8 @@ class Snapshots(SyncObj):
         if self._raftq._capture is None:
             SyncObj._SyncObj__tryLogCompaction(self)
             return
+        if self._install_job is not None:
+            return  # its own state is being replaced
         now = monotonic_time()
         job = self._snapshot_job
         if job is not None:
@@ -232,6 +304,7 @@ class Snapshots(SyncObj):
 
     def _doDestroy(self) -> None:
         self._cancel_snapshot_job()
+        self._cancel_install()
         self._snapshot_tx.cancel_all()
         self._snapshot_rx.abort()
         super()._doDestroy()
