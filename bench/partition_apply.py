@@ -11,6 +11,8 @@ Three benchmarks (only ``apply`` is timed; the leader's work of building command
    separate command, until the partition is drained; fifo and priority ordering separately.
    The first Lease materializes the whole pre-fill into the group's timeline: that one-time
    cost is part of the figure (every record pays it once per group). Goal: >= 100,000 rec/s.
+   ``fair``: the same on a fifo topic and on fair topics (ordering=fair) whose records spread
+   over 1, 1,000 and 100,000 fair keys (``--fair-keys``): what the round robin costs.
 3. growth — append throughput in windows taken at 100k, 1M and 10M stored records (the fill
    in between runs with synchronous=OFF to save time; the windows use the configured mode,
    after 3 untimed warm-up batches).
@@ -139,6 +141,11 @@ def add_arguments(group: Any) -> None:
         "record's time to live costs (give one longer than the run: nothing expires)",
     )
     group.add_argument(
+        "--fair-keys",
+        default="1,1000,100000",
+        help="fair part: the numbers of fair keys to run (record i has key i mod K)",
+    )
+    group.add_argument(
         "--parts",
         default=",".join(PARTS),
         help=f"which of {','.join(PARTS)} to run (default: all)",
@@ -183,14 +190,23 @@ class Partition:
 
 
 def append_command(
-    partition: Partition, rng: random.Random, records: int, priorities: bool = False
+    partition: Partition,
+    rng: random.Random,
+    records: int,
+    priorities: bool = False,
+    keys: int = 0,
+    first: int = 0,
 ) -> bytes:
+    """``records`` records; with ``keys``, record ``first + i`` has the key (first + i) % keys."""
     batch = [
         common_pb2.Record(
             value=rng.randbytes(VALUE_BYTES), priority=rng.randrange(10) if priorities else 0
         )
         for _ in range(records)
     ]
+    if keys:
+        for i, record in enumerate(batch):
+            record.key = b"%d" % ((first + i) % keys)
     return partition.command(append=partition_pb2.Append(records=batch))
 
 
@@ -254,9 +270,10 @@ def bench_append(options: argparse.Namespace) -> list[Result]:
 
 
 def lease_ack_once(
-    options: argparse.Namespace, ordering: int, prefill: int, seed: int
+    options: argparse.Namespace, ordering: int, prefill: int, seed: int, keys: int = 0
 ) -> tuple[float, float, float]:
-    """(lease+ack records/s, lease records/s, ack records/s) draining ``prefill`` records."""
+    """(lease+ack records/s, lease records/s, ack records/s) draining ``prefill`` records
+    (keyed over ``keys`` keys when given)."""
     with workdir(options) as tmp:
         partition = Partition(tmp / "partition.sqlite", options.synchronous)
         try:
@@ -269,7 +286,7 @@ def lease_ack_once(
             priorities = ordering == common_pb2.PRIORITY
             for start in range(0, prefill, FILL_BATCH_RECORDS):
                 count = min(FILL_BATCH_RECORDS, prefill - start)
-                partition.apply(append_command(partition, rng, count, priorities))
+                partition.apply(append_command(partition, rng, count, priorities, keys, start))
             lease_s = ack_s = 0.0
             acked = 0
             while acked < prefill:
@@ -312,6 +329,29 @@ def bench_lease_ack(options: argparse.Namespace) -> list[Result]:
                 f"lease+ack {label}", median([r[0] for r in runs]), "rec/s", LEASE_ACK_GOAL, note
             )
         )
+    return results
+
+
+def bench_fair(options: argparse.Namespace) -> list[Result]:
+    """lease+ack on a fifo topic next to fair topics over K keys (records keyed i mod K)."""
+    prefill = options.lease_prefill or (5_000 if options.quick else 200_000)
+    counts = [int(k) for k in options.fair_keys.split(",") if k.strip()]
+    runs: list[tuple[str, int, int]] = [("fifo", common_pb2.FIFO, max(counts, default=1))]
+    runs += [(f"fair {k:,} keys", common_pb2.FAIR, k) for k in counts]
+    results = []
+    for label, ordering, keys in runs:
+        rates = [
+            lease_ack_once(options, ordering, prefill, seed, keys) for seed in range(options.repeat)
+        ]
+        print(f"   lease+ack {label}: {[round(r[0]) for r in rates]}")
+        note = (
+            f"{format_number(prefill)} records over {keys:,} keys, "
+            f"max_records={options.lease_max_records}, compact ack; "
+            f"lease {format_number(median([r[1] for r in rates]))}/s, "
+            f"ack {format_number(median([r[2] for r in rates]))}/s"
+        )
+        value = median([r[0] for r in rates])
+        results.append(Result(f"lease+ack {label}", value, "rec/s", note=note))
     return results
 
 
@@ -377,7 +417,12 @@ def bench_growth(options: argparse.Namespace) -> list[Result]:
     return results
 
 
-PARTS = {"append": bench_append, "lease_ack": bench_lease_ack, "growth": bench_growth}
+PARTS = {
+    "append": bench_append,
+    "lease_ack": bench_lease_ack,
+    "fair": bench_fair,
+    "growth": bench_growth,
+}
 
 
 def run(options: argparse.Namespace) -> list[Result]:

@@ -779,26 +779,36 @@ class SqliteStore:
 
     def _select_fair(self, gid: int, limit: int, columns: str) -> list[Any]:
         """Round robin over the first ``limit`` keys of the rotation (fair_keys by turn: an
-        index walk), each key's rows read by one search of pending_fair: O(limit log n)."""
+        index walk); the keys that give the same number of rows share one statement, which
+        reads each key's first rows by a search of pending_fair: O(limit log n)."""
         rotation = self._rows(
             "SELECT fkey, ready FROM fair_keys WHERE gid = ? ORDER BY turn, fkey LIMIT ?",
             (gid, max(limit, 0)),
         )
         order = fair_plan([ready for _, ready in rotation], limit)
-        takes = [0] * len(rotation)
+        takes: dict[bytes, int] = {}
         for i in order:
-            takes[i] += 1
-        rows = []
-        for (fkey, _), take in zip(rotation, takes, strict=True):
+            fkey = rotation[i][0]
+            takes[fkey] = takes.get(fkey, 0) + 1
+        by_take: dict[int, list[bytes]] = {}
+        for fkey, take in takes.items():
+            by_take.setdefault(take, []).append(fkey)
+        rows: dict[bytes, list[Any]] = {}
+        for take, fkeys in by_take.items():
             found = self._rows(
-                f"SELECT {columns} FROM pending p CROSS JOIN records r ON r.ofs = p.ofs "
-                "WHERE p.gid = ? AND p.fkey = ? AND p.ready = 1 ORDER BY p.k1, p.k2, p.ofs "
-                "LIMIT ?",
-                (gid, fkey, take),
+                f"SELECT p.fkey, p.k1, p.k2, {columns} FROM carray(?2) ks "
+                "CROSS JOIN pending p CROSS JOIN records r ON r.ofs = p.ofs "
+                "WHERE p.gid = ?1 AND p.ofs IN (SELECT q.ofs FROM pending q WHERE q.gid = ?1 "
+                "AND q.fkey = ks.value AND q.ready = 1 ORDER BY q.k1, q.k2, q.ofs LIMIT ?3)",
+                (gid, apsw.carray(tuple(fkeys)), take),
             )
-            assert len(found) == take, f"group {gid}'s fair key has fewer ready rows than counted"
-            rows.append(found)
-        return fair_sequence(order, rows)
+            found.sort(key=lambda row: (row[0], row[1], row[2], row[3]))  # key, k1, k2, ofs
+            for row in found:
+                rows.setdefault(row[0], []).append(row[3:])
+        per_key = [rows.get(fkey, []) for fkey, _ in rotation]
+        for (fkey, _), got in zip(rotation, per_key, strict=True):
+            assert len(got) == takes.get(fkey, 0), f"group {gid}: a fair key lacks ready rows"
+        return fair_sequence(order, per_key)
 
     def select_fair_records(self, gid: int, limit: int) -> list[ReadyRecord]:
         return self._select_fair(
