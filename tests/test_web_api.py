@@ -521,7 +521,12 @@ def test_move_a_partition_and_rebalance_leaders(web: httpx.Client) -> None:
     made = create(web, "web.move")
     replicas = made["partitions"][0]["replicas"]
     path = "/topics/web.move/partitions/0/move"
-    for bad in ({"replicas": []}, {"replicas": [99]}, {"replicas": [replicas[0]] * 2}):
+    bads: list[dict[str, list[int]]] = [
+        {"replicas": []},
+        {"replicas": [99]},
+        {"replicas": [replicas[0]] * 2},
+    ]
+    for bad in bads:
         refused(web.post(path, json=bad, headers=ADMIN), 400, "INVALID_ARGUMENT")
     refused(web.post(path, json={"replicas": replicas}, headers=READER), 403, "PERMISSION_DENIED")
     moved = ok(web.post(path, json={"replicas": replicas[::-1]}, headers=ADMIN))
