@@ -352,7 +352,7 @@ def test_fair_delivery_matches_the_queue_model() -> None:
     run_state_machine_as_test(
         hypothesis_seed(SEED)(FairModelTest),
         settings=settings(
-            max_examples=int(os.environ.get("RAFTQ_MODEL_EXAMPLES", "120")),
+            max_examples=int(os.environ.get("RAFTQ_MODEL_EXAMPLES", "80")),
             stateful_step_count=40,
             deadline=None,
             suppress_health_check=list(HealthCheck),
