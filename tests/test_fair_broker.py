@@ -4,21 +4,26 @@ Three brokers, a fair topic made by the CLI (``--ordering fair``, fair key: the 
 one partition at replication factor 3. Three keys of 20 records each: polls deliver a, b, c,
 a... The partition leader is killed between two polls; the new leader (another replica)
 continues the rotation where the old one left it (b, c, a, b, c), where a replica that kept no
-rotation would start again at a. Bad settings are refused INVALID_ARGUMENT and create nothing.
+rotation would start again at a. A second group reading over PollStream (raw gRPC, through a
+broker that may not lead) gets its own rotation: a, b, c, a, b, c. Bad settings are refused
+INVALID_ARGUMENT and create nothing.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from raftq.client import Consumer, Producer
 from raftq.client.consumer import Message
-from raftq.proto import common_pb2, errors
+from raftq.proto import api_pb2, api_pb2_grpc, common_pb2, errors
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 
@@ -91,3 +96,29 @@ def test_fair_order_survives_a_leader_change_and_bad_settings_are_refused(
             second = take(5)
             assert [m.key for m in second] == [b"b", b"c", b"a", b"b", b"c"]
             assert [m.value for m in second] == [b"b1", b"c1", b"a2", b"b2", b"c2"]
+
+        # PollStream, the streaming path, takes turns the same way (its own group's rotation).
+        alive = next(b for b in range(1, 4) if b != old)
+        with grpc.insecure_channel(cluster.client_addr(alive)) as channel:
+            stub = api_pb2_grpc.ConsumerStub(channel)
+            joined = stub.JoinGroup(
+                api_pb2.JoinGroupRequest(group="streamers", topics=["jobs"]), timeout=30
+            )
+            outgoing: queue.Queue[api_pb2.PollStreamRequest | None] = queue.Queue()
+            start = api_pb2.PollStart(
+                group="streamers", member_id=joined.member_id, generation=joined.generation
+            )
+            outgoing.put(api_pb2.PollStreamRequest(start=start))
+            outgoing.put(api_pb2.PollStreamRequest(credit=api_pb2.Credit(records=6)))
+
+            def requests() -> Iterator[api_pb2.PollStreamRequest]:
+                while (item := outgoing.get()) is not None:
+                    yield item
+
+            stream = stub.PollStream(requests(), timeout=60)
+            streamed: list[api_pb2.LeasedRecord] = []
+            while len(streamed) < 6:
+                streamed += next(stream).records
+            outgoing.put(None)
+            assert [r.record.key for r in streamed] == [b"a", b"b", b"c"] * 2
+            assert [r.record.value for r in streamed] == [b"a0", b"b0", b"c0", b"a1", b"b1", b"c1"]
