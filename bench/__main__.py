@@ -30,6 +30,7 @@ BENCHMARKS = [
     "bench.snapshot_stall",
     "bench.http_api",
     "bench.backup",
+    "bench.contention",
 ]
 
 

@@ -71,3 +71,16 @@ def test_snapshot_stall_install_quick_run_prints_the_table() -> None:
         "install: groups that changed term or leader",
     ):
         assert metric in done.stdout, done.stdout
+
+
+@pytest.mark.slow  # three broker processes, 25 s of load
+def test_contention_quick_run_prints_the_table() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "contention", "--quick", "--hogs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "contention: contended / quiet" in done.stdout
+    assert "contention: elections under contention" in done.stdout
