@@ -71,8 +71,10 @@ class Visit:
         self.chrome.get(self.console.url + path)
 
     def text(self, element_id: str) -> str:
+        """The element's text; "" while it is absent (a page still loading)."""
         try:
-            return str(self.chrome.find_element(By.ID, element_id).text)
+            found = self.chrome.find_elements(By.ID, element_id)
+            return str(found[0].text) if found else ""
         except StaleElementReferenceException:  # redrawn by the page's script meanwhile
             return ""
 
@@ -83,6 +85,21 @@ class Visit:
 
     def click(self, element_id: str) -> None:
         self.chrome.find_element(By.ID, element_id).click()
+
+    def outcome(self) -> str:
+        """After an action: the page's notice, waiting for the answer's page to load; an error
+        page fails the test with its text."""
+
+        def shown() -> str:
+            for element_id in ("notice", "error"):
+                found = self.chrome.find_elements(By.ID, element_id)
+                if found:
+                    return f"{element_id}: {found[0].text}"
+            return ""
+
+        answer = wait_until(shown, 60, "the action's answer page")
+        assert answer.startswith("notice: "), answer
+        return answer
 
     def shot(self, name: str) -> Path:
         path = self.shots / f"console-{len(self.taken) + 1:02d}-{name}.png"
@@ -111,19 +128,19 @@ def test_console_login_topic_produce_lag_and_redrive(browser: WebDriver, tmp_pat
         visit.login("reader")  # consume rights only: no write action
         visit.fill("name", "orders")
         visit.click("create-topic-button")
-        assert "PERMISSION_DENIED" in visit.text("error")
+        wait_until(lambda: "PERMISSION_DENIED" in visit.text("error"), 60, "the refusal shown")
         visit.shot("refused")
         assert "orders" not in [t.name for t in cluster.admin().list_topics()]
 
         visit.go("/")
         visit.click("logout")
         visit.login("admin")
-        assert visit.text("health") in ("HEALTHY", "DEGRADED")
+        wait_until(lambda: visit.text("health") in ("HEALTHY", "DEGRADED"), 60, "health shown")
         assert len(browser.find_elements(By.CSS_SELECTOR, "#brokers tr")) == 1 + 3
         visit.fill("name", "orders")
         visit.fill("max_deliveries", "1")
         visit.click("create-topic-button")
-        assert "topic orders created" in visit.text("notice")
+        assert "topic orders created" in visit.outcome()
         cluster.wait_leaders("orders")
 
         visit.go("/topics/orders")
@@ -131,7 +148,7 @@ def test_console_login_topic_produce_lag_and_redrive(browser: WebDriver, tmp_pat
         visit.fill("value", "hello from the console")
         visit.fill("priority", "3")
         visit.click("produce-button")
-        assert "record stored at partition 0 offset 0" in visit.text("notice")
+        assert "record stored at partition 0 offset 0" in visit.outcome()
         visit.shot("produced")
 
         with Producer(cluster.bootstrap, **admin_client) as producer:  # type: ignore[arg-type]
@@ -193,7 +210,7 @@ def test_console_login_topic_produce_lag_and_redrive(browser: WebDriver, tmp_pat
         assert "poison" in row and "orders/0@100" in row and "workers" in row
         visit.shot("dead-letters")
         visit.click("redrive")
-        assert "redrove 1 dead letters" in visit.text("notice")
+        assert "redrove 1 dead letters" in visit.outcome()
         assert visit.text("waiting") == "0"
         visit.shot("redriven")
         end = cluster.admin().list_offsets("orders")[0].end
