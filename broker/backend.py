@@ -372,7 +372,7 @@ class Backend:
                 applied_index=applied_index,
                 healthy=replica.healthy,
                 term=term,
-                members=replica.node.members() if replica.is_leader() else [],
+                members=replica.node.voters() if replica.is_leader() else [],
             )
         if b.meta.is_leader():
             b.reports.record(report)

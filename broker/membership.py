@@ -28,10 +28,13 @@ Moving a partition's replicas (the table's replica set differs from the group's 
 by the partition's leader, one change at a time per group, state-based so any step can be
 retried:
 
-1. a leader that is not in the new set hands leadership to a caught-up member of the new set;
-2. add the first missing replica (``add_node``; the new broker opened it in standby with the
-   full new replica set as peers) and wait until it has caught up;
-3. once every replica of the new set has caught up, remove one replica that is not in it.
+1. a leader that is not in the new set hands leadership to a caught-up voter of the new set
+   (while there is none, it carries on with 2 itself);
+2. add the first missing replica as a learner (the new broker opened it in standby with the
+   full new replica set as peers: it counts toward no quorum while it catches up), wait until
+   it has caught up, then promote it to a voter;
+3. once every replica of the new set votes and has caught up, remove one replica that is not
+   in it (never the leader itself: it hands over first).
 
 A replica the table no longer places on this broker (an *orphan*) stays open while its group
 still talks to it; once no leader has reached it for ``ORPHAN_QUIET_S`` (its leader removed it
@@ -313,11 +316,10 @@ class Membership:
             return False
         node = replica.node
         members = node.members()
-        if set(desired) == set(members):
-            return False
-        if node.self_addr not in desired:
-            self._hand_over(replica, desired, members)
-            return True
+        if set(desired) == set(members) == set(node.voters()):
+            return False  # moved: every replica of the new set votes, no other is a member
+        if node.self_addr not in desired and self._hand_over(replica, desired):
+            return True  # a new voter takes over; until one can, this leader adds them
         with self._moving_lock:
             if replica.name in self._moving:
                 return True
@@ -338,16 +340,19 @@ class Membership:
         addrs = [table.brokers[r].raft_addr for r in ids if r in table.brokers]
         return addrs if len(addrs) == len(ids) else None
 
-    def _hand_over(self, replica: PartitionReplica, desired: list[str], members: list[str]) -> None:
-        now = time.monotonic()
-        if now - self._last_transfer.get(replica.name, 0.0) < 1.0:
-            return
+    def _hand_over(self, replica: PartitionReplica, desired: list[str]) -> bool:
+        """Hand leadership to a caught-up voter of the new set; False when there is none yet
+        (the new replicas are not voters: this leader must add them first)."""
         node = replica.node
+        voters = set(node.voters())
         target = next(
-            (a for a in desired if a in members and node.caught_up(a, CATCH_UP_SLACK)), None
+            (a for a in desired if a in voters and node.caught_up(a, CATCH_UP_SLACK)), None
         )
         if target is None:
-            return  # the new replicas are not members yet: another leader adds them
+            return False
+        now = time.monotonic()
+        if now - self._last_transfer.get(replica.name, 0.0) < 1.0:
+            return True
         self._last_transfer[replica.name] = now
         logger.info(
             "%s [group=%s] leaving the replica set: handing leadership to %s",
@@ -356,32 +361,40 @@ class Membership:
             target,
         )
         node.transfer_leadership(target)
+        return True
 
     def _move_step(self, replica: PartitionReplica, desired: list[str]) -> None:
         node = replica.node
         where = f"{replica.where} [group={replica.name}]"
         try:
             members = node.members()
+            learners = set(node.learners())
             missing = [a for a in desired if a not in members]
             if missing:
+                # A learner first (Raft thesis 4.2.1): it counts toward no quorum while it
+                # catches up, so the group commits as before even if an old replica is down.
                 addr = missing[0]
-                logger.info("%s adding replica %s (voters %s)", where, addr, members)
-                node.change_membership("add", addr, CHANGE_TIMEOUT_S)
-                # caught up: it acknowledged the whole log up to its own admission (and beyond)
+                logger.info("%s adding replica %s as a learner (voters %s)", where, addr, members)
+                node.change_membership("learner", addr, CHANGE_TIMEOUT_S)
+                learners.add(addr)
+            for addr in [a for a in desired if a in learners]:
+                # caught up: it acknowledged the whole log up to now (and beyond)
                 target = node.commit_index
                 deadline = time.monotonic() + 60.0
                 while not node.caught_up(addr, index=target):
                     if time.monotonic() > deadline or self._stop.is_set() or not node.is_leader():
                         return  # the next round looks again
                     time.sleep(0.05)
-                logger.info("%s replica %s caught up", where, addr)
+                node.change_membership("promote", addr, CHANGE_TIMEOUT_S)
+                logger.info("%s replica %s caught up and votes", where, addr)
                 return
             lagging = [
                 a for a in desired if a != node.self_addr and not node.caught_up(a, CATCH_UP_SLACK)
             ]
             if lagging:
                 return  # remove nothing until the new set can carry the group
-            extra = sorted(set(members) - set(desired))
+            # never itself: a leader leaving hands over first, once a new voter caught up
+            extra = sorted(set(members) - set(desired) - {node.self_addr})
             if extra:
                 logger.info("%s removing replica %s", where, extra[0])
                 node.change_membership("remove", extra[0], CHANGE_TIMEOUT_S)
@@ -511,11 +524,24 @@ class Membership:
     ) -> api_pb2.MovePartitionResponse:
         """``raftq partition move``: set the partition's replicas (a ReassignPartition, unless
         the table already has them) and wait until the leader reports the group's voters as
-        exactly the new set; the partition's leader moves the data (``_move_step``). Normal
-        errors: UnknownTopic, UnknownPartition, InvalidArgument (frontend.reassign_partition),
-        Timeout (still moving: call again, it resumes), Unavailable."""
-        b = self.broker
+        exactly the new set; the partition's leader moves the data (``_move_step``). A new set
+        that keeps none of the old replicas goes through their union first: a new replica
+        hears only from the members it was opened with (the table's set), so the leader that
+        adds it must be one of them. Normal errors: UnknownTopic, UnknownPartition,
+        InvalidArgument (frontend.reassign_partition), Timeout (still moving: call again, it
+        resumes), Unavailable."""
         deadline = time.monotonic() + timeout_s
+        current = self.broker.meta.table.replicas(topic, partition)
+        if current is not None and not set(current) & set(replicas):
+            self._reassign_and_wait(topic, partition, [*replicas, *current], deadline)
+        leader = self._reassign_and_wait(topic, partition, replicas, deadline)
+        return api_pb2.MovePartitionResponse(replicas=replicas, leader=leader)
+
+    def _reassign_and_wait(
+        self, topic: str, partition: int, replicas: list[int], deadline: float
+    ) -> int:
+        """Propose ``replicas`` unless the table has them; wait for the move; its leader."""
+        b = self.broker
         table = b.meta.table
         if table.replicas(topic, partition) != tuple(replicas):
             data = b.frontend.reassign_partition(
@@ -544,7 +570,7 @@ class Membership:
                 )
             leader = self._moved_leader(table, topic, partition)
             if leader is not None:
-                return api_pb2.MovePartitionResponse(replicas=replicas, leader=leader)
+                return leader
             if time.monotonic() >= deadline:
                 raise errors.Timeout(
                     f"{topic}/{partition} is still moving to {replicas}: call again to keep "

@@ -140,3 +140,22 @@ def test_move_refuses_bad_input(tmp_path: Path) -> None:
         # the same set again is done at once
         again = admin.move_partition("t", 0, unchanged, timeout_s=30)
         assert list(again.replicas) == unchanged and again.leader in unchanged
+
+
+def test_move_a_single_replica_to_another_broker(tmp_path: Path) -> None:
+    """RF 1: the new set shares no broker with the old one, so no new voter can take over
+    before the leader added it (the leader adds it as a learner, promotes it, hands over)."""
+    with ProcessCluster(tmp_path, 3) as cluster:
+        cluster.wait_ready()
+        admin = cluster.admin()
+        admin.create_topic("solo", partitions=1, replication_factor=1)
+        cluster.wait_leaders("solo")
+        with Producer(cluster.bootstrap, linger_ms=1) as producer:
+            for future in [producer.send("solo", b"s%d" % i) for i in range(20)]:
+                future.result(timeout=30)
+        (old,) = admin.describe_topic("solo").partitions[0].replicas
+        new = next(b for b in (1, 2, 3) if b != old)
+        moved = admin.move_partition("solo", 0, [new], timeout_s=120)
+        assert (list(moved.replicas), moved.leader) == ([new], new)
+        records = admin.fetch("solo", 0, 0, 100).records
+        assert [r.record.value for r in records] == [b"s%d" % i for i in range(20)]
