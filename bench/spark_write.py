@@ -73,6 +73,7 @@ def _session() -> Any:
         SparkSession.builder.master("local[2]")
         .appName("raftq-bench")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")

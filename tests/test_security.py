@@ -557,7 +557,7 @@ def test_the_spark_sink_writes_over_tls_with_a_token_and_is_refused_without(
     secured: Secured,
 ) -> None:
     """Spark executors reach a secured cluster through the writer's tlsCaFile/token options."""
-    from raftq.spark import sink
+    from raftq.spark import common, sink
 
     base = {
         "bootstrap": secured.cluster.bootstrap,
@@ -568,7 +568,7 @@ def test_the_spark_sink_writes_over_tls_with_a_token_and_is_refused_without(
         before = sum(p.end for p in admin.list_offsets(TOPIC))
     opts = sink.SinkOptions.parse({**base, "token": secured.tokens["producer"]})
     task = sink.TaskSink(
-        sink.connection(opts.bootstrap, opts.request_timeout_ms, opts.security),
+        common.connection(opts.bootstrap, opts.request_timeout_ms, opts.security),
         opts,
         producer_id="spark:tls-test:0:0",
         spark_partition=0,
@@ -581,7 +581,7 @@ def test_the_spark_sink_writes_over_tls_with_a_token_and_is_refused_without(
     refused = sink.SinkOptions.parse({**base, "token": "not-a-token", "requestTimeoutMs": "3000"})
     with pytest.raises(errors.Unauthenticated):
         task = sink.TaskSink(
-            sink.connection(refused.bootstrap, refused.request_timeout_ms, refused.security),
+            common.connection(refused.bootstrap, refused.request_timeout_ms, refused.security),
             refused,
             producer_id="spark:tls-test:1:0",
             spark_partition=0,

@@ -5,7 +5,10 @@ cluster, ``broker/spark/sink.py`` driven directly, and the pure offset planning 
 from __future__ import annotations
 
 import collections
+import logging
 import os
+import pathlib
+import queue
 import random
 import re
 import threading
@@ -13,13 +16,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
 
 from raftq import cli
+from raftq.assignors.partitioner import partition_for
 from raftq.client import Admin
-from raftq.proto import errors
-from raftq.spark import sink, source
-from tests.cluster import Cluster, ProcessCluster
+from raftq.proto import api_pb2, api_pb2_grpc, common_pb2, errors
+from raftq.spark import common, sink, source
+from tests.cluster import Cluster, ProcessCluster, make_cluster
 from tests.test_authz import POLICY
 
 
@@ -68,16 +73,22 @@ def write(
     *,
     finish: bool = True,
     recovery: sink.Recovery | None = None,
+    rows_at_once: bool = False,
 ) -> sink.TaskSummary:
+    """One task's attempt: rows one at a time (``add``), or all at once (``add_rows``, the
+    data source's path for frames of a key and a value); both cut the same batches."""
     task = sink.TaskSink(
-        sink.connection(cluster.bootstrap),
+        common.connection(cluster.bootstrap),
         opts,
         producer_id=producer_id,
         spark_partition=0,
         recovery=recovery,
     )
-    for key, value in data:
-        task.add(value, key=key)
+    if rows_at_once:
+        task.add_rows([v for _, v in data], [k for k, _ in data])
+    else:
+        for key, value in data:
+            task.add(value, key=key)
     return task.finish() if finish else task.summary
 
 
@@ -264,7 +275,7 @@ def test_batches_split_by_encoded_size_and_a_row_that_fits_alone_never_fails(
     plain = [b"plain-%03d" % i for i in range(300)]
 
     def send(pid: str, count: int) -> sink.TaskSummary:
-        task = sink.TaskSink(sink.connection(cluster.bootstrap), opts, producer_id=pid)
+        task = sink.TaskSink(common.connection(cluster.bootstrap), opts, producer_id=pid)
         for value in plain[:count]:
             task.add(value)
         return task.finish()
@@ -278,17 +289,117 @@ def test_batches_split_by_encoded_size_and_a_row_that_fits_alone_never_fails(
         sink.SinkOptions.parse({"bootstrap": "h:1", "batchbytes": str(8 << 20)})
 
 
+def test_row_bytes_is_the_records_encoded_size_plus_framing() -> None:
+    """add_rows sizes rows without building a Record: the same figure as Record.ByteSize()."""
+    for key in (None, b"", b"k", b"x" * 127, b"x" * 128, b"x" * 16_383, b"x" * 16_384):
+        for value in (b"", b"v", b"y" * 127, b"y" * 128, b"y" * 16_384, b"y" * (1 << 21)):
+            record = common_pb2.Record(value=value)
+            if key is not None:
+                record.key = key
+            expected = record.ByteSize() + sink.RECORD_FRAMING_BYTES
+            assert sink.row_bytes(key, value) == expected, (key, len(value))
+
+
+def test_a_lanes_first_batch_goes_before_batch_records_rows_and_batches_then_grow(
+    cluster: ProcessCluster, admin: Admin
+) -> None:
+    """A lane's first FIRST_BATCH_RECORDS rows go at once (the brokers start while the task is
+    still being fed), then each batch holds as many rows as came before it, up to
+    batchRecords: 1,000, 1,000, 2,000, 4,000, then the rest (end of input)."""
+    name = topic(cluster, admin, "sink-ramp")
+    opts = options(cluster, name)  # batchRecords 10,000
+    data = [(b"one-key", b"r%05d" % i) for i in range(9_000)]  # one partition
+    partition = partition_for(b"one-key", len(admin.list_offsets(name)), 0)
+    task = sink.TaskSink(common.connection(cluster.bootstrap), opts, producer_id="spark:ramp:0:0")
+    for key, value in data[:1_500]:
+        task.add(value, key=key)
+    deadline = time.monotonic() + 30
+    while (state := admin.producer_state(name, "spark:ramp:0:0")[partition]).records < 1_000:
+        assert time.monotonic() < deadline, "the first 1,000 rows were not sent while fed"
+        time.sleep(0.05)
+    assert (state.records, state.last_sequence) == (1_000, 0)
+    task.add_rows([v for _, v in data[1_500:]], [k for k, _ in data[1_500:]])
+    summary = task.finish()
+    assert (summary.batches_sent, summary.records_written) == (5, 9_000)
+    state = admin.producer_state(name, "spark:ramp:0:0")[partition]
+    assert (state.records, state.last_sequence, len(state.last_offsets)) == (9_000, 4, 1_000)
+    assert values(admin, name) == collections.Counter(v for _, v in data)
+
+
+def test_growing_batches_resume_and_speculative_twins_write_each_row_once(
+    cluster: ProcessCluster, admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With caps growing by position (2, 2, 4, 8, 16, 16, ...), attempts that ended early at
+    any row, a retry through the other input path, and three twins at once still leave
+    every row in the log once: cuts from a given row are a function of the rows alone."""
+    monkeypatch.setattr(sink, "FIRST_BATCH_RECORDS", 2)
+    name = topic(cluster, admin, "sink-ramp-resume")
+    opts = options(cluster, name, batchRecords="16")
+    data = rows(600)
+    pid = "spark:ramp:1:0"
+    assert write(cluster, opts, pid, data[:37]).records_written == 37  # ends mid-ramp
+    second = write(cluster, opts, pid, data[:301], rows_at_once=True)
+    assert (second.records_skipped, second.records_written) == (37, 264)
+    failures: list[BaseException] = []
+
+    def attempt(rows_at_once: bool) -> None:
+        try:
+            write(cluster, opts, pid, data, rows_at_once=rows_at_once)
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    twins = [threading.Thread(target=attempt, args=(i % 2 == 0,)) for i in range(3)]
+    for twin in twins:
+        twin.start()
+    for twin in twins:
+        twin.join(120)
+    assert not failures, failures
+    assert values(admin, name) == collections.Counter(v for _, v in data)
+    assert sum(s.records for s in admin.producer_state(name, pid).values()) == 600
+
+
+def test_a_broker_out_of_send_streams_gets_the_batches_unary(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sink sends on one SendStream per broker; a broker with no stream slot free
+    (RESOURCE_EXHAUSTED) gets the same batches as unary Sends, each row once."""
+    env = {"RAFTQ_CAPACITY__SEND_STREAMS_MAX": "1"}  # room for one send stream
+    with make_cluster(tmp_path, env=env) as cluster:
+        cluster.wait_ready()
+        address = cluster.client_addr(1)
+        admin = cluster.admin()
+        admin.create_topic("orders", partitions=1)
+        requests: queue.SimpleQueue[api_pb2.SendRequest | None] = queue.SimpleQueue()
+        conn = common.Connection(address, 30_000)
+        try:
+            with grpc.insecure_channel(address) as channel:
+                held = api_pb2_grpc.ProducerStub(channel).SendStream(iter(requests.get, None))
+                requests.put(api_pb2.SendRequest(topic="orders", values=[b"x"], request_id=1))
+                assert next(held).request_id == 1  # the one slot is taken
+                opts = sink.SinkOptions.parse({"bootstrap": address, "topic": "orders"})
+                data = rows(2_500)  # three batches: 1,000, 1,000, 500
+                task = sink.TaskSink(conn, opts, producer_id="spark:unary:0:0")
+                with caplog.at_level(logging.INFO, logger="raftq.client"):
+                    task.add_rows([v for _, v in data], [k for k, _ in data])
+                    assert task.finish().batches_sent == 3
+                assert "refused a send stream" in caplog.text
+                requests.put(None)
+        finally:
+            conn.close()
+        assert values(admin, "orders") == collections.Counter([b"x", *(v for _, v in data)])
+
+
 def test_at_least_once_and_bad_rows(cluster: ProcessCluster, admin: Admin) -> None:
     name = topic(cluster, admin, "sink-alo")
     opts = options(cluster, name, deliveryGuarantee="at_least_once")
     summary = write(cluster, opts, None, rows(50))
     assert summary.records_written == 50 and sum(values(admin, name).values()) == 50
-    task = sink.TaskSink(sink.connection(cluster.bootstrap), opts, producer_id=None)
+    task = sink.TaskSink(common.connection(cluster.bootstrap), opts, producer_id=None)
     with pytest.raises(errors.InvalidArgument):
         task.add(b"x", partition=7)
     task.add(b"x", topic="no-such-topic")  # the topic option wins over the row's topic
     routed = sink.SinkOptions.parse({"bootstrap": cluster.bootstrap})  # no option: the row's
-    task = sink.TaskSink(sink.connection(cluster.bootstrap), routed, producer_id=None)
+    task = sink.TaskSink(common.connection(cluster.bootstrap), routed, producer_id=None)
     with pytest.raises(errors.UnknownTopic):
         task.add(b"x", topic="no-such-topic")
     with pytest.raises(errors.InvalidArgument, match="no topic"):
@@ -423,7 +534,7 @@ def test_a_retry_resumes_by_records_when_the_broker_prefixes_the_principal(
                 "batchRecords": "4",
             }
         )
-        conn = sink.Connection(address, 30_000, opts.security)
+        conn = common.Connection(address, 30_000, opts.security)
         data = rows(100)
         try:
             for count in (50, 100):

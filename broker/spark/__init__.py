@@ -25,7 +25,8 @@ one topic can be written to another; to route by the column, leave the option ou
 value>>), ``priority`` (int), ``deliver_at`` (timestamp, or long Unix ms). Other columns are
 ignored; a known column of the wrong type fails naming it. Options: ``bootstrap``, ``topic``,
 ``deliveryGuarantee`` (``exactly_once``, the default, or ``at_least_once``), ``txnAppId`` +
-``txnVersion``, ``batchRecords`` (10,000), ``batchBytes`` (1 MiB - 4 KiB, the most: one
+``txnVersion``, ``batchRecords`` (10,000; a partition's first batches hold 1,000, 1,000,
+2,000, 4,000, ... rows), ``batchBytes`` (1 MiB - 4 KiB, the most: one
 partition Raft entry; cut by encoded size), ``requestTimeoutMs``.
 ``mode("overwrite")`` is refused (topics are append-only).
 

@@ -45,7 +45,7 @@ from pyspark.sql.types import (
 )
 
 from raftq.proto import errors
-from raftq.spark import sink, source
+from raftq.spark import common, sink, source
 
 SOURCE_SCHEMA = (
     "topic string, partition int, offset long, timestamp timestamp, key binary, value binary, "
@@ -90,7 +90,9 @@ class RaftqDataSource(DataSource):
         options = sink.SinkOptions.parse(self._options())
         _check_write_schema(schema)
         if options.app_id is not None and options.version is not None:  # fail before any task
-            conn = sink.connection(options.bootstrap, options.request_timeout_ms, options.security)
+            conn = common.connection(
+                options.bootstrap, options.request_timeout_ms, options.security
+            )
             scope = sink.txn_scope(options)
             sink.check_version(
                 options.app_id, scope, options.version, conn.admin.get_txn(options.app_id, scope)
@@ -198,19 +200,27 @@ def _headers_column(array: pa.Array) -> list[dict[str, bytes] | None]:
 
 
 def _feed(task: sink.TaskSink, batch: pa.RecordBatch) -> None:
-    """Hand one Arrow batch's rows to the task sink, column-wise conversion first."""
+    """Hand one Arrow batch's rows to the task sink, column-wise conversion first: rows of a
+    value and a key only (the other columns absent or all null, or, with the topic option
+    set, ignored: the option wins) go through ``add_rows``, the rest row by row."""
     n = batch.num_rows
     if n == 0:
         return
     names = batch.schema.names
 
     def column(name: str) -> pa.Array | None:
-        return batch.column(names.index(name)) if name in names else None
+        found = batch.column(names.index(name)) if name in names else None
+        return None if found is None or found.null_count == n else found
 
     none: list[Any] = [None] * n
     arrays = {name: column(name) for name in WRITE_COLUMNS}
+    if task.options.topic:
+        arrays["topic"] = None
     values = _bytes_column(arrays["value"]) if arrays["value"] is not None else none
     keys = _bytes_column(arrays["key"]) if arrays["key"] is not None else none
+    if all(arrays[name] is None for name in WRITE_COLUMNS[2:]):
+        task.add_rows(values, keys)
+        return
     topics = arrays["topic"].to_pylist() if arrays["topic"] is not None else none
     partitions = arrays["partition"].to_pylist() if arrays["partition"] is not None else none
     headers = _headers_column(arrays["headers"]) if arrays["headers"] is not None else none
@@ -245,7 +255,7 @@ def _write_task(
     watermark commit() raises (if any)."""
     context = TaskContext.get()
     spark_partition = context.partitionId() if context is not None else 0
-    conn = sink.connection(options.bootstrap, options.request_timeout_ms, options.security)
+    conn = common.connection(options.bootstrap, options.request_timeout_ms, options.security)
     committed_app = app_id if watermark else None
     scope = sink.txn_scope(options)
     if watermark and app_id is not None and version is not None:
@@ -273,7 +283,7 @@ def _write_task(
 
 def _commit(options: sink.SinkOptions, app_id: str | None, version: int | None) -> None:
     if app_id is not None and version is not None:
-        conn = sink.connection(options.bootstrap, options.request_timeout_ms, options.security)
+        conn = common.connection(options.bootstrap, options.request_timeout_ms, options.security)
         conn.admin.commit_txn(app_id, version, sink.txn_scope(options))
 
 
@@ -364,7 +374,7 @@ def _read(
     """One raftq partition's range as Arrow batches, built a column at a time (Spark would
     otherwise convert every cell of every row in Python)."""
     assert isinstance(partition, RangePartition)
-    conn = sink.connection(options.bootstrap, options.request_timeout_ms, options.security)
+    conn = common.connection(options.bootstrap, options.request_timeout_ms, options.security)
     wanted = source.Range(partition.topic, partition.partition, partition.start, partition.end)
     stored = source.read_range(
         conn.admin, wanted, options.fail_on_data_loss, options.fetch_max_bytes
@@ -396,7 +406,7 @@ class RaftqBatchReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        conn = sink.connection(
+        conn = common.connection(
             self.options.bootstrap, self.options.request_timeout_ms, self.options.security
         )
         bounds = source.list_bounds(conn.admin, self.options.topics)
@@ -419,7 +429,7 @@ class RaftqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: source.Offsets | None = None
 
     def _bounds(self) -> dict[str, dict[str, source.PartitionBounds]]:
-        conn = sink.connection(
+        conn = common.connection(
             self.options.bootstrap, self.options.request_timeout_ms, self.options.security
         )
         return source.list_bounds(conn.admin, self.options.topics)

@@ -10,21 +10,28 @@ partition earlier attempts wrote (``Log.ProducerState`` counts the producer id's
 the log) and skips exactly that many, comparing the last batch of them with the log, then
 sends the rest from the next sequence. How earlier attempts cut their batches does not matter
 (an attempt whose input ended early sent short last batches). Batching from a given row is a
-pure function of the rows (never of timing): a batch closes at ``batch_records`` records or
+pure function of the rows (never of timing): a batch closes at its record cap or
 ``batch_bytes`` encoded bytes (a lone larger row still goes, alone) or the end of the task's
-input, and key-less rows fill one partition's
-batch before moving to the next; so twins resuming from the same row cut the same batches.
+input, and key-less rows fill one partition's batch before moving to the next; so twins
+resuming from the same row cut the same batches.
+A lane's record cap grows with its position, so its first rows go out at once instead of
+after ``batch_records`` of them: a batch starting at the lane's row ``i`` holds at most
+``min(batch_records, max(FIRST_BATCH_RECORDS, i))`` (1,000, 1,000, 2,000, 4,000, ...).
+Records are built in the batch's own SendRequest (no Record copied per row) and a row of
+a value and a key only is sized without a Record at all (``add_rows``).
 
 Sending: at most one batch in flight per raftq partition (sequences apply in order), all
-partitions at once; NOT_LEADER follows the hint, UNAVAILABLE / TIMEOUT resend the *same*
-batch and sequence (the broker answers a duplicate with the original offsets).
+partitions at once, on the process's SendStream to each broker (``common.Connection``;
+unary Sends to a broker with no stream slot free); NOT_LEADER follows the hint,
+UNAVAILABLE / TIMEOUT resend the *same* batch and sequence (the broker answers a duplicate
+with the original offsets).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -35,12 +42,20 @@ from typing import Any, Literal
 import grpc
 
 from raftq.assignors.partitioner import partition_for
-from raftq.client import Admin, parse_bootstrap
-from raftq.proto import api_pb2, api_pb2_grpc, common_pb2, errors
+from raftq.client import Admin
+from raftq.client.streams import Refused
+from raftq.proto import api_pb2, common_pb2, errors
 from raftq.proto.common_pb2 import ErrorCode
-from raftq.proto.limits import CLIENT_MESSAGE_BYTES_MAX, RECORD_FRAMING_BYTES, record_size
+from raftq.proto.limits import RECORD_FRAMING_BYTES, record_size
+from raftq.spark.common import (
+    SECURITY_OPTIONS,
+    Connection,
+    Security,
+    bootstrap_option,
+    check_known,
+    int_option,
+)
 from raftq.transport.grpc_errors import from_rpc_error
-from raftq.transport.tls import ChannelSecurity, open_channel
 
 log = logging.getLogger("raftq.spark")
 
@@ -54,6 +69,7 @@ QUEUED_BATCHES_MAX = 4  # per raftq partition, before the task waits for acknowl
 # record's bytes plus its tag and length, with room left for the command around them (topic,
 # producer id, sequence, stamps). A record within max_record_bytes always fits an entry on its own.
 BATCH_BYTES_MAX = (1 << 20) - 4096
+FIRST_BATCH_RECORDS = 1000  # a lane's first batch; its caps double up to batch_records
 
 
 class NondeterministicInput(errors.InvalidArgument):
@@ -65,97 +81,6 @@ class StaleTxnVersion(errors.InvalidArgument):
 
 
 # --- options ----------------------------------------------------------------------------------
-
-
-def int_option(
-    options: Mapping[str, str], name: str, default: int, low: int, high: int | None = None
-) -> int:
-    """Option ``name`` as an int in [low, high]; raises InvalidArgument naming it."""
-    raw = options.get(name.lower())
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise errors.InvalidArgument(f"option {name}={raw!r} is not an integer") from None
-    if value < low or (high is not None and value > high):
-        bound = f"in {low}..{high}" if high is not None else f">= {low}"
-        raise errors.InvalidArgument(f"option {name}={value} must be {bound}")
-    return value
-
-
-# Kafka-connector option names a user may bring along, and what raftq calls them.
-KAFKA_EQUIVALENTS = {
-    "kafka.bootstrap.servers": "bootstrap",
-    "subscribepattern": "topic (a comma-separated list; no patterns)",
-    "assign": "startingOffsets / endingOffsets JSON naming the partitions",
-    "includeheaders": "nothing: the headers column is always there",
-    "startingoffset": "startingOffsets",
-    "endingoffset": "endingOffsets",
-    "startingtimestamp": "startingOffsets (offsets, not timestamps)",
-    "kafka.security.protocol": "tlsCaFile / tlsCertFile / tlsKeyFile",
-    "kafka.sasl.jaas.config": "token",
-    "maxoffsetspertrigger": "maxOffsetsPerTrigger",
-    "kafka.max.partition.fetch.bytes": "fetchMaxBytes",
-    "kafka.fetch.max.bytes": "fetchMaxBytes",
-    "kafka.request.timeout.ms": "requestTimeoutMs",
-    "kafka.batch.size": "batchBytes / batchRecords",
-}
-# Options Spark itself passes to every data source; not ours to refuse.
-SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
-SECURITY_OPTIONS = ("tlsCaFile", "tlsCertFile", "tlsKeyFile", "token")
-
-
-def check_known(opts: Mapping[str, str], valid: Sequence[str], what: str) -> None:
-    """Raise InvalidArgument naming every option of (lower-cased) ``opts`` that is not one of
-    ``valid`` (or Spark's own), with the valid list and the raftq name of a Kafka option."""
-    allowed = {v.lower() for v in valid} | SPARK_OPTIONS
-    unknown = sorted(k for k in opts if k not in allowed)
-    if not unknown:
-        return
-    hints = [
-        f"{k} (raftq: {KAFKA_EQUIVALENTS[k]})" if k in KAFKA_EQUIVALENTS else k for k in unknown
-    ]
-    raise errors.InvalidArgument(
-        f"unknown raftq {what} option(s): {', '.join(hints)}; valid: {', '.join(valid)}"
-    )
-
-
-def bootstrap_option(opts: Mapping[str, str]) -> str:
-    """The ``bootstrap`` (or Kafka's ``bootstrap.servers``) option of lower-cased ``opts``,
-    checked; raises InvalidArgument saying what to fix."""
-    bootstrap = opts.get("bootstrap") or opts.get("bootstrap.servers") or ""
-    parse_bootstrap(bootstrap)
-    return bootstrap
-
-
-@dataclass(frozen=True)
-class Security:
-    """How workers reach the brokers: options tlsCaFile, tlsCertFile, tlsKeyFile, token (all
-    optional; the files must be readable on every executor). Never printed with the token."""
-
-    tls_ca_file: str | None = None
-    tls_cert_file: str | None = None
-    tls_key_file: str | None = None
-    token: str | None = field(default=None, repr=False)
-
-    @classmethod
-    def parse(cls, opts: Mapping[str, str]) -> Security:
-        return cls(
-            tls_ca_file=opts.get("tlscafile") or None,
-            tls_cert_file=opts.get("tlscertfile") or None,
-            tls_key_file=opts.get("tlskeyfile") or None,
-            token=opts.get("token") or None,
-        )
-
-    def channel_security(self) -> ChannelSecurity:
-        """Raises InvalidArgument for an unreadable file or a certificate without its key."""
-        return ChannelSecurity.from_files(
-            tls_ca_file=self.tls_ca_file,
-            tls_cert_file=self.tls_cert_file,
-            tls_key_file=self.tls_key_file,
-            token=self.token,
-        )
 
 
 SINK_OPTIONS = (
@@ -249,84 +174,19 @@ def check_version(app_id: str, scope: str, version: int, committed: int | None) 
     )
 
 
-# --- connections, one per process and bootstrap -----------------------------------------------
-
-
-class Connection:
-    """Admin calls plus one Producer stub per broker address. Created inside a Spark worker,
-    reused by every task that worker runs (``connection()``); never pickled."""
-
-    def __init__(
-        self, bootstrap: str, request_timeout_ms: int, security: Security | None = None
-    ) -> None:
-        self.bootstrap = parse_bootstrap(bootstrap)
-        self.timeout_s = request_timeout_ms / 1000
-        security = security or Security()
-        self._security = security.channel_security()
-        self.admin = Admin(
-            bootstrap,
-            request_timeout_ms=request_timeout_ms,
-            tls_ca_file=security.tls_ca_file,
-            tls_cert_file=security.tls_cert_file,
-            tls_key_file=security.tls_key_file,
-            token=security.token,
-        )
-        self._lock = threading.Lock()
-        self._channels: dict[str, grpc.Channel] = {}
-        self._stubs: dict[str, api_pb2_grpc.ProducerStub] = {}
-        self._logs: dict[str, api_pb2_grpc.LogStub] = {}
-
-    def _channel(self, address: str) -> grpc.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = open_channel(
-                address, self._security, message_bytes_max=CLIENT_MESSAGE_BYTES_MAX
-            )
-        return channel
-
-    def producer(self, address: str) -> api_pb2_grpc.ProducerStub:
-        with self._lock:
-            stub = self._stubs.get(address)
-            if stub is None:
-                stub = self._stubs[address] = api_pb2_grpc.ProducerStub(self._channel(address))
-            return stub
-
-    def log(self, address: str) -> api_pb2_grpc.LogStub:
-        """The Log service of one broker (a read it does not lead is forwarded)."""
-        with self._lock:
-            stub = self._logs.get(address)
-            if stub is None:
-                stub = self._logs[address] = api_pb2_grpc.LogStub(self._channel(address))
-            return stub
-
-    def close(self) -> None:
-        with self._lock:
-            channels = list(self._channels.values())
-            self._channels, self._stubs, self._logs = {}, {}, {}
-        for channel in channels:
-            channel.close()
-        self.admin.close()
-
-
-_CONNECTIONS: dict[tuple[int, str, int, Security], Connection] = {}
-_CONNECTIONS_LOCK = threading.Lock()
-
-
-def connection(
-    bootstrap: str, request_timeout_ms: int = 30_000, security: Security | None = None
-) -> Connection:
-    """This process's connection to ``bootstrap`` (PySpark forks and reuses workers: keyed by
-    pid, so a forked child never uses its parent's channels)."""
-    security = security or Security()
-    key = (os.getpid(), bootstrap, request_timeout_ms, security)
-    with _CONNECTIONS_LOCK:
-        found = _CONNECTIONS.get(key)
-        if found is None:
-            found = _CONNECTIONS[key] = Connection(bootstrap, request_timeout_ms, security)
-        return found
-
-
 # --- rows and batches -------------------------------------------------------------------------
+
+
+def row_bytes(key: bytes | None, value: bytes) -> int:
+    """What a row of ``key`` (None: none) and ``value`` adds to a batch's encoded size: its
+    Record as protobuf writes it (key and value fields: one-byte tag, varint length, bytes; an
+    empty value is left out) plus RECORD_FRAMING_BYTES. Equal to Record.ByteSize() + framing."""
+    size = RECORD_FRAMING_BYTES + (_field_bytes(len(value)) if value else 0)
+    return size if key is None else size + _field_bytes(len(key))
+
+
+def _field_bytes(n: int) -> int:
+    return 2 + n if n < 128 else 1 + (n.bit_length() + 6) // 7 + n
 
 
 @dataclass(frozen=True)
@@ -337,11 +197,45 @@ class TopicMeta:
 
 
 @dataclass
+class _Answer:
+    """A sent batch's outcome, filled in by the stream's reader (or the unary call's) thread."""
+
+    address: str
+    response: api_pb2.SendResponse | None = None
+    error: errors.RaftqError | None = None
+
+
+def _unary_outcome(call: Any) -> tuple[api_pb2.SendResponse | None, errors.RaftqError | None]:
+    try:
+        return call.result(), None
+    except grpc.RpcError as exc:
+        return None, from_rpc_error(exc)
+
+
+def _answer_error(response: api_pb2.SendResponse | None) -> errors.RaftqError | None:
+    """None when every record of the batch was appended (or found applied), else the error:
+    a stream's whole-request error (in band), or the first record's."""
+    if response is None or not (response.results or response.error):
+        return errors.Internal("the broker answered a batch with no results")
+    if response.error != ErrorCode.OK:
+        hint = response.leader_hint
+        return errors.error_for(response.error, response.message, leader_hint=hint)
+    bad = next((r for r in response.results if r.error != ErrorCode.OK), None)
+    if bad is None:
+        return None
+    return errors.error_for(bad.error, bad.message, leader_hint=bad.leader_hint)
+
+
+_REQUEST_IDS = itertools.count(1)  # one process's streams are shared by its tasks
+
+
+@dataclass
 class _Batch:
     topic: str
     partition: int
     sequence: int
-    records: list[common_pb2.Record]
+    request: api_pb2.SendRequest  # its records; producer id and sequence set when sent
+    count: int  # records in it
     attempts: int = 0
     retry_at_s: float = 0.0
 
@@ -365,12 +259,14 @@ class _Lane:
     partition: int
     resume: Resume | None = None
     position: int = 0  # rows handed to this lane so far
-    tail: list[common_pb2.Record] = field(default_factory=list)  # rows the resume compares
-    records: list[common_pb2.Record] = field(default_factory=list)
-    size: int = 0  # encoded bytes of ``records``
+    tail: list[tuple[bytes, bytes]] = field(default_factory=list)  # (key, value) to compare
+    request: api_pb2.SendRequest | None = None  # the open batch's records
+    count: int = 0  # records in the open batch
+    size: int = 0  # their encoded bytes
+    cap: int = 0  # records the open batch may hold
     next_sequence: int = 0  # after a resume: the earlier attempt's last sequence + 1
     queued: deque[_Batch] = field(default_factory=deque)
-    in_flight: tuple[_Batch, Any] | None = None
+    in_flight: tuple[_Batch, _Answer] | None = None
 
 
 @dataclass
@@ -453,23 +349,69 @@ class TaskSink:
             raise errors.InvalidArgument(
                 f"partition {partition}: topic {name!r} has partitions 0..{meta.partitions - 1}"
             )
-        lane = self._lanes.get((name, partition))
-        if lane is None:
-            resume = self._resume.get((name, partition))
-            lane = self._lanes[(name, partition)] = _Lane(name, partition, resume)
-            if resume is not None:
-                lane.next_sequence = resume.last_sequence + 1
+        self._append(name, partition, encoded, key, value, record)
+
+    def add_rows(self, values: Sequence[bytes | None], keys: Sequence[bytes | None]) -> None:
+        """Queue rows of a value (None: empty) and a key (None: none) each, to the topic
+        option: what ``add`` does row by row, without a Record per row. Raises as ``add``."""
+        name = self.options.topic
+        if not name:
+            raise errors.InvalidArgument("add_rows writes to the topic option; none is set")
+        meta = self._topic(name)
+        limit, partitions, append = meta.max_record_bytes, meta.partitions, self._append
+        for value, key in zip(values, keys, strict=True):
+            if value is None:
+                value = b""
+            size = len(value) if key is None else len(value) + len(key)
+            if size > limit:
+                raise errors.RecordTooLarge(
+                    f"a row of {size} bytes is over topic {name!r}'s max_record_bytes ({limit})"
+                )
+            encoded = row_bytes(key, value)
+            if key is None:
+                append(name, self._sticky_partition(partitions, encoded), encoded, None, value)
+            else:
+                append(name, partition_for(key, partitions, 0), encoded, key, value)
+
+    def _append(
+        self,
+        topic: str,
+        partition: int,
+        encoded: int,
+        key: bytes | None,
+        value: bytes,
+        record: common_pb2.Record | None = None,
+    ) -> None:
+        """Put one row (``record``, or built from ``key`` and ``value``) in its lane's open
+        batch, sealing the batch first when the row would take it over its record cap or
+        ``batch_bytes``; or skip it, when an earlier attempt wrote it."""
+        lane = self._lanes.get((topic, partition)) or self._lane(topic, partition)
         lane.position += 1
         if lane.resume is not None and lane.position <= lane.resume.records:
-            self._skip(lane, record)
+            self._skip(lane, key, value)
             return
-        if lane.records and (
-            len(lane.records) >= self.options.batch_records
-            or lane.size + encoded > self.options.batch_bytes
+        if lane.count and (
+            lane.count >= lane.cap or lane.size + encoded > self.options.batch_bytes
         ):
             self._seal(lane)
-        lane.records.append(record)
+        if lane.request is None:  # the row opens a batch: its cap grows with the position
+            lane.request = api_pb2.SendRequest(topic=topic, partition=partition)
+            lane.cap = min(self.options.batch_records, max(FIRST_BATCH_RECORDS, lane.position - 1))
+        if record is not None:
+            lane.request.records.append(record)
+        elif key is None:
+            lane.request.records.add(value=value)
+        else:
+            lane.request.records.add(key=key, value=value)
+        lane.count += 1
         lane.size += encoded
+
+    def _lane(self, topic: str, partition: int) -> _Lane:
+        resume = self._resume.get((topic, partition))
+        lane = self._lanes[(topic, partition)] = _Lane(topic, partition, resume)
+        if resume is not None:
+            lane.next_sequence = resume.last_sequence + 1
+        return lane
 
     def _sticky_partition(self, partitions: int, encoded: int) -> int:
         """Key-less rows fill one batch's worth (records or encoded bytes) of a partition, then
@@ -489,7 +431,7 @@ class TaskSink:
         """Send what is left and wait for every acknowledgement. Raises NondeterministicInput
         when an earlier attempt wrote batches this one did not produce."""
         for lane in self._lanes.values():
-            if lane.records:
+            if lane.count:
                 self._seal(lane)
         self._drain(lambda: any(lane.queued or lane.in_flight for lane in self._lanes.values()))
         untouched = sorted(tp for tp in self._resume if tp not in self._lanes)
@@ -568,21 +510,22 @@ class TaskSink:
 
     # -- batches -----------------------------------------------------------------------------
 
-    def _skip(self, lane: _Lane, record: common_pb2.Record) -> None:
+    def _skip(self, lane: _Lane, key: bytes | None, value: bytes) -> None:
         """A row an earlier attempt wrote: not sent again. The rows of its last batch are kept
         and, once all are in, compared with what the broker holds."""
         assert lane.resume is not None
         self.summary.records_skipped += 1
         if lane.position > lane.resume.records - len(lane.resume.last_offsets):
-            lane.tail.append(record)
+            lane.tail.append((key or b"", value))
         if lane.position == lane.resume.records:
             self._verify(lane)
             lane.tail = []
 
     def _seal(self, lane: _Lane) -> None:
-        batch = _Batch(lane.topic, lane.partition, lane.next_sequence, lane.records)
+        assert lane.request is not None
+        batch = _Batch(lane.topic, lane.partition, lane.next_sequence, lane.request, lane.count)
         lane.next_sequence += 1
-        lane.records, lane.size = [], 0
+        lane.request, lane.count, lane.size = None, 0, 0
         lane.queued.append(batch)
         self._pump()
         self._drain(lambda: len(lane.queued) >= QUEUED_BATCHES_MAX)
@@ -607,8 +550,8 @@ class TaskSink:
                 first = response.records[-1].offset + 1
         found = [stored.get(o) for o in offsets]
         same = len(found) == len(lane.tail) and all(
-            s is not None and s.key == b.key and s.value == b.value
-            for s, b in zip(found, lane.tail, strict=True)
+            s is not None and s.key == key and s.value == value
+            for s, (key, value) in zip(found, lane.tail, strict=True)
         )
         if not same:
             raise NondeterministicInput(
@@ -628,9 +571,7 @@ class TaskSink:
     def _dispatch(self, lane: _Lane, batch: _Batch) -> None:
         meta = self._meta[batch.topic]
         address = meta.leaders[batch.partition] or self.conn.bootstrap[0]
-        request = api_pb2.SendRequest(
-            topic=batch.topic, records=batch.records, partition=batch.partition
-        )
+        request = batch.request
         if self.producer_id is not None:
             request.producer_id, request.sequence = self.producer_id, batch.sequence
         tp = (batch.topic, batch.partition)
@@ -640,9 +581,20 @@ class TaskSink:
                 self._completed.append(tp)
                 self._done.notify_all()
 
+        request.request_id = next(_REQUEST_IDS)
+        answer = _Answer(address)
+
+        def on_answer(
+            response: api_pb2.SendResponse | None, error: errors.RaftqError | None
+        ) -> None:
+            answer.response, answer.error = response, error
+            done(None)
+
+        lane.in_flight = (batch, answer)  # before sending: the answer may come at once
+        if self.conn.streams().send(address, request, self.conn.timeout_s, on_answer):
+            return
         call = self.conn.producer(address).Send.future(request, timeout=self.conn.timeout_s)
-        lane.in_flight = (batch, call)
-        call.add_done_callback(done)
+        call.add_done_callback(lambda _: on_answer(*_unary_outcome(call)))
 
     def _drain(self, busy: Any) -> None:
         """Handle acknowledgements until ``busy()`` is false."""
@@ -664,22 +616,21 @@ class TaskSink:
 
     def _settle(self, lane: _Lane) -> None:
         assert lane.in_flight is not None
-        batch, call = lane.in_flight
+        batch, answer = lane.in_flight
         lane.in_flight = None
-        error: errors.RaftqError | None = None
-        try:
-            response: api_pb2.SendResponse = call.result()
-        except grpc.RpcError as exc:
-            error = from_rpc_error(exc)
-        else:
-            codes = {r.error for r in response.results}
-            if codes == {ErrorCode.OK}:
+        error, response = answer.error, answer.response
+        if isinstance(error, Refused):  # no stream slot on that broker: unary, at once
+            self.conn.streams().refused(answer.address)
+            lane.queued.appendleft(batch)
+            return
+        if error is None:
+            error = _answer_error(response)
+            if error is None:
+                assert response is not None
                 self.summary.batches_sent += 1
-                self.summary.records_written += len(batch.records)
+                self.summary.records_written += batch.count
                 self.summary.duplicates += sum(r.duplicate for r in response.results)
                 return
-            bad = next(r for r in response.results if r.error != ErrorCode.OK)
-            error = errors.error_for(bad.error, bad.message, leader_hint=bad.leader_hint)
         if isinstance(error, errors.OutOfOrderSequence) and self._applied_by_twin(lane, batch):
             return
         if not error.retriable or batch.attempts >= SEND_ATTEMPTS_MAX:

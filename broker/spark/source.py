@@ -16,7 +16,7 @@ from typing import Any
 
 from raftq.client import Admin
 from raftq.proto import common_pb2, errors
-from raftq.spark.sink import (
+from raftq.spark.common import (
     SECURITY_OPTIONS,
     Security,
     bootstrap_option,
