@@ -19,7 +19,7 @@ One thread, a step every ``interval_s`` (sooner when the table changes). Each st
 4. on the metadata leader: expires consumer sessions (LeaveGroup + lease release), deletes
    groups empty for ``groups.offsets_retention_ms`` by its clock, and groups an interrupted
    DeleteGroup left deleting, and forgets Spark txn watermarks not raised for
-   ``txns.expiration_ms`` (both on the service's background pool: a slow partition or a
+   ``txns.expiration_ms`` (both on the broker's background pool: a slow partition or a
    metadata group without quorum never delays this thread), and promotes a caught-up learner
    while voters are missing (``Membership.promote_voters``);
 5. refreshes the broker's gRPC health (``Broker.not_ready``), so health ``Watch`` streams follow;
@@ -40,20 +40,32 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from raftq.config import RECORD_FRAMING_BYTES
+from raftq.dead_letters import dead_letter_partition, dead_letter_record
 from raftq.metadata.machine import EXPIRE_TXNS_MAX
 from raftq.metadata.table import Table
 from raftq.partitions.rows import OutboxRow
 from raftq.partitions.schedules import plan_fire
 from raftq.proto import api_pb2, common_pb2, errors, internal_pb2, partition_pb2
 from raftq.replica import PartitionReplica, group_name
-from raftq.service import dead_letter_partition, dead_letter_record
+from raftq.transport.request_checks import check_send
 
 if TYPE_CHECKING:
-    from raftq.server import Broker
+    from raftq.config import BrokerConfig
+    from raftq.coordinator import BrokerReports, SessionTable
+    from raftq.handlers import RequestHandlers
+    from raftq.membership import Membership
+    from raftq.metadata.frontend import MetadataFrontend
+    from raftq.metadata_client import MetadataClient
+    from raftq.metadata_replica import MetadataReplica
+    from raftq.replica_set import ReplicaSet
+    from raftq.transport.internal import InternalClient
+    from raftq.transport.raft import RaftTimings
+    from raftq.transport.raft.driver import RaftDriver
 
 logger = logging.getLogger("raftq.broker.backend")
 
@@ -110,8 +122,54 @@ def expired_txns(table: Table, expiration_ms: int, now_ms: int) -> list[tuple[st
 
 
 class Backend:
-    def __init__(self, broker: Broker, *, interval_s: float = 0.1) -> None:
-        self.broker = broker
+    """See the module docstring. ``draining``: the metadata leader's last report ack said
+    this broker is being removed (gRPC health then says NOT_SERVING)."""
+
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        config: BrokerConfig,
+        meta: MetadataReplica,
+        metadata: MetadataClient,
+        frontend: MetadataFrontend,
+        replicas: ReplicaSet,
+        handlers: RequestHandlers,
+        membership: Membership,
+        sessions: SessionTable,
+        reports: BrokerReports,
+        internal: InternalClient,
+        driver: RaftDriver,
+        partition_timings: RaftTimings,
+        connected_peers: Callable[[], frozenset[str]],
+        refresh_health: Callable[[], object],
+        on_open: Callable[[PartitionReplica], None],
+        background: Executor,
+        interval_s: float = 0.1,
+    ) -> None:
+        """``handlers``: the calls the backend makes as any client would (dead letters sent,
+        their topic created, sessions expired, groups deleted, txns expired) and the
+        ``new_records`` a replica's apply wakes; ``on_open``: a new replica (metrics attach
+        their hook); ``background``: the broker's small pool for deletions and expiries."""
+        self.broker_id = broker_id
+        self._config = config
+        self._data_dir = Path(config.broker.data_dir)
+        self._meta = meta
+        self._metadata = metadata
+        self._frontend = frontend
+        self._replicas = replicas
+        self._handlers = handlers
+        self._membership = membership
+        self._sessions = sessions
+        self._reports = reports
+        self._internal = internal
+        self._driver = driver
+        self._partition_timings = partition_timings
+        self._connected_peers = connected_peers
+        self._refresh_health = refresh_health
+        self._on_open = on_open
+        self._background = background
+        self.draining = False
         self.interval_s = interval_s
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -149,7 +207,7 @@ class Backend:
             try:
                 self.step()
             except Exception:
-                logger.exception("[broker=%d] backend step failed; retrying", self.broker.id)
+                logger.exception("[broker=%d] backend step failed; retrying", self.broker_id)
             self._wake.wait(self.interval_s)
             self._wake.clear()
 
@@ -160,9 +218,9 @@ class Backend:
             try:
                 self._report()
             except errors.RaftqError as exc:
-                logger.info("[broker=%d] report: %s (will retry)", self.broker.id, exc)
+                logger.info("[broker=%d] report: %s (will retry)", self.broker_id, exc)
             except Exception:
-                logger.exception("[broker=%d] report failed; retrying", self.broker.id)
+                logger.exception("[broker=%d] report failed; retrying", self.broker_id)
             next_at = max(next_at + REPORT_INTERVAL_S, time.monotonic())
             self._stop.wait(next_at - time.monotonic())
 
@@ -176,29 +234,29 @@ class Backend:
     # ------------------------------------------------------------------------------------
 
     def step(self) -> None:
-        table = self.broker.meta.table
+        table = self._meta.table
         self._guarded("register", lambda: self._register(table))
         if table is not self._reconciled_table or self._every("reconcile", RECONCILE_INTERVAL_S):
             self._reconciled_table = table  # a retry (failed open) waits for the next interval
             self._reconcile(table)
         if self._every("restore", RESTORE_INTERVAL_S):
             self._guarded("restore", lambda: self._restore_table(table))
-        self._guarded("members", self.broker.membership.persist)
-        self._guarded("voters", self.broker.membership.promote_voters)
-        self.broker.health.refresh()  # gRPC health follows metadata quorum and registration
+        self._guarded("members", self._membership.persist)
+        self._guarded("voters", self._membership.promote_voters)
+        self._refresh_health()  # gRPC health follows metadata quorum and registration
         if self._every("lead", LEAD_INTERVAL_S) or table is not self._led_table:
             self._led_table = table
-            for replica in list(self.broker.replicas.values()):
+            for replica in self._replicas.replicas():
                 if replica.is_leader():
                     # the latest table: a topic deleted since this step began is skipped
-                    latest = self.broker.meta.table
+                    latest = self._meta.table
                     self._guarded(replica.where, lambda r=replica, t=latest: self._lead(r, t))  # type: ignore[misc]
         self._guarded("sessions", lambda: self._coordinate(table))
         if self._every("proposers", PROPOSER_MAINTAIN_S):
             # Sends taken without a waiting thread (a send stream's) have no waiter to run
             # the proposer's housekeeping (NotLeader for queued sends after a leadership
             # loss, expiry of lost entries): run it here.
-            for replica in list(self.broker.replicas.values()):
+            for replica in self._replicas.replicas():
                 if replica.proposer.busy():
                     replica.proposer.maintain()
 
@@ -206,74 +264,79 @@ class Backend:
         try:
             fn()
         except errors.RaftqError as exc:
-            logger.info("[broker=%d] %s: %s (will retry)", self.broker.id, what, exc)
+            logger.info("[broker=%d] %s: %s (will retry)", self.broker_id, what, exc)
 
     def _register(self, table: Table) -> None:
-        b = self.broker
-        me = (b.config.broker.client_addr, b.config.broker.raft_addr, b.config.broker.rack)
-        known = table.broker(b.id)
+        me = (
+            self._config.broker.client_addr,
+            self._config.broker.raft_addr,
+            self._config.broker.rack,
+        )
+        known = table.broker(self.broker_id)
         if known is not None and (known.client_addr, known.raft_addr, known.rack) == me:
             return
-        if not self._every("register", 1.0) or b.meta.leader() is None:
+        if not self._every("register", 1.0) or self._meta.leader() is None:
             return
-        data = b.frontend.register_broker(table, b.id, *me, now_ms=b.service.now_ms())
-        b.service.meta_propose(data, 5.0)
-        logger.info("[broker=%d] registered %s", b.id, me)
+        data = self._frontend.register_broker(
+            table, self.broker_id, *me, now_ms=self._metadata.now_ms()
+        )
+        self._metadata.propose(data, 5.0)
+        logger.info("[broker=%d] registered %s", self.broker_id, me)
 
     def _restore_table(self, table: Table) -> None:
         """A data directory seeded by ``raftq restore`` holds ``restore/table.bin``: the metadata
         leader proposes it as RestoreTable into the fresh cluster; every broker removes the
         marker once its table was restored from that backup (broker/backup.py)."""
-        b = self.broker
-        marker = restore_marker(b.data_dir)
+        marker = restore_marker(self._data_dir)
         if marker is None:
             return
         backup_id, data = marker
         if table.restored_from == backup_id:
-            shutil.rmtree(b.data_dir / RESTORE_DIR, ignore_errors=True)
-            logger.info("[broker=%d] restored from backup %s", b.id, backup_id)
+            shutil.rmtree(self._data_dir / RESTORE_DIR, ignore_errors=True)
+            logger.info("[broker=%d] restored from backup %s", self.broker_id, backup_id)
             return
         if table.restored_from or table.topics or table.groups:
             logger.error(
                 "[broker=%d] %s holds backup %s to restore, but this cluster is not fresh "
                 "(topics or groups exist): nothing restored; the marker is kept as %s",
-                b.id,
-                b.data_dir / RESTORE_DIR,
+                self.broker_id,
+                self._data_dir / RESTORE_DIR,
                 backup_id,
                 REFUSED_RESTORE_DIR,
             )
-            shutil.rmtree(b.data_dir / REFUSED_RESTORE_DIR, ignore_errors=True)
-            (b.data_dir / RESTORE_DIR).rename(b.data_dir / REFUSED_RESTORE_DIR)
+            shutil.rmtree(self._data_dir / REFUSED_RESTORE_DIR, ignore_errors=True)
+            (self._data_dir / RESTORE_DIR).rename(self._data_dir / REFUSED_RESTORE_DIR)
             return
-        if b.meta.is_leader():
-            command = b.frontend.restore_table(table, data, backup_id, now_ms=b.service.now_ms())
-            b.service.meta_propose(command, 5.0)
+        if self._meta.is_leader():
+            command = self._frontend.restore_table(
+                table, data, backup_id, now_ms=self._metadata.now_ms()
+            )
+            self._metadata.propose(command, 5.0)
 
     def _reconcile(self, table: Table) -> None:
-        b = self.broker
         wanted: dict[tuple[str, int], tuple[int, list[str]]] = {}
-        for topic, partition in table.partitions_of(b.id):
+        for topic, partition in table.partitions_of(self.broker_id):
             info = table.topics[topic]
             replicas = info.partitions[partition].replicas
             addrs = [table.brokers[r].raft_addr for r in replicas if r in table.brokers]
             if len(addrs) == len(replicas):  # every replica broker registered
                 wanted[(topic, partition)] = (info.topic_id, addrs)
-        for key, replica in list(b.replicas.items()):
+        for key, replica in self._replicas.snapshot():
             topic_id = wanted.get(key, (None, []))[0]
             if topic_id == replica.topic_id:
-                b.membership.forget_orphan(key)
+                self._membership.forget_orphan(key)
                 continue
             current = table.topic(replica.topic)
             if current is not None and current.topic_id == replica.topic_id:
                 # Moved off this broker: stay in the group until its leader removed us.
-                if not b.membership.keep_orphan(key, replica):
+                if not self._membership.keep_orphan(key, replica):
                     self._remove(key, replica, delete_files=True)
                 continue
             self._remove(key, replica)
         self._sweep_deleted_topics(table)
         started = time.monotonic()
         for key, (topic_id, addrs) in wanted.items():
-            if key not in b.replicas:
+            if key not in self._replicas:
                 if time.monotonic() - started > OPEN_BUDGET_S:
                     self._reconciled_table = None  # open the rest in the next step,
                     self._wake.set()  # after its report
@@ -281,13 +344,12 @@ class Backend:
                 self._guarded(f"open {key}", lambda k=key, t=topic_id, a=addrs: self._open(k, t, a))  # type: ignore[misc]
 
     def _partition_dir(self, topic: str, topic_id: int) -> Path:
-        return Path(self.broker.data_dir) / "partitions" / f"{topic}-{topic_id}"
+        return Path(self._data_dir) / "partitions" / f"{topic}-{topic_id}"
 
     def _open(self, key: tuple[str, int], topic_id: int, peers: list[str]) -> None:
-        b = self.broker
         topic, partition = key
         data_dir = self._partition_dir(topic, topic_id)
-        info = b.meta.table.topic(topic)
+        info = self._meta.table.topic(topic)
         # A replica moved here joins a running group (the leader adds it): no campaigns first.
         fresh = not (data_dir / f"{group_name(topic_id, partition)}.journal").exists()
         standby = fresh and info is not None and info.moved(partition)
@@ -296,22 +358,21 @@ class Backend:
             partition,
             topic_id,
             data_dir=self._partition_dir(topic, topic_id),
-            self_addr=b.config.broker.raft_addr,
+            self_addr=self._config.broker.raft_addr,
             peers=peers,
-            driver=b.driver,
-            fsync=b.config.raft.fsync,
-            synchronous=b.config.storage.synchronous,
-            cache_kib=b.config.storage.cache_kib,
-            wal_autocheckpoint_pages=b.config.storage.wal_autocheckpoint_pages,
-            max_inflight_entries=b.config.raft.max_inflight_entries_per_partition,
-            max_clock_skew_ms=b.config.raft.max_clock_skew_ms,
-            timings=b.partition_timings,
+            driver=self._driver,
+            fsync=self._config.raft.fsync,
+            synchronous=self._config.storage.synchronous,
+            cache_kib=self._config.storage.cache_kib,
+            wal_autocheckpoint_pages=self._config.storage.wal_autocheckpoint_pages,
+            max_inflight_entries=self._config.raft.max_inflight_entries_per_partition,
+            max_clock_skew_ms=self._config.raft.max_clock_skew_ms,
+            timings=self._partition_timings,
             standby=standby,
         )
-        replica.on_applied = b.service.notify_records
-        if b.metrics is not None:
-            b.metrics.attach(replica)  # apply latency histogram
-        b.replicas[key] = replica
+        replica.on_applied = self._handlers.new_records.notify
+        self._on_open(replica)  # metrics: the apply latency histogram
+        self._replicas.add(key, replica)
 
     def _remove(
         self, key: tuple[str, int], replica: PartitionReplica, *, delete_files: bool = False
@@ -319,8 +380,7 @@ class Backend:
         """Close a replica. A moved replica's files go now (``delete_files``); a deleted
         topic's directory goes in ``_sweep_deleted_topics``, once no replica of it is open
         here (the topic's partitions share it)."""
-        b = self.broker
-        del b.replicas[key]
+        self._replicas.remove(key)
         replica.close()
         if delete_files:  # moved to another broker: this replica's files only
             data_dir = self._partition_dir(replica.topic, replica.topic_id)
@@ -332,12 +392,11 @@ class Backend:
         """Remove the directories of deleted topics (none of their replicas is open here).
         Runs when the table's topic ids change, so also at the first reconcile after a restart:
         a topic deleted while this broker was down, or mid-removal, leaves nothing behind."""
-        b = self.broker
         swept = (table.next_topic_id, frozenset(t.topic_id for t in table.topics.values()))
         if swept == self._swept:
             return
-        open_ids = {replica.topic_id for replica in list(b.replicas.values())}
-        root = Path(b.data_dir) / "partitions"
+        open_ids = {replica.topic_id for replica in self._replicas.replicas()}
+        root = Path(self._data_dir) / "partitions"
         names = [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
         failed = False
         for name, topic_id in deleted_topic_dirs(table, names):
@@ -347,15 +406,18 @@ class Backend:
                 shutil.rmtree(root / name)
             except OSError as exc:
                 failed = True
-                logger.warning("[broker=%d] deleted topic's %s not removed: %s", b.id, name, exc)
+                logger.warning(
+                    "[broker=%d] deleted topic's %s not removed: %s", self.broker_id, name, exc
+                )
                 continue
-            logger.info("[broker=%d] removed %s: its topic was deleted", b.id, name)
+            logger.info("[broker=%d] removed %s: its topic was deleted", self.broker_id, name)
         self._swept = None if failed else swept
 
     def _report(self) -> None:
-        b = self.broker
-        report = internal_pb2.BrokerReport(broker_id=b.id, sent_ms=b.service.now_ms())
-        for (topic, partition), replica in list(b.replicas.items()):
+        report = internal_pb2.BrokerReport(
+            broker_id=self.broker_id, sent_ms=self._metadata.now_ms()
+        )
+        for (topic, partition), replica in self._replicas.snapshot():
             try:  # in-memory state, read without locks: a report is a hint, not a read
                 offsets = replica.machine.offsets()
                 applied_index, term = replica.node.applied_index, replica.node.term
@@ -374,13 +436,13 @@ class Backend:
                 term=term,
                 members=replica.node.voters() if replica.is_leader() else [],
             )
-        if b.meta.is_leader():
-            b.reports.record(report)
-            b.draining = b.id in b.membership.draining
+        if self._meta.is_leader():
+            self._reports.record(report)
+            self.draining = self.broker_id in self._membership.draining
             return
-        target = b.service.meta_leader_addr()
+        target = self._metadata.leader_addr()
         if target:
-            b.draining = b.internal.report(target, report, 2.0).draining
+            self.draining = self._internal.report(target, report, 2.0).draining
 
     # -- leader duties -----------------------------------------------------------------------
 
@@ -406,7 +468,7 @@ class Backend:
         if self._every(f"dlq {replica.name}", DLQ_INTERVAL_S):
             self._forward_dead_letters(replica, table)
         self._fire_schedules(replica)
-        if self.broker.membership.lead_partition(replica, table):
+        if self._membership.lead_partition(replica, table):
             return  # replicas moving (broker/membership.py): no leader balancing meanwhile
         if self._every(f"balance {replica.name}", BALANCE_INTERVAL_S):
             self._prefer_leader(replica, table)
@@ -440,15 +502,14 @@ class Backend:
         if not rows:
             self._outbox_empty_at[replica.name] = seq
             return
-        b = self.broker
         info = table.topics[replica.topic]
         target = info.config.dead_letter_topic
         if target:
             dlq = table.topic(target)
             if dlq is None:  # created on the metadata leader: its view of live brokers
-                b.service.create_dead_letter_topic(replica.topic, 5.0)
+                self._handlers.admin.create_dead_letter_topic(replica.topic, 5.0)
                 return  # next round, once the topic has leaders
-            rows = _dead_letters_within(replica, rows, b.config.client.batch_bytes_max)
+            rows = _dead_letters_within(replica, rows, self._config.client.batch_bytes_max)
             self._send_dead_letters(replica, rows, target, dlq.partition_count)
         else:
             logger.warning(
@@ -474,7 +535,7 @@ class Backend:
             by_partition.setdefault(partition, []).append(record)
         for partition, records in sorted(by_partition.items()):
             request = api_pb2.SendRequest(topic=target, records=records, partition=partition)
-            response = self.broker.service.send(request, timeout_s=5.0)
+            response = self._handlers.produce.send(check_send(request), timeout_s=5.0)
             failed = [r for r in response.results if r.error]
             if failed:
                 raise errors.Unavailable(
@@ -483,18 +544,17 @@ class Backend:
                 )
 
     def _prefer_leader(self, replica: PartitionReplica, table: Table) -> None:
-        if self.broker.config.broker.auto_leader_rebalance:
+        if self._config.broker.auto_leader_rebalance:
             self.prefer_leader(replica, table)
 
     def prefer_leader(self, replica: PartitionReplica, table: Table) -> bool:
         """Hand a replica this broker leads to its preferred leader when that broker is
         connected and a voter of the group (not mid-move); True when a transfer started."""
-        b = self.broker
         replicas = table.replicas(replica.topic, replica.partition) or ()
-        if not replicas or replicas[0] == b.id:
+        if not replicas or replicas[0] == self.broker_id:
             return False
         preferred = table.broker(replicas[0])
-        if preferred is None or preferred.raft_addr not in b.endpoint.connected_peers():
+        if preferred is None or preferred.raft_addr not in self._connected_peers():
             return False
         if preferred.raft_addr not in replica.node.members():
             return False
@@ -507,38 +567,37 @@ class Backend:
     # -- metadata leader ---------------------------------------------------------------------
 
     def _coordinate(self, table: Table) -> None:
-        b = self.broker
-        leader = b.meta.is_leader()
+        leader = self._meta.is_leader()
         if leader != self._was_meta_leader:
-            b.sessions.reset()  # a new leader gives every member a fresh session
-            b.reports.reset()
+            self._sessions.reset()  # a new leader gives every member a fresh session
+            self._reports.reset()
             self._was_meta_leader = leader
         if not leader:
             return
-        for group, members in b.sessions.expired(table).items():
+        for group, members in self._sessions.expired(table).items():
             logger.info("[group=%s] sessions expired: %s", group, members)
-            b.service.remove_members(group, members, "session expired", 5.0)
-        retention_ms = b.config.groups.offsets_retention_ms
+            self._handlers.groups.remove_members(group, members, "session expired", 5.0)
+        retention_ms = self._config.groups.offsets_retention_ms
         if self._every("group expiry", expiry_interval_s(retention_ms)):
-            now_ms = b.meta.expiry_now_ms()  # quorum clock less the skew: never early
+            now_ms = self._meta.expiry_now_ms()  # quorum clock less the skew: never early
             for name, empty_since_ms in expired_groups(table, retention_ms, now_ms):
                 self._delete_group(name, empty_since_ms)
-        expiration_ms = b.config.txns.expiration_ms
+        expiration_ms = self._config.txns.expiration_ms
         if expiration_ms and self._every("txn expiry", expiry_interval_s(expiration_ms)):
-            now_ms = b.service.now_ms()
+            now_ms = self._metadata.now_ms()
             apps = expired_txns(table, expiration_ms, now_ms)
             if apps:
                 self._expire_txns(apps[:EXPIRE_TXNS_MAX], now_ms - expiration_ms)
 
     def _expire_txns(self, apps: list[tuple[str, str]], committed_before_ms: int) -> None:
-        """Propose ExpireTxns on the service's background pool (one at a time)."""
+        """Propose ExpireTxns on the broker's background pool (one at a time)."""
         if self._expiring_txns:
             return
         self._expiring_txns = True
 
         def run() -> None:
             try:
-                self.broker.service.expire_txns_here(
+                self._handlers.admin.expire_txns_here(
                     apps, committed_before_ms, GROUP_DELETE_TIMEOUT_S
                 )
             except errors.RaftqError as exc:
@@ -547,12 +606,12 @@ class Backend:
                 self._expiring_txns = False
 
         try:
-            self.broker.service.background(run)
+            self._background.submit(run)
         except RuntimeError:  # shutting down
             self._expiring_txns = False
 
     def _delete_group(self, name: str, empty_since_ms: int) -> None:
-        """Delete an expired group (or finish a deletion left half done) on the service's
+        """Delete an expired group (or finish a deletion left half done) on the broker's
         background pool, so a slow partition never holds up this thread's liveness reports."""
         if name in self._deleting:
             return
@@ -560,7 +619,7 @@ class Backend:
 
         def run() -> None:
             try:
-                self.broker.service.delete_group_here(
+                self._handlers.group_admin.delete_group_here(
                     name, GROUP_DELETE_TIMEOUT_S, empty_since_ms=empty_since_ms
                 )
                 logger.info("[group=%s] expired: empty since %d ms", name, empty_since_ms)
@@ -570,7 +629,7 @@ class Backend:
                 self._deleting.discard(name)
 
         try:
-            self.broker.service.background(run)
+            self._background.submit(run)
         except RuntimeError:  # shutting down
             self._deleting.discard(name)
 

@@ -153,3 +153,25 @@ class BrokerReports:
     def reset(self) -> None:
         with self._lock:
             self._reports.clear()
+
+
+class LiveBrokers:
+    """Brokers that may take new replicas: reporting or heard on their raft link within the
+    reports' liveness window, and not being removed. The links make a fresh metadata leader
+    (no reports yet) and a broker whose reports are late (a starved backend thread) see every
+    broker that is up; only the metadata leader's view is right for placement, so anything
+    that creates topics runs there. ``draining`` is set once membership exists."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        reports: BrokerReports,
+        heard: Callable[[], set[int]] = set,
+    ) -> None:
+        self.broker_id = broker_id
+        self._reports = reports
+        self._heard = heard
+        self.draining: Callable[[], set[int]] = set
+
+    def __call__(self) -> set[int]:
+        return (self._reports.alive() | self._heard() | {self.broker_id}) - self.draining()

@@ -67,8 +67,11 @@ from raftq.transport.internal import InternalClient
 
 if TYPE_CHECKING:
     from raftq.config import BrokerConfig
+    from raftq.coordinator import BrokerReports, LiveBrokers
+    from raftq.metadata.frontend import MetadataFrontend
+    from raftq.metadata_client import MetadataClient
+    from raftq.metadata_replica import MetadataReplica
     from raftq.replica import PartitionReplica
-    from raftq.server import Broker
 
 logger = logging.getLogger("raftq.broker.membership")
 
@@ -164,9 +167,31 @@ def initial_voters(
 class Membership:
     """Joins, partition moves and broker removal for one broker. See the module docstring."""
 
-    def __init__(self, broker: Broker, *, joining: bool) -> None:
-        self.broker = broker
-        self.meta_dir = Path(broker.data_dir) / "meta"
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        config: BrokerConfig,
+        meta: MetadataReplica,
+        metadata: MetadataClient,
+        frontend: MetadataFrontend,
+        internal: InternalClient,
+        reports: BrokerReports,
+        live: LiveBrokers,
+        joining: bool,
+    ) -> None:
+        """``meta``: this broker's metadata replica (its raft node: members, learners,
+        membership changes); ``metadata``: proposals and the leader's address; ``live``: the
+        brokers that may take replicas."""
+        self.broker_id = broker_id
+        self._config = config
+        self._meta = meta
+        self._metadata = metadata
+        self._frontend = frontend
+        self._internal = internal
+        self._reports = reports
+        self._live_brokers = live
+        self.meta_dir = Path(config.broker.data_dir) / "meta"
         self.joining = joining
         self.draining: set[int] = set()  # brokers being removed: no new replicas on them
         self._saved = read_members(self.meta_dir)
@@ -178,8 +203,8 @@ class Membership:
         self._orphan_heard: dict[tuple[str, int], float] = {}
         self._last_transfer: dict[str, float] = {}
         self._join_thread: threading.Thread | None = None
-        timings = broker.timings
-        self.orphan_quiet_s = max(3.0, 3 * timings.election_timeout_max_s)
+        election_max_s = config.raft.election_timeout_max_ms / 1000
+        self.orphan_quiet_s = max(3.0, 3 * election_max_s)
 
     def start(self) -> None:
         if self.joining:
@@ -195,15 +220,14 @@ class Membership:
     # -- joining (this broker) ----------------------------------------------------------------
 
     def _join(self) -> None:
-        b = self.broker
         request = internal_pb2.JoinClusterRequest(
-            broker_id=b.id, raft_addr=b.config.broker.raft_addr
+            broker_id=self.broker_id, raft_addr=self._config.broker.raft_addr
         )
-        targets = list(b.config.broker.join_addrs)
+        targets = list(self._config.broker.join_addrs)
         while not self._stop.is_set():
             for addr in list(targets):
                 try:
-                    answer = b.internal.join_cluster(addr, request, 15.0)
+                    answer = self._internal.join_cluster(addr, request, 15.0)
                 except errors.NotLeader as exc:
                     if exc.leader_hint and exc.leader_hint not in targets:
                         targets.insert(0, exc.leader_hint)
@@ -213,7 +237,7 @@ class Membership:
                     continue
                 logger.info(
                     "[group=meta] [broker=%d] joined the metadata group (%s); voters %s",
-                    b.id,
+                    self.broker_id,
                     "added" if answer.added else "already a member",
                     list(answer.members),
                 )
@@ -224,7 +248,7 @@ class Membership:
     def persist(self) -> None:
         """Save the metadata members when they changed (backend thread). Not while joining: a
         restart before the join completed must join again."""
-        node = self.broker.meta.node
+        node = self._meta.node
         if self.joining or node.standby:
             return
         saved = (node.members(), node.learners())
@@ -236,13 +260,12 @@ class Membership:
     # -- the metadata leader's side of a join ---------------------------------------------------
 
     def meta_members(self) -> internal_pb2.MetaMembersResponse:
-        b = self.broker
-        leader = b.meta.leader() or ""
+        leader = self._meta.leader() or ""
         return internal_pb2.MetaMembersResponse(
-            members=b.meta.node.members(),
-            learners=b.meta.node.learners(),
+            members=self._meta.node.members(),
+            learners=self._meta.node.learners(),
             leader_raft_addr=leader,
-            leader_client_addr=b.service.meta_leader_addr() if leader else "",
+            leader_client_addr=self._metadata.leader_addr() if leader else "",
         )
 
     def join_cluster(
@@ -254,19 +277,18 @@ class Membership:
         Normal errors: NotLeader (hint: the leader's client address), InvalidArgument (a bad
         address, or one a registered broker with another id uses), Timeout, Unavailable.
         """
-        b = self.broker
-        if not b.meta.is_leader():
+        if not self._meta.is_leader():
             raise errors.NotLeader(
-                "not the metadata leader", leader_hint=b.service.meta_leader_addr()
+                "not the metadata leader", leader_hint=self._metadata.leader_addr()
             )
         check_addr(request.raft_addr, "raft_addr")
-        for broker_id, info in sorted(b.meta.table.brokers.items()):
+        for broker_id, info in sorted(self._meta.table.brokers.items()):
             if info.raft_addr == request.raft_addr and broker_id != request.broker_id:
                 raise errors.InvalidArgument(
                     f"raft address {request.raft_addr} belongs to broker {broker_id}: remove "
                     "that broker first or use another address"
                 )
-        added = b.meta.node.change_membership("learner", request.raft_addr, timeout_s)
+        added = self._meta.node.change_membership("learner", request.raft_addr, timeout_s)
         if added:
             logger.info(
                 "[group=meta] broker %d (%s) added as a learner",
@@ -281,11 +303,11 @@ class Membership:
         """Metadata leader, backend thread: while the voters are fewer than
         ``raft.metadata_voters``, promote a learner that has acknowledged the whole committed
         log (one change at a time, on the pool: the change waits for its commit)."""
-        node = self.broker.meta.node
+        node = self._meta.node
         if not node.is_leader() or self._promoting.locked():
             return
         learners = node.learners()
-        if not learners or len(node.voters()) >= self.broker.config.raft.metadata_voters:
+        if not learners or len(node.voters()) >= self._config.raft.metadata_voters:
             return
         commit = node.commit_index
         ready = [a for a in learners if node.caught_up(a, index=commit)]
@@ -297,7 +319,7 @@ class Membership:
     def _promote(self, addr: str) -> None:
         if not self._promoting.acquire(blocking=False):
             return
-        node = self.broker.meta.node
+        node = self._meta.node
         try:
             if node.change_membership("promote", addr, CHANGE_TIMEOUT_S):
                 logger.info("[group=meta] %s promoted to voter; voters %s", addr, node.voters())
@@ -436,12 +458,11 @@ class Membership:
         """See the module docstring. Normal errors: InvalidArgument (not registered, or some
         replica has nowhere to go), NotLeader (this broker is the one removed: leadership was
         handed over, call again), Timeout (call again: it resumes), Unavailable."""
-        b = self.broker
         deadline = time.monotonic() + timeout_s
-        info = b.meta.table.broker(broker_id)
+        info = self._meta.table.broker(broker_id)
         if info is None:
             raise errors.InvalidArgument(f"broker {broker_id} is not registered (removed already?)")
-        if broker_id == b.id:
+        if broker_id == self.broker_id:
             self._hand_over_metadata(deadline)
         self._wait_for_reports(broker_id, deadline)
         self.draining.add(broker_id)
@@ -449,14 +470,14 @@ class Membership:
         try:
             moved_keys: set[tuple[str, int]] = set()
             while True:
-                table = b.meta.table
+                table = self._meta.table
                 holding = table.partitions_of(broker_id)
                 if holding:
                     for move in self._plan_moves(table, broker_id):
                         command = metadata_pb2.MetaCommand(
-                            now_ms=b.service.now_ms(), reassign_partition=move
+                            now_ms=self._metadata.now_ms(), reassign_partition=move
                         )
-                        b.service.meta_propose(command.SerializeToString(), self._left(deadline))
+                        self._metadata.propose(command.SerializeToString(), self._left(deadline))
                         moved += 1
                         moved_keys.add((move.topic, move.partition))
                         logger.info(
@@ -477,14 +498,17 @@ class Membership:
                         "call RemoveBroker again to keep waiting"
                     )
                 time.sleep(0.2)
-            if info.raft_addr in b.meta.node.members():
-                b.meta.node.change_membership("remove", info.raft_addr, self._left(deadline))
+            if info.raft_addr in self._meta.node.members():
+                self._meta.node.change_membership("remove", info.raft_addr, self._left(deadline))
                 logger.info("[group=meta] broker %d (%s) removed", broker_id, info.raft_addr)
-            data = b.frontend.deregister_broker(
-                b.meta.table, broker_id, live_ids=self._live(broker_id), now_ms=b.service.now_ms()
+            data = self._frontend.deregister_broker(
+                self._meta.table,
+                broker_id,
+                live_ids=self._live(broker_id),
+                now_ms=self._metadata.now_ms(),
             )
-            b.service.meta_propose(data, self._left(deadline))
-            logger.info("[broker=%d] deregistered broker %d", b.id, broker_id)
+            self._metadata.propose(data, self._left(deadline))
+            logger.info("[broker=%d] deregistered broker %d", self.broker_id, broker_id)
         finally:
             self.draining.discard(broker_id)
         return api_pb2.RemoveBrokerResponse(moved_partitions=moved)
@@ -492,11 +516,10 @@ class Membership:
     def _wait_for_reports(self, broker_id: int, deadline: float) -> None:
         """A metadata leader elected moments ago has no reports yet and would see every other
         broker as dead: give the others one liveness window to report before planning."""
-        b = self.broker
-        until = min(deadline, time.monotonic() + b.reports.alive_s + 1.0)
+        until = min(deadline, time.monotonic() + self._reports.alive_s + 1.0)
         while time.monotonic() < until:
-            others = set(b.meta.table.brokers) - {broker_id}
-            if others <= b.service.live_brokers() | self.draining:
+            others = set(self._meta.table.brokers) - {broker_id}
+            if others <= self._live_brokers() | self.draining:
                 return
             time.sleep(0.1)
 
@@ -508,12 +531,11 @@ class Membership:
         return left
 
     def _live(self, broker_id: int) -> set[int]:
-        return self.broker.service.live_brokers() - {broker_id}
+        return self._live_brokers() - {broker_id}
 
     def _plan_moves(self, table: Table, broker_id: int) -> list[metadata_pb2.ReassignPartition]:
-        b = self.broker
-        data = b.frontend.deregister_broker(
-            table, broker_id, live_ids=self._live(broker_id), now_ms=b.service.now_ms()
+        data = self._frontend.deregister_broker(
+            table, broker_id, live_ids=self._live(broker_id), now_ms=self._metadata.now_ms()
         )
         return list(metadata_pb2.MetaCommand.FromString(data).deregister_broker.moves)
 
@@ -531,7 +553,7 @@ class Membership:
         InvalidArgument (frontend.reassign_partition), Timeout (still moving: call again, it
         resumes), Unavailable."""
         deadline = time.monotonic() + timeout_s
-        current = self.broker.meta.table.replicas(topic, partition)
+        current = self._meta.table.replicas(topic, partition)
         if current is not None and not set(current) & set(replicas):
             self._reassign_and_wait(topic, partition, [*replicas, *current], deadline)
         leader = self._reassign_and_wait(topic, partition, replicas, deadline)
@@ -541,19 +563,18 @@ class Membership:
         self, topic: str, partition: int, replicas: list[int], deadline: float
     ) -> int:
         """Propose ``replicas`` unless the table has them; wait for the move; its leader."""
-        b = self.broker
-        table = b.meta.table
+        table = self._meta.table
         if table.replicas(topic, partition) != tuple(replicas):
-            data = b.frontend.reassign_partition(
+            data = self._frontend.reassign_partition(
                 table,
                 topic,
                 partition,
                 replicas,
-                live_ids=b.service.live_brokers(),
-                now_ms=b.service.now_ms(),
+                live_ids=self._live_brokers(),
+                now_ms=self._metadata.now_ms(),
             )
             before = table.replicas(topic, partition)
-            b.service.meta_propose(data, max(deadline - time.monotonic(), 0.1))
+            self._metadata.propose(data, max(deadline - time.monotonic(), 0.1))
             logger.info(
                 "[topic/partition=%s/%d] replicas %s -> %s (move)",
                 topic,
@@ -562,7 +583,7 @@ class Membership:
                 replicas,
             )
         while True:
-            table = b.meta.table
+            table = self._meta.table
             if table.replicas(topic, partition) != tuple(replicas):
                 raise errors.Unavailable(
                     f"{topic}/{partition} was moved again meanwhile: "
@@ -587,7 +608,7 @@ class Membership:
             return None
         want = {table.brokers[r].raft_addr for r in replicas if r in table.brokers}
         best: tuple[int, int, set[str]] | None = None
-        for broker_id, report in self.broker.reports.latest().items():
+        for broker_id, report in self._reports.latest().items():
             for r in report.replicas:
                 if (r.topic, r.partition, r.topic_id) != (topic, partition, info.topic_id):
                     continue
@@ -601,7 +622,7 @@ class Membership:
         self, table: Table, broker_id: int, raft_addr: str, moved: set[tuple[str, int]]
     ) -> list[str]:
         """What still keeps the broker in some partition group, from the live reports."""
-        reports = self.broker.reports.latest()
+        reports = self._reports.latest()
         pending: list[str] = []
         own = reports.get(broker_id)
         if own is not None:
@@ -630,7 +651,7 @@ class Membership:
     def _hand_over_metadata(self, deadline: float) -> None:
         """This broker is being removed and leads the metadata group: hand leadership over and
         tell the caller to retry on the new leader."""
-        meta = self.broker.meta
+        meta = self._meta
         if meta.is_leader():
             meta.node.transfer_leadership()
             until = min(deadline, time.monotonic() + 5.0)
@@ -638,5 +659,5 @@ class Membership:
                 time.sleep(0.05)
         raise errors.NotLeader(
             "this broker is being removed: the metadata leadership moved, retry there",
-            leader_hint=self.broker.service.meta_leader_addr(),
+            leader_hint=self._metadata.leader_addr(),
         )

@@ -29,7 +29,9 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -45,8 +47,8 @@ from raftq.proto import errors
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
+    from raftq.metadata.table import GroupInfo
     from raftq.replica import PartitionReplica
-    from raftq.server import Broker
 
 logger = logging.getLogger("raftq.broker.metrics")
 
@@ -68,12 +70,28 @@ TRANSPORT_GAUGES = frozenset({"peers_connected", "connections_open", "groups_reg
 DRIVER_GAUGES = frozenset({"groups", "quiesced"})
 
 
+@dataclass(frozen=True)
+class MetricSources:
+    """What a scrape reads: this broker's names, and each component's ``statistics()``."""
+
+    broker_id: int
+    client_addr: str
+    raft_addr: str
+    data_dir: Path
+    replicas: Callable[[], list[PartitionReplica]]
+    metadata: Callable[[], dict[str, int | str | bool]]  # MetadataReplica.statistics
+    groups: Callable[[], Mapping[str, GroupInfo]]  # the table's consumer groups
+    transport: Callable[[], dict[str, int]]  # MuxEndpoint.statistics
+    driver: Callable[[], dict[str, float]]  # RaftDriver.statistics
+    admission: Callable[[], dict[str, dict[str, int]] | None]  # None until the server starts
+
+
 class BrokerMetrics:
     """The broker's registry, its two histograms, the scrape-time collector and the HTTP
     endpoint. ``attach(replica)`` wires a replica's apply hook (the backend calls it when it
     opens a replica; every scrape re-checks). Thread-safe."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, sources: MetricSources) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.apply_seconds = Histogram(
             "raftq_partition_apply_duration_seconds",
@@ -89,7 +107,7 @@ class BrokerMetrics:
             buckets=RPC_BUCKETS_S,
             registry=None,
         )
-        self.collector = BrokerCollector(broker, self)
+        self.collector = BrokerCollector(sources, self)
         self.registry.register(self.collector)  # first: it re-attaches hooks before histograms
         self.registry.register(self.apply_seconds)
         self.registry.register(self.rpc_seconds)
@@ -166,8 +184,8 @@ def split_addr(address: str) -> tuple[str, int]:
 class BrokerCollector:
     """Reads ``statistics()`` of the broker's components at scrape time."""
 
-    def __init__(self, broker: Broker, metrics: BrokerMetrics) -> None:
-        self.broker = broker
+    def __init__(self, sources: MetricSources, metrics: BrokerMetrics) -> None:
+        self.sources = sources
         self.metrics = metrics
 
     def describe(self) -> list[Metric]:
@@ -175,15 +193,15 @@ class BrokerCollector:
 
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
-        b = self.broker
-        replicas = list(b.replicas.values())
+        b = self.sources
+        replicas = b.replicas()
         self.metrics.sync_hooks(replicas)
         out = _Families()
         out.gauge(
             "raftq_broker_info",
             "Always 1; the labels name this broker.",
             ("broker_id", "client_addr", "raft_addr"),
-        ).add_metric([str(b.id), b.config.broker.client_addr, b.config.broker.raft_addr], 1)
+        ).add_metric([str(b.broker_id), b.client_addr, b.raft_addr], 1)
         self._metadata(out)
         self._disk(out)
         self._raft_runtime(out)
@@ -199,7 +217,7 @@ class BrokerCollector:
         yield from out.families()
 
     def _disk(self, out: _Families) -> None:
-        usage = shutil.disk_usage(self.broker.data_dir)
+        usage = shutil.disk_usage(self.sources.data_dir)
         for name, text, value in (
             ("raftq_data_dir_free_bytes", "Free bytes on the data directory's file system.",
              usage.free),
@@ -209,7 +227,7 @@ class BrokerCollector:
             out.gauge(name, text, ()).add_metric([], value)
 
     def _metadata(self, out: _Families) -> None:
-        stats = self.broker.meta.statistics()
+        stats = self.sources.metadata()
         out.gauge(
             "raftq_metadata_leader", "1 when this broker leads the metadata group.", ()
         ).add_metric([], int(bool(stats["is_leader"])))
@@ -236,10 +254,9 @@ class BrokerCollector:
         ).add_metric(labels, int(stats["fsync_count"]))
 
     def _admission(self, out: _Families) -> None:
-        admission = getattr(self.broker, "admission", None)  # None until the server starts
-        if admission is None:
+        stats = self.sources.admission()
+        if stats is None:
             return
-        stats = admission.statistics()
         for name, text, key, family in (
             ("raftq_grpc_calls_admitted", "Calls admitted under their kind's cap.", "admitted",
              out.counter),
@@ -255,8 +272,8 @@ class BrokerCollector:
 
     def _raft_runtime(self, out: _Families) -> None:
         for prefix, stats, gauges, what in (
-            ("raftq_raft_transport", self.broker.endpoint.statistics(), TRANSPORT_GAUGES, "mux"),
-            ("raftq_raft_driver", self.broker.driver.statistics(), DRIVER_GAUGES, "driver"),
+            ("raftq_raft_transport", self.sources.transport(), TRANSPORT_GAUGES, "mux"),
+            ("raftq_raft_driver", self.sources.driver(), DRIVER_GAUGES, "driver"),
         ):
             for key, value in sorted(stats.items()):
                 if key in gauges:
@@ -315,7 +332,7 @@ class BrokerCollector:
 
     def _lags(self, out: _Families, replica: PartitionReplica, stats: dict[str, Any]) -> None:
         lags = {lag.group: lag for lag in replica.lags()}
-        for name, group in self.broker.meta.table.groups.items():
+        for name, group in self.sources.groups().items():
             if name not in lags and replica.topic in group.subscribed_topics():
                 # subscribed, never leased here yet: all of the log is pending (DescribeGroup too)
                 backlog = int(stats["end_offset"]) - int(stats["log_start"])

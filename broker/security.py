@@ -22,7 +22,7 @@ from raftq.transport.tls import ChannelSecurity, open_channel, server_credential
 def members_of(table: Callable[[], Table]) -> MemberLookup:
     """``(group, member_id, wait_s) -> the member`` from this broker's copy of the metadata
     table, None for an unknown member after waiting up to ``wait_s`` for the copy to learn a
-    member that joined through another broker (BrokerService waits as long before
+    member that joined through another broker (broker/handlers/groups.py waits as long before
     UNKNOWN_MEMBER)."""
 
     def lookup(group: str, member_id: str, wait_s: float) -> MemberInfo | None:

@@ -2,7 +2,7 @@
 replicas the table places here, the backend that reconciles them, and the gRPC API.
 
     config ──► MuxEndpoint (raft port) ◄──► RaftDriver thread ──► RaftNodes (meta, p.*)
-           └─► gRPC server (client port): API services + Internal service ──► BrokerService
+           └─► gRPC server (client port): API services + Internal ──► broker/handlers/
            └─► Backend thread: register, open/close replicas, report, leader duties, sessions
 
 Cluster bring-up: the brokers named in ``broker.seeds`` are the metadata group's first voters;
@@ -20,6 +20,7 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,16 +28,19 @@ import grpc
 
 from raftq.backend import Backend
 from raftq.config import BrokerConfig, raft_frame_bytes_max
-from raftq.coordinator import BrokerReports, SessionTable
+from raftq.coordinator import BrokerReports, LiveBrokers, SessionTable
+from raftq.handlers import RequestHandlers
+from raftq.handlers.common import ByteBudget
 from raftq.membership import Membership, initial_voters
 from raftq.metadata.frontend import GroupLimits, MetadataFrontend, TopicDefaults
+from raftq.metadata_client import MetadataClient
 from raftq.metadata_replica import MetadataReplica
-from raftq.metrics import BrokerMetrics
-from raftq.replica import PartitionReplica
+from raftq.metrics import BrokerMetrics, MetricSources
+from raftq.replica_set import ReplicaSet
+from raftq.router import Router
 from raftq.security import BrokerSecurity
-from raftq.service import BrokerService
 from raftq.transport.admission import AdmissionInterceptor
-from raftq.transport.grpc_server import Health, serve
+from raftq.transport.grpc_server import ApiHandlers, Health, serve
 from raftq.transport.internal import InternalClient, InternalServicer, add_internal_service
 from raftq.transport.raft import RaftTimings
 from raftq.transport.raft.driver import RaftDriver
@@ -73,7 +77,6 @@ class Broker:
     ) -> None:
         self.config = config
         self.id = config.broker.id
-        self.draining = False  # RemoveBroker runs on it (the metadata leader's report ack)
         self.data_dir = Path(config.broker.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.timings = raft_timings(config)
@@ -117,7 +120,7 @@ class Broker:
             command_bytes_max=config.raft.max_entry_bytes,
             record_bytes_max=config.record_bytes_max,
         )
-        self.replicas: dict[tuple[str, int], PartitionReplica] = {}
+        self.replicas = ReplicaSet()
         # Client-port TLS, tokens and ACLs; TLS on broker-to-broker calls (broker/security.py).
         self.security = BrokerSecurity.from_config(config, lambda: self.meta.table)
         self.internal = InternalClient(
@@ -125,56 +128,104 @@ class Broker:
         )
         self.sessions = SessionTable()
         self.reports = BrokerReports()
-        self.service = BrokerService(
+        self.live = LiveBrokers(self.id, self.reports, self.heard_brokers)
+        self.metadata_client = MetadataClient(
+            meta=self.meta, internal=self.internal, client_addr=config.broker.client_addr
+        )
+        self.router = Router(
             broker_id=self.id,
             client_addr=config.broker.client_addr,
-            meta=self.meta,
-            frontend=self.frontend,
+            table=lambda: self.meta.table,
             replicas=self.replicas.get,
             internal=self.internal,
+            topic=self.metadata_client.known_topic,
+            hung=self.hung,
+        )
+        # Lease releases, group deletions, txn expiry: off the calling (or backend) thread.
+        self.background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="raftq-background")
+        # Partition copies being streamed to `raftq backup`; a crash's leftovers go now.
+        backup_dir = self.data_dir / "backup-tmp"
+        shutil.rmtree(backup_dir, ignore_errors=True)
+        self.handlers = RequestHandlers(
+            broker_id=self.id,
+            metadata=self.metadata_client,
+            frontend=self.frontend,
+            router=self.router,
+            replicas=self.replicas,
             sessions=self.sessions,
             reports=self.reports,
+            live=self.live,
+            voters=lambda: list(self.meta.node.voters()),
+            background=self.background,
+            budget=ByteBudget(config.client.fetch_bytes_max, config.message_bytes_max),
             heartbeat_interval_ms=config.groups.heartbeat_interval_ms,
-            heard_brokers=self.heard_brokers,
-            hung=self.hung,
-            fetch_bytes_max=config.client.fetch_bytes_max,
-            message_bytes_max=config.message_bytes_max,
+            backup_dir=backup_dir,
         )
-        # Partition copies being streamed to `raftq backup`; a crash's leftovers go now.
-        self.service.backup_dir = self.data_dir / "backup-tmp"
-        shutil.rmtree(self.service.backup_dir, ignore_errors=True)
-        self.membership = Membership(self, joining=joining)
-        self.service.membership = self.membership
-        self.backend = Backend(self)
-        self.service.prefer_leader = self.backend.prefer_leader
-        self.meta.on_change(self.backend.wake)
-        internal = InternalServicer(
-            self.service,
-            secret,
-            default_timeout_s=10.0,
-            own_addresses=(config.broker.client_addr,),
+        self.membership = Membership(
+            broker_id=self.id,
+            config=config,
+            meta=self.meta,
+            metadata=self.metadata_client,
+            frontend=self.frontend,
+            internal=self.internal,
+            reports=self.reports,
+            live=self.live,
+            joining=joining,
         )
-        # Prometheus /metrics on broker.metrics_addr ("" = off); the bound address, port 0 kept.
-        self.metrics: BrokerMetrics | None = None
-        self.metrics_addr = ""
-        if config.broker.metrics_addr:
-            self.metrics = BrokerMetrics(self)
-            self.metrics_addr = self.metrics.start(config.broker.metrics_addr)
-        self.driver.start()
-        chain: list[grpc.ServerInterceptor] = []
-        if self.metrics is not None:
-            chain.append(self.metrics.interceptor)
+        self.live.draining = lambda: self.membership.draining
+        self.handlers.internal.membership = self.membership
+        self.handlers.admin.remove_broker_here = self.membership.remove_broker
+        self.handlers.admin.move_partition_here = self.membership.move_partition
         # Each kind of call (internal, control, admin, long poll, client) runs under a cap of
         # its own in a pool sized to their sum: no kind starves another (transport/admission.py).
         capacity = config.capacity.to_capacity()
         self.admission = AdmissionInterceptor(capacity)
+        # Prometheus /metrics on broker.metrics_addr ("" = off); the bound address, port 0 kept.
+        self.metrics: BrokerMetrics | None = None
+        self.metrics_addr = ""
+        if config.broker.metrics_addr:
+            self.metrics = BrokerMetrics(self._metric_sources())
+            self.metrics_addr = self.metrics.start(config.broker.metrics_addr)
+        metrics = self.metrics
+        self.backend = Backend(
+            broker_id=self.id,
+            config=config,
+            meta=self.meta,
+            metadata=self.metadata_client,
+            frontend=self.frontend,
+            replicas=self.replicas,
+            handlers=self.handlers,
+            membership=self.membership,
+            sessions=self.sessions,
+            reports=self.reports,
+            internal=self.internal,
+            driver=self.driver,
+            partition_timings=self.partition_timings,
+            connected_peers=self.endpoint.connected_peers,
+            refresh_health=lambda: self.health.refresh(),  # the backend starts after health
+            on_open=metrics.attach if metrics is not None else lambda _replica: None,
+            background=self.background,
+        )
+        self.handlers.admin.prefer_leader = self.backend.prefer_leader
+        self.meta.on_change(self.backend.wake)
+        internal = InternalServicer(
+            self.handlers.internal,
+            secret,
+            default_timeout_s=10.0,
+            own_addresses=(config.broker.client_addr,),
+        )
+        self.driver.start()
+        chain: list[grpc.ServerInterceptor] = []
+        if self.metrics is not None:
+            chain.append(self.metrics.interceptor)
         chain.append(self.admission)  # after metrics: refusals are timed too
         if self.security.interceptor is not None:
             chain.append(self.security.interceptor)
         chain += interceptors
         self.health = Health(self.not_ready)
+        h = self.handlers
         self.grpc = serve(
-            self.service,
+            ApiHandlers(h.produce, h.consume, h.log, h.admin),
             config.broker.client_addr,
             max_workers=capacity.workers,
             max_streams=capacity.send_streams_max,
@@ -196,6 +247,21 @@ class Broker:
             self.data_dir,
         )
 
+    def _metric_sources(self) -> MetricSources:
+        broker = self.config.broker
+        return MetricSources(
+            broker_id=self.id,
+            client_addr=broker.client_addr,
+            raft_addr=broker.raft_addr,
+            data_dir=self.data_dir,
+            replicas=self.replicas.replicas,
+            metadata=self.meta.statistics,
+            groups=lambda: self.meta.table.groups,
+            transport=self.endpoint.statistics,
+            driver=self.driver.statistics,
+            admission=self.admission.statistics,
+        )
+
     def heard_brokers(self) -> set[int]:
         """Registered brokers heard on their raft link (pings every 0.1 s) within the liveness
         window of broker reports: alive, whether or not their reports arrived yet."""
@@ -213,7 +279,7 @@ class Broker:
         metadata group, hears no metadata leader, is cut off from a majority of
         the metadata voters, or is not (or no longer) registered."""
         node = self.meta.node
-        if self.draining:
+        if self.backend.draining:
             return "being removed: RemoveBroker is moving its replicas away"
         if node.standby:
             return "joining the metadata group"
@@ -246,10 +312,8 @@ class Broker:
             self.metrics.stop()
         self.membership.stop()
         self.backend.stop()
-        self.service.close()
-        for replica in list(self.replicas.values()):
-            replica.close()
-        self.replicas.clear()
+        self.background.shutdown(wait=False, cancel_futures=True)
+        self.replicas.close_all()
         self.meta.close()
         self.driver.stop()
         self.endpoint.close()

@@ -41,7 +41,7 @@ CONFIG_FIELDS = tuple(f.name for f in common_pb2.TopicConfig.DESCRIPTOR.fields)
 DEAD_LETTER_SUFFIX = ".dlq"
 COMMAND_BYTES_MAX = 2 * 1024 * 1024  # broker/config.py raft.max_entry_bytes default
 # Room a dead letter needs beyond its record: the headers naming its origin (dead_letter_headers
-# in broker/service.py: topic and group names, partition, offset, reason, count).
+# in broker/dead_letters.py: topic and group names, partition, offset, reason, count).
 DEAD_LETTER_HEADERS_BYTES = 1_024
 # The largest max_record_bytes a topic may set: raft.max_entry_bytes - COMMAND_FRAMING_BYTES -
 # DEAD_LETTER_HEADERS_BYTES (BrokerConfig.record_bytes_max). A dead-letter topic gets

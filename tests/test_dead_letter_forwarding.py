@@ -102,7 +102,8 @@ def test_dead_letters_forwarded_twice_are_stored_once(solo_broker: Broker) -> No
         admin.create_topic("work.dlq", partitions=4)
         admin.create_topic("work", partitions=1, max_deliveries=1)
         wait_until(lambda: broker.replicas.get(("work", 0)), 30, "work/0 open")
-        replica = broker.replicas[("work", 0)]
+        replica = broker.replicas.get(("work", 0))
+        assert replica is not None
         info = broker.meta.table.topics["work"]
         wait_until(lambda: replica.config_bytes() == info.config_bytes, 30, "config replicated")
         broker.backend.stop()  # from here on the test forwards the outbox, not the backend

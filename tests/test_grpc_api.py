@@ -646,6 +646,33 @@ def test_group_names_follow_the_topic_name_rule(stubs: Stubs) -> None:
     assert [g.group for g in groups.groups if g.group.startswith("g" * 249)] == ["g" * 249]
 
 
+def test_every_call_naming_a_group_takes_the_one_group_name_rule(stubs: Stubs) -> None:
+    """A name JoinGroup refuses (the metadata machine's rule) is refused InvalidArgument by
+    every call naming a group, never looked up (UnknownMember, UnknownGroup); ids take the
+    machine's id rule (printable)."""
+    create(stubs)
+    ref = api_pb2.RecordRef(topic="orders", partition=0, offset=0, delivery_count=1)
+    for name in ("..", ".", "a/b", "g" * 250):
+        m: dict[str, Any] = {"group": name, "member_id": "m-1", "generation": 1}
+        for call, request in (
+            (stubs.consumer.Heartbeat, api_pb2.HeartbeatRequest(**m)),
+            (stubs.consumer.LeaveGroup, api_pb2.LeaveGroupRequest(group=name, member_id="m-1")),
+            (stubs.consumer.Poll, api_pb2.PollRequest(**m, max_records=1)),
+            (stubs.consumer.Ack, api_pb2.AckRequest(**m, refs=[ref])),
+            (stubs.consumer.Nack, api_pb2.NackRequest(**m, refs=[ref])),
+            (stubs.consumer.ExtendLease, api_pb2.ExtendLeaseRequest(**m, refs=[ref])),
+            (stubs.admin.DescribeGroup, api_pb2.DescribeGroupRequest(group=name)),
+            (stubs.admin.DeleteGroup, api_pb2.DeleteGroupRequest(group=name)),
+            (stubs.admin.SeekGroup, api_pb2.SeekGroupRequest(group=name, topic="orders")),
+        ):
+            error = typed(call, request)
+            assert isinstance(error, errors.InvalidArgument), (name, call, error)
+            assert "group" in error.message, error.message
+    heartbeat = api_pb2.HeartbeatRequest(group="g", member_id="m\x00", generation=1)
+    error = typed(stubs.consumer.Heartbeat, heartbeat)
+    assert isinstance(error, errors.InvalidArgument) and "member_id" in error.message
+
+
 def test_poll_stream_delivers_no_more_than_the_credit_granted(stubs: Stubs) -> None:
     create(stubs, partitions=1)
     send(stubs, stubs.topic, *[f"r{i}".encode() for i in range(5)])

@@ -210,7 +210,7 @@ CASES = [
     ("proto/errors.py", "import grpc\n", True),
     ("broker/spark/datasource.py", "from pyspark.sql.datasource import DataSource\n", False),
     ("broker/spark/sink.py", "import pyarrow as pa\n", True),
-    ("broker/service.py", "def f():\n    import pyspark\n", True),
+    ("broker/handlers/produce.py", "def f():\n    import pyspark\n", True),
     ("broker/web/api.py", "from fastapi import FastAPI\n", False),
     ("broker/server.py", "from starlette.requests import Request\n", True),
     ("broker/cli.py", "import uvicorn\n", True),
@@ -405,3 +405,142 @@ def test_importing_the_client_loads_no_server_module_or_dynaconf() -> None:
     loaded = [m for m in out if m != "raftq" and not _client_may_load(m)]
     assert not loaded, loaded
     assert "raftq.client.producer" in out  # the probe did load the client
+
+
+# --- no import circle -----------------------------------------------------------------------
+
+
+def _relative_file(root: pathlib.Path, module: str) -> str | None:
+    file = module_file(root, module)
+    return file.relative_to(root).as_posix() if file is not None else None
+
+
+def _imported_files(root: pathlib.Path, source: str, path: str) -> set[str]:
+    """The raftq files ``source`` imports: ``from raftq.a import b`` names module b when b is
+    one (not a.__init__, which Python runs first but which is then no dependency of it);
+    imports under ``if TYPE_CHECKING:`` count (a circle of types is one of the design)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source, path)):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                submodule = _relative_file(root, f"{node.module}.{alias.name}")
+                if submodule is not None:
+                    found.add(submodule)
+                else:
+                    modules.append(node.module)
+        for module in modules:
+            file = _relative_file(root, module)
+            if file is not None:
+                found.add(file)
+    found.discard(path)
+    return found
+
+
+def import_circles(root: pathlib.Path, folders: tuple[str, ...] = ("broker",)) -> list[list[str]]:
+    """Every set of raftq files under ``folders`` that import each other in a circle (Tarjan's
+    strongly connected components of their import graph, larger than one file), sorted."""
+    files = sorted(
+        file.relative_to(root).as_posix()
+        for folder in folders
+        for file in (root / folder).rglob("*.py")
+    )
+    graph = {f: _imported_files(root, (root / f).read_text(encoding="utf-8"), f) for f in files}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for file in files:
+        if file not in index:
+            visit(file)
+    return sorted(circles)
+
+
+def test_no_broker_modules_import_each_other_in_a_circle() -> None:
+    """Components take narrow collaborators, never the whole Broker: nothing the broker
+    builds imports broker/server.py back (ARCHITECTURE.md, the request path). broker/ is the
+    raftq package root: the server, the client, Spark, the CLI."""
+    circles = import_circles(ROOT)
+    assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def _tree(root: pathlib.Path, files: dict[str, str]) -> None:
+    for path, source in files.items():
+        file = root / path
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(source)
+
+
+def test_the_circle_check_sees_a_circle_through_type_checking(tmp_path: pathlib.Path) -> None:
+    _tree(
+        tmp_path,
+        {
+            "broker/__init__.py": "",
+            "broker/server.py": "from raftq.backend import Backend\n",
+            "broker/backend.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from raftq.server import Broker\n"
+            ),
+            "metadata/table.py": "from raftq.metadata import machine\n",
+            "metadata/machine.py": "import raftq.metadata.table\n",
+        },
+    )
+    assert import_circles(tmp_path, ("broker", "metadata")) == [
+        ["broker/backend.py", "broker/server.py"],
+        ["metadata/machine.py", "metadata/table.py"],
+    ]
+    assert import_circles(tmp_path) == [["broker/backend.py", "broker/server.py"]]
+
+
+def test_a_package_importing_its_modules_is_no_circle(tmp_path: pathlib.Path) -> None:
+    _tree(
+        tmp_path,
+        {
+            "broker/handlers/__init__.py": "from raftq.handlers.admin import AdminHandler\n",
+            "broker/handlers/admin.py": "from raftq.handlers import admin_ops\n",
+            "broker/handlers/admin_ops.py": "from raftq.router import Router\n",
+            "broker/router.py": "from raftq.proto import errors\n",
+            "proto/errors.py": "",
+        },
+    )
+    assert import_circles(tmp_path, ("broker", "proto")) == []
+
+
+def test_the_wheel_lists_every_package_folder() -> None:
+    """setuptools installs only the packages pyproject names: a new folder of modules left out
+    of the list is missing from the wheel (the installed broker then fails to start)."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {folder: package for package, folder in setuptools["package-dir"].items()}
+    found = set()
+    for folder, package in folders.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            relative = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((package, *relative)))
+    assert sorted(found - set(setuptools["packages"])) == []

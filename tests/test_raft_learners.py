@@ -156,13 +156,24 @@ def test_the_metadata_leader_promotes_only_a_caught_up_learner(
     lagging = free_addr("127.0.0.20")
     assert leader.change_membership("learner", lagging, 10.0)  # not running: acknowledges nothing
     c.propose([f"e{i}" for i in range(20)])
-    broker = SimpleNamespace(
-        data_dir=tmp_path / "broker",
-        timings=FAST,
-        meta=SimpleNamespace(node=leader),
-        config=SimpleNamespace(raft=SimpleNamespace(metadata_voters=5)),  # 3 voters now
+    config = SimpleNamespace(
+        broker=SimpleNamespace(data_dir=tmp_path / "broker"),
+        raft=SimpleNamespace(
+            metadata_voters=5,  # 3 voters now
+            election_timeout_max_ms=FAST.election_timeout_max_s * 1000,
+        ),
     )
-    membership = Membership(broker, joining=False)  # type: ignore[arg-type]
+    membership = Membership(
+        broker_id=1,
+        config=config,  # type: ignore[arg-type]
+        meta=SimpleNamespace(node=leader),  # type: ignore[arg-type]
+        metadata=None,  # type: ignore[arg-type]
+        frontend=None,  # type: ignore[arg-type]
+        internal=None,  # type: ignore[arg-type]
+        reports=None,  # type: ignore[arg-type]
+        live=None,  # type: ignore[arg-type]
+        joining=False,
+    )
     try:
         for _ in range(20):
             membership.promote_voters()

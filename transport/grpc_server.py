@@ -1,10 +1,11 @@
-"""The client-facing gRPC server: four services over one :class:`BrokerFacade`.
+"""The client-facing gRPC server: four services, each over its handler (:class:`ApiHandlers`;
+a broker's are broker/handlers/, a test's one :class:`BrokerFacade`).
 
-Each servicer method checks the *shape* of its request (names present and well formed, counts
-and durations in range) and answers INVALID_ARGUMENT with a message that says what to fix;
-everything else (does the topic exist, is this broker the leader, is the generation current)
-is the facade's business. The facade raises typed :mod:`raftq.proto.errors`; :mod:`transport.
-grpc_errors` turns them into gRPC status with ``raftq-*`` trailing metadata. Any other
+Each servicer method checks the *shape* of its request once (transport/request_checks.py) and
+answers INVALID_ARGUMENT with a message that says what to fix; everything else (does the topic
+exist, is this broker the leader, is the generation current) is the handler's business. A
+handler raises typed :mod:`raftq.proto.errors`; :mod:`raftq.transport.grpc_errors` turns them
+into gRPC status with ``raftq-*`` trailing metadata. Any other
 exception is a bug: it is logged and answered as INTERNAL.
 
 The two streaming RPCs are built here on the facade's unary methods, so a facade implements
@@ -32,36 +33,64 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent import futures
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
-from raftq.metadata import machine
-from raftq.partitions.machine import MAX_DELAY_MS, MAX_LEASE_MS, MAX_LEASE_RECORDS, MAX_REFS
-from raftq.proto import api_pb2, api_pb2_grpc, errors, partition_pb2
+from raftq.partitions.machine import MAX_LEASE_RECORDS
+from raftq.proto import api_pb2, api_pb2_grpc, errors
 from raftq.transport import auth
 from raftq.transport.grpc_errors import abort
+from raftq.transport.request_checks import (
+    CheckedSend,
+    bad,
+    check_ack,
+    check_add_partitions,
+    check_alter_topic_config,
+    check_backup_partition,
+    check_cancel_record,
+    check_commit_txn,
+    check_create_topic,
+    check_describe_group,
+    check_extend_lease,
+    check_fetch,
+    check_get_txn,
+    check_heartbeat,
+    check_join_group,
+    check_lease_ms,
+    check_leave_group,
+    check_list_offsets,
+    check_member,
+    check_move_partition,
+    check_nack,
+    check_poll,
+    check_producer_state,
+    check_purge_topic,
+    check_remove_broker,
+    check_seek_group,
+    check_send,
+    check_topic_request,
+    check_update_record,
+    no_check,
+)
 from raftq.transport.tls import KEEPALIVE_SERVER_OPTIONS
 from raftq.transport.wire_ints import out_of_range
 
 log = logging.getLogger("raftq.grpc")
 
-NAME_CHARS_MAX = 255  # group, member and producer ids
-SEND_RECORDS_MAX = 100_000
-POLL_WAIT_MS_MAX = 300_000  # a long poll of at most five minutes
 POLL_STREAM_WAIT_MS = 500
-PARTITIONS_MAX = 10_000
-REPLICATION_FACTOR_MAX = 7
 SERVICE_NAMES = tuple(
     api_pb2.DESCRIPTOR.services_by_name[name].full_name
     for name in ("Producer", "Consumer", "Log", "Admin")
 )
 
 
-class BrokerFacade(Protocol):
-    """What the gRPC surface needs from a broker: one method per unary RPC.
+class ProducerApi(Protocol):
+    """What the gRPC surface needs from a broker, one protocol per service (ProducerApi,
+    ConsumerApi, LogApi, AdminApi): one method per unary RPC.
 
     Each takes the request protobuf (shape already checked) and ``timeout_s``, the seconds
     left before the client's deadline (None: no deadline), and returns the response protobuf.
@@ -74,12 +103,12 @@ class BrokerFacade(Protocol):
     thread waiting on it (False: not one it takes; it then goes through ``send``).
     """
 
-    # Producer
-    def send(
-        self, request: api_pb2.SendRequest, *, timeout_s: float | None
-    ) -> api_pb2.SendResponse: ...
+    def send(self, request: CheckedSend, *, timeout_s: float | None) -> api_pb2.SendResponse:
+        """``request``: checked at the edge (transport/request_checks.py check_send)."""
+        ...
 
-    # Consumer
+
+class ConsumerApi(Protocol):
     def join_group(
         self, request: api_pb2.JoinGroupRequest, *, timeout_s: float | None, principal: str = ""
     ) -> api_pb2.JoinGroupResponse:
@@ -122,7 +151,8 @@ class BrokerFacade(Protocol):
         self, request: api_pb2.ExtendLeaseRequest, *, timeout_s: float | None
     ) -> api_pb2.SettleResponse: ...
 
-    # Log
+
+class LogApi(Protocol):
     def fetch(
         self, request: api_pb2.FetchRequest, *, timeout_s: float | None
     ) -> api_pb2.FetchResponse: ...
@@ -135,7 +165,8 @@ class BrokerFacade(Protocol):
         self, request: api_pb2.ProducerStateRequest, *, timeout_s: float | None
     ) -> api_pb2.ProducerStateResponse: ...
 
-    # Admin
+
+class AdminApi(Protocol):
     def create_topic(
         self, request: api_pb2.CreateTopicRequest, *, timeout_s: float | None
     ) -> api_pb2.TopicDescription: ...
@@ -221,265 +252,22 @@ class BrokerFacade(Protocol):
     ) -> api_pb2.TxnState: ...
 
 
-# --- request shape checks ------------------------------------------------------------------
+class BrokerFacade(ProducerApi, ConsumerApi, LogApi, AdminApi, Protocol):
+    """All four services on one object (tests' single-node facades)."""
 
 
-def _bad(message: str) -> errors.InvalidArgument:
-    return errors.InvalidArgument(message)
+@dataclass(frozen=True)
+class ApiHandlers:
+    """The object serving each client service (a broker's: broker/handlers/)."""
 
+    producer: ProducerApi
+    consumer: ConsumerApi
+    log: LogApi
+    admin: AdminApi
 
-def check_topic_name(name: str, field: str = "topic") -> None:
-    """The metadata machine's name rule (topics and groups): one rule at every hop."""
-    if not name:
-        raise _bad(f"{field} is empty: name a topic")
-    machine.check_topic_name(name, field)
-
-
-def check_group_name(name: str, field: str = "group") -> None:
-    if not name:
-        raise _bad(f"{field} is empty: name a group")
-    machine.check_group_name(name, field)
-
-
-def check_name(value: str, field: str) -> None:
-    if not value:
-        raise _bad(f"{field} is empty: set it")
-    if len(value) > NAME_CHARS_MAX:
-        raise _bad(f"{field} is {len(value)} characters; at most {NAME_CHARS_MAX}")
-
-
-def check_range(value: int, field: str, low: int, high: int | None = None) -> None:
-    if value < low or (high is not None and value > high):
-        allowed = f"{low}..{high}" if high is not None else f">= {low}"
-        raise _bad(f"{field} is {value}; it must be {allowed}")
-
-
-def _check_member(group: str, member_id: str, generation: int) -> None:
-    check_name(group, "group")
-    check_name(member_id, "member_id")
-    check_range(generation, "generation", 0)
-
-
-def _check_refs(refs: Sequence[api_pb2.RecordRef]) -> None:
-    check_range(len(refs), "number of refs", 1, MAX_REFS)
-    for i, ref in enumerate(refs):
-        check_topic_name(ref.topic, f"refs[{i}].topic")
-        check_range(ref.partition, f"refs[{i}].partition", 0)
-        check_range(ref.offset, f"refs[{i}].offset", 0)
-        check_range(ref.delivery_count, f"refs[{i}].delivery_count", 1)
-
-
-def check_send(r: api_pb2.SendRequest) -> None:
-    check_topic_name(r.topic)
-    if r.records and r.values:
-        raise _bad("a send carries records or values (bare records), not both")
-    check_range(len(r.records) or len(r.values), "number of records", 1, SEND_RECORDS_MAX)
-    if r.HasField("partition"):
-        check_range(r.partition, "partition", 0)
-    if r.HasField("producer_id"):
-        check_name(r.producer_id, "producer_id")
-        if not r.HasField("partition") or not r.HasField("sequence"):
-            raise _bad("producer_id needs partition and sequence: sequences are per partition")
-        check_range(r.sequence, "sequence", 0)
-    elif r.HasField("sequence"):
-        raise _bad("sequence without producer_id: set both or neither")
-
-
-def check_join_group(r: api_pb2.JoinGroupRequest) -> None:
-    check_group_name(r.group)
-    check_range(len(r.topics), "number of topics", 1, PARTITIONS_MAX)
-    for i, topic in enumerate(r.topics):
-        check_topic_name(topic, f"topics[{i}]")
-    if r.HasField("member_id"):
-        check_name(r.member_id, "member_id")
-    check_range(r.session_timeout_ms, "session_timeout_ms", 0)
-
-
-def check_heartbeat(r: api_pb2.HeartbeatRequest) -> None:
-    _check_member(r.group, r.member_id, r.generation)
-
-
-def check_leave_group(r: api_pb2.LeaveGroupRequest) -> None:
-    check_name(r.group, "group")
-    check_name(r.member_id, "member_id")
-
-
-def _check_lease_ms(r: api_pb2.PollRequest | api_pb2.PollStart) -> None:
-    if r.HasField("lease_ms"):
-        check_range(r.lease_ms, "lease_ms", 1, MAX_LEASE_MS)
-    check_range(r.max_bytes, "max_bytes", 0)
-
-
-def check_poll(r: api_pb2.PollRequest) -> None:
-    _check_member(r.group, r.member_id, r.generation)
-    check_range(r.max_records, "max_records", 1, MAX_LEASE_RECORDS)
-    check_range(r.max_wait_ms, "max_wait_ms", 0, POLL_WAIT_MS_MAX)
-    _check_lease_ms(r)
-
-
-def check_ack(r: api_pb2.AckRequest) -> None:
-    _check_member(r.group, r.member_id, r.generation)
-    if not r.batches:
-        _check_refs(r.refs)
-        return
-    if r.refs:
-        raise _bad("an ack names refs or batches, not both")
-    check_range(sum(len(b.offsets) for b in r.batches), "number of refs", 1, MAX_REFS)
-    for i, b in enumerate(r.batches):  # per batch, never per ref: packed lists checked in C
-        check_topic_name(b.topic, f"batches[{i}].topic")
-        check_range(b.partition, f"batches[{i}].partition", 0)
-        check_range(len(b.offsets), f"batches[{i}] number of offsets", 1, MAX_REFS)
-        if len(b.delivery_counts) != len(b.offsets):
-            raise _bad(f"batches[{i}]: delivery_counts must be as long as offsets")
-        check_range(min(b.offsets), f"batches[{i}] offsets", 0)
-        check_range(min(b.delivery_counts), f"batches[{i}] delivery_counts", 1)
-
-
-def check_nack(r: api_pb2.NackRequest) -> None:
-    _check_member(r.group, r.member_id, r.generation)
-    _check_refs(r.refs)
-    if r.HasField("delay_ms"):
-        check_range(r.delay_ms, "delay_ms", 0, MAX_DELAY_MS)
-
-
-def check_extend_lease(r: api_pb2.ExtendLeaseRequest) -> None:
-    _check_member(r.group, r.member_id, r.generation)
-    _check_refs(r.refs)
-    check_range(r.lease_ms, "lease_ms", 1, MAX_LEASE_MS)
-
-
-def check_fetch(r: api_pb2.FetchRequest) -> None:
-    check_topic_name(r.topic)
-    check_range(r.partition, "partition", 0)
-    check_range(r.offset, "offset", 0)
-    check_range(r.max_records, "max_records", 1, MAX_LEASE_RECORDS)
-    check_range(r.max_bytes, "max_bytes", 0)
-
-
-def check_list_offsets(r: api_pb2.ListOffsetsRequest) -> None:
-    check_topic_name(r.topic)
-
-
-def check_producer_state(r: api_pb2.ProducerStateRequest) -> None:
-    check_topic_name(r.topic)
-    check_name(r.producer_id, "producer_id")
-    if len(r.partitions) > PARTITIONS_MAX:
-        raise _bad(f"at most {PARTITIONS_MAX} partitions")
-    for partition in r.partitions:
-        check_range(partition, "partition", 0)
-
-
-def check_commit_txn(r: api_pb2.CommitTxnRequest) -> None:
-    check_name(r.app_id, "app_id")
-    check_range(r.version, "version", 0)
-
-
-def check_get_txn(r: api_pb2.GetTxnRequest) -> None:
-    check_name(r.app_id, "app_id")
-
-
-def check_config_update(c: api_pb2.TopicConfigUpdate) -> None:
-    """Signs only; the facade checks the merged config with
-    raftq.partitions.machine.check_config."""
-    for field in (
-        "lease_ms",
-        "max_deliveries",
-        "retention_ms",
-        "retention_bytes",
-        "dedup_window_ms",
-        "nack_backoff_base_ms",
-        "nack_backoff_max_ms",
-        "ttl_ms",
-    ):
-        if c.HasField(field):
-            check_range(getattr(c, field), f"config.{field}", 0)
-    if c.HasField("lease_ms"):
-        check_range(c.lease_ms, "config.lease_ms", 1, MAX_LEASE_MS)
-    if c.HasField("max_record_bytes"):
-        check_range(c.max_record_bytes, "config.max_record_bytes", 1)
-    if c.HasField("dead_letter_topic") and c.dead_letter_topic:
-        check_topic_name(c.dead_letter_topic, "config.dead_letter_topic")
-
-
-def check_create_topic(r: api_pb2.CreateTopicRequest) -> None:
-    check_topic_name(r.name, "name")
-    if r.HasField("partitions"):
-        check_range(r.partitions, "partitions", 1, PARTITIONS_MAX)
-    if r.HasField("replication_factor"):
-        check_range(r.replication_factor, "replication_factor", 1, REPLICATION_FACTOR_MAX)
-    check_config_update(r.config)
-
-
-def check_topic_request(
-    r: api_pb2.DeleteTopicRequest | api_pb2.DescribeTopicRequest,
-) -> None:
-    check_topic_name(r.name, "name")
-
-
-def check_alter_topic_config(r: api_pb2.AlterTopicConfigRequest) -> None:
-    check_topic_name(r.name, "name")
-    if not r.config.ListFields():
-        raise _bad("config sets no field: name at least one setting to change")
-    check_config_update(r.config)
-
-
-def check_add_partitions(r: api_pb2.AddPartitionsRequest) -> None:
-    check_topic_name(r.name, "name")
-    check_range(r.partitions, "partitions", 2, PARTITIONS_MAX)
-
-
-def check_describe_group(r: api_pb2.DescribeGroupRequest | api_pb2.DeleteGroupRequest) -> None:
-    check_name(r.group, "group")
-
-
-def check_update_record(r: api_pb2.UpdateRecordRequest) -> None:
-    check_topic_name(r.topic)
-    check_range(r.partition, "partition", 0)
-    check_range(r.offset, "offset", 0)
-    if not r.HasField("priority") and not r.HasField("deliver_at_ms"):
-        raise _bad("set priority, deliver_at_ms or both")
-    if r.HasField("deliver_at_ms"):
-        check_range(r.deliver_at_ms, "deliver_at_ms", 0)
-
-
-def check_cancel_record(r: api_pb2.CancelRecordRequest) -> None:
-    check_topic_name(r.topic)
-    check_range(r.partition, "partition", 0)
-    check_range(r.offset, "offset", 0)
-
-
-def check_seek_group(r: api_pb2.SeekGroupRequest) -> None:
-    check_name(r.group, "group")
-    check_topic_name(r.topic)
-    if r.HasField("partition"):
-        check_range(r.partition, "partition", 0)
-    if r.to not in partition_pb2.SeekTo.values():
-        raise _bad(f"to is {r.to}; name a SeekTo target (offset, timestamp, earliest, latest)")
-    check_range(r.offset, "offset", 0)
-    check_range(r.timestamp_ms, "timestamp_ms", 0)
-
-
-def check_purge_topic(r: api_pb2.PurgeTopicRequest) -> None:
-    check_topic_name(r.topic)
-    if r.HasField("partition"):
-        check_range(r.partition, "partition", 0)
-
-
-def check_remove_broker(r: api_pb2.RemoveBrokerRequest) -> None:
-    check_range(r.broker_id, "broker_id", 1)
-
-
-def check_move_partition(r: api_pb2.MovePartitionRequest) -> None:
-    check_topic_name(r.topic)
-    check_range(r.partition, "partition", 0)
-    if not r.replicas or len(r.replicas) > REPLICATION_FACTOR_MAX:
-        raise _bad(f"replicas: name 1 to {REPLICATION_FACTOR_MAX} broker ids")
-    for broker_id in r.replicas:
-        check_range(broker_id, "replicas", 1)
-
-
-def _no_check(request: Any) -> None:
-    return None
+    @classmethod
+    def of(cls, facade: BrokerFacade) -> ApiHandlers:
+        return cls(facade, facade, facade, facade)
 
 
 # --- servicers -----------------------------------------------------------------------------
@@ -498,17 +286,19 @@ def _time_left(context: grpc.ServicerContext) -> float | None:
 
 
 def _call(
-    facade: BrokerFacade,
+    facade: Any,
     method: str,
-    check: Callable[[Any], None],
+    check: Callable[[Any], object],
     request: Any,
     timeout_s: float | None,
 ) -> Any:
-    check(request)
-    return getattr(facade, method)(request, timeout_s=timeout_s)
+    """Check ``request``, then hand the handler the checked command when the check makes one
+    (check_send), else the request."""
+    checked = check(request)
+    return getattr(facade, method)(request if checked is None else checked, timeout_s=timeout_s)
 
 
-def _unary(method: str, check: Callable[[Any], None]) -> Callable[..., Any]:
+def _unary(method: str, check: Callable[[Any], object]) -> Callable[..., Any]:
     """A servicer method: check the shape, delegate to ``facade.<method>``, map errors."""
 
     def handler(self: _Servicer, request: Any, context: grpc.ServicerContext) -> Any:
@@ -525,14 +315,15 @@ def _unary(method: str, check: Callable[[Any], None]) -> Callable[..., Any]:
 
 
 class _Servicer:
-    def __init__(self, facade: BrokerFacade) -> None:
+    def __init__(self, facade: Any) -> None:
+        """``facade``: the service's handler (ProducerApi, ConsumerApi, LogApi, AdminApi)."""
         self.facade = facade
 
 
 class ProducerServicer(_Servicer, api_pb2_grpc.ProducerServicer):
     Send = _unary("send", check_send)
 
-    def __init__(self, facade: BrokerFacade, max_streams: int = 32) -> None:
+    def __init__(self, facade: ProducerApi, max_streams: int = 32) -> None:
         super().__init__(facade)
         # Sends of all streams run here, so one stream has many in flight (a producer's
         # partitions on this broker), answered as each completes.
@@ -558,7 +349,7 @@ _READ_DONE = object()
 
 
 def _pipelined(
-    facade: BrokerFacade,
+    facade: ProducerApi,
     pool: futures.Executor,
     requests: Iterator[api_pb2.SendRequest],
     context: grpc.ServicerContext,
@@ -596,8 +387,8 @@ def _pipelined(
         if send_async is None:
             return False
         try:
-            check_send(request)
-            taken: bool = send_async(request, lambda response: answer(request, response))
+            checked = check_send(request)
+            taken: bool = send_async(checked, lambda response: answer(request, response))
         except Exception as exc:
             failed(request, exc)
             return True
@@ -639,7 +430,7 @@ class _Credits:
             for request in requests:
                 with self.cond:
                     if request.WhichOneof("kind") != "credit" or request.credit.records <= 0:
-                        self.error = _bad("after start, send only credit messages with records > 0")
+                        self.error = bad("after start, send only credit messages with records > 0")
                     else:
                         self.available += request.credit.records
                     self.cond.notify_all()
@@ -706,10 +497,10 @@ class ConsumerServicer(_Servicer, api_pb2_grpc.ConsumerServicer):
         try:
             first = next(request_iterator, None)
             if first is None or first.WhichOneof("kind") != "start":
-                raise _bad("the first PollStream message must be start")
+                raise bad("the first PollStream message must be start")
             start = first.start
-            _check_member(start.group, start.member_id, start.generation)
-            _check_lease_ms(start)
+            check_member(start.group, start.member_id, start.generation)
+            check_lease_ms(start)
         except errors.RaftqError as error:
             abort(context, error)
         credits = _Credits()
@@ -760,12 +551,12 @@ class LogServicer(_Servicer, api_pb2_grpc.LogServicer):
 class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
     CreateTopic = _unary("create_topic", check_create_topic)
     DeleteTopic = _unary("delete_topic", check_topic_request)
-    ListTopics = _unary("list_topics", _no_check)
+    ListTopics = _unary("list_topics", no_check)
     DescribeTopic = _unary("describe_topic", check_topic_request)
     AlterTopicConfig = _unary("alter_topic_config", check_alter_topic_config)
-    ListGroups = _unary("list_groups", _no_check)
+    ListGroups = _unary("list_groups", no_check)
     DescribeGroup = _unary("describe_group", check_describe_group)
-    DescribeCluster = _unary("describe_cluster", _no_check)
+    DescribeCluster = _unary("describe_cluster", no_check)
     UpdateRecord = _unary("update_record", check_update_record)
     CancelRecord = _unary("cancel_record", check_cancel_record)
     RemoveBroker = _unary("remove_broker", check_remove_broker)
@@ -775,8 +566,8 @@ class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
     SeekGroup = _unary("seek_group", check_seek_group)
     PurgeTopic = _unary("purge_topic", check_purge_topic)
     AddPartitions = _unary("add_partitions", check_add_partitions)
-    RebalanceLeaders = _unary("rebalance_leaders", _no_check)
-    BackupMetadata = _unary("backup_metadata", _no_check)
+    RebalanceLeaders = _unary("rebalance_leaders", no_check)
+    BackupMetadata = _unary("backup_metadata", no_check)
     MovePartition = _unary("move_partition", check_move_partition)
 
     def BackupPartition(
@@ -786,7 +577,7 @@ class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
         cancelled = threading.Event()
         context.add_callback(cancelled.set)
         try:
-            check_topic_name(request.topic)
+            check_backup_partition(request)
             yield from self.facade.backup_partition(request, cancelled)
         except errors.RaftqError as error:
             abort(context, error)
@@ -937,7 +728,7 @@ class Health(health.HealthServicer):
 
 
 def serve(
-    facade: BrokerFacade,
+    facade: BrokerFacade | ApiHandlers,
     address: str,
     *,
     max_workers: int = 64,
@@ -948,7 +739,8 @@ def serve(
     credentials: grpc.ServerCredentials | None = None,
     health_servicer: Health | None = None,
 ) -> grpc.Server:
-    """Start serving the raftq API for ``facade`` on ``address`` (``host:port``).
+    """Start serving the raftq API for ``facade`` (one object serving all four services, or
+    an :class:`ApiHandlers` naming each) on ``address`` (``host:port``).
 
     ``credentials`` (transport/tls.py ``server_credentials``) serve TLS, else plaintext.
     Adds health checking (``health_servicer``, default: every service SERVING) and
@@ -967,11 +759,12 @@ def serve(
         options=(("grpc.so_reuseport", 0), *KEEPALIVE_SERVER_OPTIONS, *options),
     )
     streams = max_streams if max_streams is not None else max(1, max_workers // 2)
-    producer = ProducerServicer(facade, max_streams=streams)
+    api = facade if isinstance(facade, ApiHandlers) else ApiHandlers.of(facade)
+    producer = ProducerServicer(api.producer, max_streams=streams)
     api_pb2_grpc.add_ProducerServicer_to_server(producer, server)
-    api_pb2_grpc.add_ConsumerServicer_to_server(ConsumerServicer(facade), server)
-    api_pb2_grpc.add_LogServicer_to_server(LogServicer(facade), server)
-    api_pb2_grpc.add_AdminServicer_to_server(AdminServicer(facade), server)
+    api_pb2_grpc.add_ConsumerServicer_to_server(ConsumerServicer(api.consumer), server)
+    api_pb2_grpc.add_LogServicer_to_server(LogServicer(api.log), server)
+    api_pb2_grpc.add_AdminServicer_to_server(AdminServicer(api.admin), server)
     for add_service in extra_services:  # e.g. the broker-to-broker Internal service
         add_service(server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer or Health(), server)
@@ -992,12 +785,17 @@ def serve(
 
 __all__ = [
     "SERVICE_NAMES",
+    "AdminApi",
     "AdminServicer",
+    "ApiHandlers",
     "BrokerFacade",
+    "ConsumerApi",
     "ConsumerServicer",
     "Health",
+    "LogApi",
     "LogServicer",
     "MalformedRequestInterceptor",
+    "ProducerApi",
     "ProducerServicer",
     "serve",
 ]

@@ -239,8 +239,8 @@ class InternalClient:
     def forward(
         self, address: str, method: str, request: bytes, timeout_s: float, principal: str = ""
     ) -> bytes:
-        """Run a leader-only API call (or a per-broker one, broker/service.py ON_BROKER) at
-        ``address`` on behalf of ``principal``."""
+        """Run a leader-only API call (or a per-broker one: broker/metadata_client.py
+        LeaderCall.on_broker) at ``address`` on behalf of ``principal``."""
         message = internal_pb2.ForwardRequest(method=method, request=request, principal=principal)
         response: internal_pb2.ForwardResponse = self._call(address, "Forward", message, timeout_s)
         return response.response

@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
+from raftq.metadata.table import Table, TopicInfo
 from raftq.proto import api_pb2, errors, partition_pb2
-
-if TYPE_CHECKING:
-    from raftq.metadata.table import TopicInfo
-    from raftq.service import BrokerService
+from raftq.router import Router
 
 logger = logging.getLogger("raftq.broker.admin_ops")
 
@@ -35,15 +32,15 @@ def _partitions(info: TopicInfo, partition: int | None) -> list[int]:
     return [partition]
 
 
-def _topic(service: BrokerService, name: str) -> TopicInfo:
-    info = service.meta.table.topic(name)
+def _topic(table: Table, name: str) -> TopicInfo:
+    info = table.topic(name)
     if info is None:
         raise errors.UnknownTopic(f"topic {name!r} does not exist")
     return info
 
 
 def _propose(
-    service: BrokerService,
+    router: Router,
     topic: str,
     partition: int,
     command: partition_pb2.PartitionCommand,
@@ -52,7 +49,7 @@ def _propose(
 ) -> partition_pb2.CommandResult:
     left = max(0.001, deadline - time.monotonic())
     try:
-        response = service.router.propose(topic, partition, command, left)
+        response = router.propose(topic, partition, command, left)
     except (errors.Unavailable, errors.Timeout, errors.NotLeader) as exc:
         raise errors.Unavailable(
             f"{topic}/{partition} did not {what} ({exc}); the partitions before it did: call again"
@@ -64,7 +61,7 @@ def _propose(
 
 
 def seek_group(
-    service: BrokerService, request: api_pb2.SeekGroupRequest, timeout_s: float
+    table: Table, router: Router, request: api_pb2.SeekGroupRequest, timeout_s: float
 ) -> api_pb2.SeekGroupResponse:
     """On the metadata leader: move the group's position on the requested partitions.
 
@@ -72,11 +69,10 @@ def seek_group(
     GroupNotEmpty (members live and not ``force``), Unavailable, Timeout.
     """
     deadline = time.monotonic() + timeout_s
-    table = service.meta.table
     group = table.group(request.group)
     if group is None:
         raise errors.UnknownGroup(f"group {request.group!r} does not exist")
-    info = _topic(service, request.topic)
+    info = _topic(table, request.topic)
     partitions = _partitions(info, request.partition if request.HasField("partition") else None)
     if request.topic not in table.state_topics(group):
         raise errors.InvalidArgument(
@@ -100,7 +96,7 @@ def seek_group(
     )
     out = api_pb2.SeekGroupResponse()
     for partition in partitions:
-        result = _propose(service, info.name, partition, command, deadline, "seek")
+        result = _propose(router, info.name, partition, command, deadline, "seek")
         out.partitions.add(partition=partition, offset=result.offset, dropped=result.count)
     logger.info(
         "[group=%s] seek on %s: %s",
@@ -112,19 +108,19 @@ def seek_group(
 
 
 def purge_topic(
-    service: BrokerService, request: api_pb2.PurgeTopicRequest, timeout_s: float
+    table: Table, router: Router, request: api_pb2.PurgeTopicRequest, timeout_s: float
 ) -> api_pb2.PurgeTopicResponse:
     """Delete every record now in the topic's (or one partition's) log.
 
     Raises (normal): InvalidArgument, UnknownTopic, UnknownPartition, Unavailable, Timeout.
     """
     deadline = time.monotonic() + timeout_s
-    info = _topic(service, request.topic)
+    info = _topic(table, request.topic)
     partitions = _partitions(info, request.partition if request.HasField("partition") else None)
     command = partition_pb2.PartitionCommand(purge=partition_pb2.Purge())
     out = api_pb2.PurgeTopicResponse()
     for partition in partitions:
-        result = _propose(service, info.name, partition, command, deadline, "purge")
+        result = _propose(router, info.name, partition, command, deadline, "purge")
         out.partitions.add(partition=partition, log_start=result.offset, deleted=result.count)
     logger.info(
         "[topic=%s] purged: %d records",
