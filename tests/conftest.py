@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from collections.abc import Callable, Iterator
 
@@ -12,6 +13,14 @@ from raftq.partitions.sqlite_store import SqliteStore
 from raftq.partitions.store import MemoryStore, PartitionStore
 from tests import helpers
 from tests.cluster import Cluster, make_cluster
+
+# A run started in the background by a shell (`make test &`) inherits SIGINT ignored, and so
+# would every broker and CLI process it starts: an ignored signal stays ignored across exec,
+# and Python then installs no KeyboardInterrupt handler. The tests that press Ctrl-C (dev up,
+# produce, the README tour's cluster) need it delivered: a handled signal is reset to the
+# default in a child, so this restores Ctrl-C for the processes the tests start.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
