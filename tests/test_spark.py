@@ -284,6 +284,39 @@ def test_retried_task_resumes_after_what_its_first_attempt_wrote(
     assert max(s["records_skipped"] for s in summaries) >= 600  # the retry skipped, not resent
 
 
+@pytest.mark.parametrize("mode", ["end", "exit"])
+def test_a_retry_resumes_mid_growth_of_default_sized_batches(
+    spark: Any, cluster: ProcessCluster, admin: Admin, tmp_path: Path, mode: str
+) -> None:
+    """At the default batchRecords a partition's batch caps grow (1,000, 1,000, 2,000, ...):
+    attempt 0 fails after 4,500 rows, ~1,500 per raftq partition (a first batch of 1,000 and
+    a short one sent, or the first in flight when the worker dies); the retry resumes from
+    what was applied, mid-growth, and cuts its batches from there. Every id once."""
+    out = make_topic(cluster, admin, f"spark-retry-growth-{mode}")
+    fail, report = tmp_path / "fail-once", tmp_path / "report.json"
+    fail.touch()
+    df = spark.range(0, 12_000, numPartitions=2).selectExpr(
+        "cast(id % 101 as string) as key", "concat('v', cast(id as string)) as value"
+    )
+    (
+        df.write.format("raftq_flaky")
+        .option("bootstrap", cluster.bootstrap)
+        .option("topic", out)
+        .option("failFile", str(fail))
+        .option("failAfterRows", 4_500)
+        .option("failMode", mode)
+        .option("reportFile", str(report))
+        .mode("append")
+        .save()
+    )
+    assert not fail.exists()
+    values_once(admin, out, [b"v%d" % i for i in range(12_000)])
+    summaries = json.loads(report.read_text())
+    assert sum(s["records_written"] + s["records_skipped"] for s in summaries) == 12_000
+    if mode == "end":  # attempt 0 sent all it was handed, short batches too: none again
+        assert max(s["records_skipped"] for s in summaries) == 4_500
+
+
 # --- 3. foreachBatch with txnAppId / txnVersion ---------------------------------------------------
 
 
