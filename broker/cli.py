@@ -49,7 +49,7 @@ from typing import Any, TextIO
 from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 
-from raftq import backup, cli_server, inspector
+from raftq import backup, cli_schedule, cli_server, inspector
 from raftq.client import Admin, Consumer, Message, Producer, SendFuture
 from raftq.client.redrive import REDRIVE_GROUP, RedriveProgress, redrive
 from raftq.config import ClientSettings
@@ -800,6 +800,8 @@ def register(subparsers: Subparsers) -> None:
     move.add_argument(
         "--timeout-s", type=float, default=300.0, help="wait at most this long (default 300)"
     )
+
+    cli_schedule.register(subparsers, common)
 
     cluster = subparsers.add_parser("cluster", help="cluster health")
     clusters = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")

@@ -258,6 +258,9 @@ def read_on(
             response.producer_last_sequence = state.last_sequence
             response.producer_last_offsets.extend(state.last_offsets)
             response.producer_records = state.records
+    if kind == "schedules":
+        name = request.schedules.name
+        response.schedules.extend(s for s in replica.schedules() if not name or s.name == name)
     if kind == "lag":
         for group in request.lag.groups:
             lag = replica.lag(group)

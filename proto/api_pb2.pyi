@@ -859,3 +859,55 @@ class PurgeTopicResponse(_message.Message):
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionPurge]
     def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionPurge, _Mapping]]] = ...) -> None: ...
+
+class CreateScheduleRequest(_message.Message):
+    __slots__ = ("topic", "schedule", "partition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    schedule: _common_pb2.Schedule
+    partition: int
+    def __init__(self, topic: _Optional[str] = ..., schedule: _Optional[_Union[_common_pb2.Schedule, _Mapping]] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class ScheduleResponse(_message.Message):
+    __slots__ = ("schedule",)
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    schedule: _common_pb2.Schedule
+    def __init__(self, schedule: _Optional[_Union[_common_pb2.Schedule, _Mapping]] = ...) -> None: ...
+
+class ListSchedulesRequest(_message.Message):
+    __slots__ = ("topic", "name")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    name: str
+    def __init__(self, topic: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class ListSchedulesResponse(_message.Message):
+    __slots__ = ("schedules",)
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
+    schedules: _containers.RepeatedCompositeFieldContainer[_common_pb2.Schedule]
+    def __init__(self, schedules: _Optional[_Iterable[_Union[_common_pb2.Schedule, _Mapping]]] = ...) -> None: ...
+
+class PauseScheduleRequest(_message.Message):
+    __slots__ = ("topic", "name", "paused")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    name: str
+    paused: bool
+    def __init__(self, topic: _Optional[str] = ..., name: _Optional[str] = ..., paused: _Optional[bool] = ...) -> None: ...
+
+class DeleteScheduleRequest(_message.Message):
+    __slots__ = ("topic", "name")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    name: str
+    def __init__(self, topic: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class DeleteScheduleResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

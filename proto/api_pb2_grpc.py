@@ -850,6 +850,26 @@ class AdminStub:
                 request_serializer=proto_dot_api__pb2.MovePartitionRequest.SerializeToString,
                 response_deserializer=proto_dot_api__pb2.MovePartitionResponse.FromString,
                 _registered_method=True)
+        self.CreateSchedule = channel.unary_unary(
+                '/raftq.v1.Admin/CreateSchedule',
+                request_serializer=proto_dot_api__pb2.CreateScheduleRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.ScheduleResponse.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/raftq.v1.Admin/ListSchedules',
+                request_serializer=proto_dot_api__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.PauseSchedule = channel.unary_unary(
+                '/raftq.v1.Admin/PauseSchedule',
+                request_serializer=proto_dot_api__pb2.PauseScheduleRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.ScheduleResponse.FromString,
+                _registered_method=True)
+        self.DeleteSchedule = channel.unary_unary(
+                '/raftq.v1.Admin/DeleteSchedule',
+                request_serializer=proto_dot_api__pb2.DeleteScheduleRequest.SerializeToString,
+                response_deserializer=proto_dot_api__pb2.DeleteScheduleResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -1031,6 +1051,41 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSchedule(self, request, context):
+        """Recurring records (common.proto Schedule): a cron expression in an IANA time zone, or a
+        fixed interval_ms, firing a record template into the topic. The schedule lives in the
+        partition its records land in (the request's partition, else murmur2 of the template's
+        key, else murmur2 of its name) and fires each slot exactly once, never early by that
+        partition's clock. INVALID_ARGUMENT (bad cron, unknown time zone, interval_ms under
+        1,000, over 1,000 schedules in the partition, ...), SCHEDULE_EXISTS, UNKNOWN_TOPIC,
+        UNKNOWN_PARTITION, RECORD_TOO_LARGE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """A topic's schedules (all, or the one named), by name, each with its next slot.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSchedule(self, request, context):
+        """Pause (paused = true) or resume a schedule; a resumed schedule fires its first slot after
+        the resume (the paused time is not caught up). UNKNOWN_SCHEDULE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchedule(self, request, context):
+        """Delete a schedule; the records it fired stay. UNKNOWN_SCHEDULE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1138,6 +1193,26 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.MovePartition,
                     request_deserializer=proto_dot_api__pb2.MovePartitionRequest.FromString,
                     response_serializer=proto_dot_api__pb2.MovePartitionResponse.SerializeToString,
+            ),
+            'CreateSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSchedule,
+                    request_deserializer=proto_dot_api__pb2.CreateScheduleRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.ScheduleResponse.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=proto_dot_api__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'PauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSchedule,
+                    request_deserializer=proto_dot_api__pb2.PauseScheduleRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.ScheduleResponse.SerializeToString,
+            ),
+            'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchedule,
+                    request_deserializer=proto_dot_api__pb2.DeleteScheduleRequest.FromString,
+                    response_serializer=proto_dot_api__pb2.DeleteScheduleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1711,6 +1786,114 @@ class Admin:
             '/raftq.v1.Admin/MovePartition',
             proto_dot_api__pb2.MovePartitionRequest.SerializeToString,
             proto_dot_api__pb2.MovePartitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Admin/CreateSchedule',
+            proto_dot_api__pb2.CreateScheduleRequest.SerializeToString,
+            proto_dot_api__pb2.ScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Admin/ListSchedules',
+            proto_dot_api__pb2.ListSchedulesRequest.SerializeToString,
+            proto_dot_api__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Admin/PauseSchedule',
+            proto_dot_api__pb2.PauseScheduleRequest.SerializeToString,
+            proto_dot_api__pb2.ScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftq.v1.Admin/DeleteSchedule',
+            proto_dot_api__pb2.DeleteScheduleRequest.SerializeToString,
+            proto_dot_api__pb2.DeleteScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -27,7 +27,7 @@ from raftq.proto import metadata_pb2 as proto_dot_metadata__pb2
 from raftq.proto import partition_pb2 as proto_dot_partition__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14proto/internal.proto\x12\x08raftq.v1\x1a\x12proto/common.proto\x1a\x14proto/metadata.proto\x1a\x15proto/partition.proto\"u\n\x0eProposeRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12+\n\x07\x63ommand\x18\x03 \x01(\x0b\x32\x1a.raftq.v1.PartitionCommand\x12\x14\n\x0cskip_if_idle\x18\x04 \x01(\x08\"P\n\x0fProposeResponse\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.raftq.v1.CommandResult\x12\x14\n\x0cskipped_idle\x18\x02 \x01(\x08\"\xd5\x01\n\x0bReadRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12$\n\x05\x66\x65tch\x18\x03 \x01(\x0b\x32\x13.raftq.v1.FetchReadH\x00\x12(\n\x07offsets\x18\x04 \x01(\x0b\x32\x15.raftq.v1.OffsetsReadH\x00\x12 \n\x03lag\x18\x05 \x01(\x0b\x32\x11.raftq.v1.LagReadH\x00\x12*\n\x08producer\x18\x06 \x01(\x0b\x32\x16.raftq.v1.ProducerReadH\x00\x42\x06\n\x04read\"C\n\tFetchRead\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x13\n\x0bmax_records\x18\x02 \x01(\x05\x12\x11\n\tmax_bytes\x18\x03 \x01(\x03\"\r\n\x0bOffsetsRead\"\x19\n\x07LagRead\x12\x0e\n\x06groups\x18\x01 \x03(\t\"#\n\x0cProducerRead\x12\x13\n\x0bproducer_id\x18\x01 \x01(\t\"z\n\x0cGroupLagRead\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tcommitted\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\x12\x0b\n\x03lag\x18\x04 \x01(\x03\x12\x0f\n\x07pending\x18\x05 \x01(\x03\x12\x0e\n\x06leased\x18\x06 \x01(\x03\x12\r\n\x05known\x18\x07 \x01(\x08\"\xee\x01\n\x0cReadResponse\x12\'\n\x07records\x18\x01 \x03(\x0b\x32\x16.raftq.v1.StoredRecord\x12\x11\n\tlog_start\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\x12$\n\x04lags\x18\x04 \x03(\x0b\x32\x16.raftq.v1.GroupLagRead\x12\x16\n\x0eproducer_known\x18\x05 \x01(\x08\x12\x1e\n\x16producer_last_sequence\x18\x06 \x01(\x03\x12\x1d\n\x15producer_last_offsets\x18\x07 \x03(\x03\x12\x18\n\x10producer_records\x18\x08 \x01(\x03\"<\n\x12MetaProposeRequest\x12&\n\x07\x63ommand\x18\x01 \x01(\x0b\x32\x15.raftq.v1.MetaCommand\";\n\x13MetaProposeResponse\x12$\n\x06result\x18\x01 \x01(\x0b\x32\x14.raftq.v1.MetaResult\"D\n\x0e\x46orwardRequest\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x0f\n\x07request\x18\x02 \x01(\x0c\x12\x11\n\tprincipal\x18\x03 \x01(\t\"#\n\x0f\x46orwardResponse\x12\x10\n\x08response\x18\x01 \x01(\x0c\"\xd4\x01\n\rReplicaReport\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x10\n\x08topic_id\x18\x03 \x01(\x03\x12\x0e\n\x06leader\x18\x04 \x01(\x08\x12\x18\n\x10leader_raft_addr\x18\x05 \x01(\t\x12\x11\n\tlog_start\x18\x06 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x07 \x01(\x03\x12\x15\n\rapplied_index\x18\x08 \x01(\x03\x12\x0f\n\x07healthy\x18\t \x01(\x08\x12\x0c\n\x04term\x18\n \x01(\x03\x12\x0f\n\x07members\x18\x0b \x03(\t\"]\n\x0c\x42rokerReport\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12)\n\x08replicas\x18\x02 \x03(\x0b\x32\x17.raftq.v1.ReplicaReport\x12\x0f\n\x07sent_ms\x18\x03 \x01(\x03\"6\n\tReportAck\x12\x17\n\x0fmetadata_leader\x18\x01 \x01(\x05\x12\x10\n\x08\x64raining\x18\x02 \x01(\x08\"\x14\n\x12MetaMembersRequest\"}\n\x13MetaMembersResponse\x12\x0f\n\x07members\x18\x01 \x03(\t\x12\x18\n\x10leader_raft_addr\x18\x02 \x01(\t\x12\x1a\n\x12leader_client_addr\x18\x03 \x01(\t\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x04 \x01(\x08\x12\x10\n\x08learners\x18\x05 \x03(\t\":\n\x12JoinClusterRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x11\n\traft_addr\x18\x02 \x01(\t2\xdc\x03\n\x08Internal\x12>\n\x07Propose\x12\x18.raftq.v1.ProposeRequest\x1a\x19.raftq.v1.ProposeResponse\x12\x35\n\x04Read\x12\x15.raftq.v1.ReadRequest\x1a\x16.raftq.v1.ReadResponse\x12J\n\x0bMetaPropose\x12\x1c.raftq.v1.MetaProposeRequest\x1a\x1d.raftq.v1.MetaProposeResponse\x12>\n\x07\x46orward\x12\x18.raftq.v1.ForwardRequest\x1a\x19.raftq.v1.ForwardResponse\x12\x35\n\x06Report\x12\x16.raftq.v1.BrokerReport\x1a\x13.raftq.v1.ReportAck\x12J\n\x0bMetaMembers\x12\x1c.raftq.v1.MetaMembersRequest\x1a\x1d.raftq.v1.MetaMembersResponse\x12J\n\x0bJoinCluster\x12\x1c.raftq.v1.JoinClusterRequest\x1a\x1d.raftq.v1.MetaMembersResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14proto/internal.proto\x12\x08raftq.v1\x1a\x12proto/common.proto\x1a\x14proto/metadata.proto\x1a\x15proto/partition.proto\"u\n\x0eProposeRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12+\n\x07\x63ommand\x18\x03 \x01(\x0b\x32\x1a.raftq.v1.PartitionCommand\x12\x14\n\x0cskip_if_idle\x18\x04 \x01(\x08\"P\n\x0fProposeResponse\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.raftq.v1.CommandResult\x12\x14\n\x0cskipped_idle\x18\x02 \x01(\x08\"\x83\x02\n\x0bReadRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12$\n\x05\x66\x65tch\x18\x03 \x01(\x0b\x32\x13.raftq.v1.FetchReadH\x00\x12(\n\x07offsets\x18\x04 \x01(\x0b\x32\x15.raftq.v1.OffsetsReadH\x00\x12 \n\x03lag\x18\x05 \x01(\x0b\x32\x11.raftq.v1.LagReadH\x00\x12*\n\x08producer\x18\x06 \x01(\x0b\x32\x16.raftq.v1.ProducerReadH\x00\x12,\n\tschedules\x18\x07 \x01(\x0b\x32\x17.raftq.v1.SchedulesReadH\x00\x42\x06\n\x04read\"\x1d\n\rSchedulesRead\x12\x0c\n\x04name\x18\x01 \x01(\t\"C\n\tFetchRead\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x13\n\x0bmax_records\x18\x02 \x01(\x05\x12\x11\n\tmax_bytes\x18\x03 \x01(\x03\"\r\n\x0bOffsetsRead\"\x19\n\x07LagRead\x12\x0e\n\x06groups\x18\x01 \x03(\t\"#\n\x0cProducerRead\x12\x13\n\x0bproducer_id\x18\x01 \x01(\t\"z\n\x0cGroupLagRead\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tcommitted\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\x12\x0b\n\x03lag\x18\x04 \x01(\x03\x12\x0f\n\x07pending\x18\x05 \x01(\x03\x12\x0e\n\x06leased\x18\x06 \x01(\x03\x12\r\n\x05known\x18\x07 \x01(\x08\"\x95\x02\n\x0cReadResponse\x12\'\n\x07records\x18\x01 \x03(\x0b\x32\x16.raftq.v1.StoredRecord\x12\x11\n\tlog_start\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\x12$\n\x04lags\x18\x04 \x03(\x0b\x32\x16.raftq.v1.GroupLagRead\x12\x16\n\x0eproducer_known\x18\x05 \x01(\x08\x12\x1e\n\x16producer_last_sequence\x18\x06 \x01(\x03\x12\x1d\n\x15producer_last_offsets\x18\x07 \x03(\x03\x12\x18\n\x10producer_records\x18\x08 \x01(\x03\x12%\n\tschedules\x18\t \x03(\x0b\x32\x12.raftq.v1.Schedule\"<\n\x12MetaProposeRequest\x12&\n\x07\x63ommand\x18\x01 \x01(\x0b\x32\x15.raftq.v1.MetaCommand\";\n\x13MetaProposeResponse\x12$\n\x06result\x18\x01 \x01(\x0b\x32\x14.raftq.v1.MetaResult\"D\n\x0e\x46orwardRequest\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x0f\n\x07request\x18\x02 \x01(\x0c\x12\x11\n\tprincipal\x18\x03 \x01(\t\"#\n\x0f\x46orwardResponse\x12\x10\n\x08response\x18\x01 \x01(\x0c\"\xd4\x01\n\rReplicaReport\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x10\n\x08topic_id\x18\x03 \x01(\x03\x12\x0e\n\x06leader\x18\x04 \x01(\x08\x12\x18\n\x10leader_raft_addr\x18\x05 \x01(\t\x12\x11\n\tlog_start\x18\x06 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x07 \x01(\x03\x12\x15\n\rapplied_index\x18\x08 \x01(\x03\x12\x0f\n\x07healthy\x18\t \x01(\x08\x12\x0c\n\x04term\x18\n \x01(\x03\x12\x0f\n\x07members\x18\x0b \x03(\t\"]\n\x0c\x42rokerReport\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12)\n\x08replicas\x18\x02 \x03(\x0b\x32\x17.raftq.v1.ReplicaReport\x12\x0f\n\x07sent_ms\x18\x03 \x01(\x03\"6\n\tReportAck\x12\x17\n\x0fmetadata_leader\x18\x01 \x01(\x05\x12\x10\n\x08\x64raining\x18\x02 \x01(\x08\"\x14\n\x12MetaMembersRequest\"}\n\x13MetaMembersResponse\x12\x0f\n\x07members\x18\x01 \x03(\t\x12\x18\n\x10leader_raft_addr\x18\x02 \x01(\t\x12\x1a\n\x12leader_client_addr\x18\x03 \x01(\t\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x04 \x01(\x08\x12\x10\n\x08learners\x18\x05 \x03(\t\":\n\x12JoinClusterRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x11\n\traft_addr\x18\x02 \x01(\t2\xdc\x03\n\x08Internal\x12>\n\x07Propose\x12\x18.raftq.v1.ProposeRequest\x1a\x19.raftq.v1.ProposeResponse\x12\x35\n\x04Read\x12\x15.raftq.v1.ReadRequest\x1a\x16.raftq.v1.ReadResponse\x12J\n\x0bMetaPropose\x12\x1c.raftq.v1.MetaProposeRequest\x1a\x1d.raftq.v1.MetaProposeResponse\x12>\n\x07\x46orward\x12\x18.raftq.v1.ForwardRequest\x1a\x19.raftq.v1.ForwardResponse\x12\x35\n\x06Report\x12\x16.raftq.v1.BrokerReport\x1a\x13.raftq.v1.ReportAck\x12J\n\x0bMetaMembers\x12\x1c.raftq.v1.MetaMembersRequest\x1a\x1d.raftq.v1.MetaMembersResponse\x12J\n\x0bJoinCluster\x12\x1c.raftq.v1.JoinClusterRequest\x1a\x1d.raftq.v1.MetaMembersResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,39 +39,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PROPOSERESPONSE']._serialized_start=218
   _globals['_PROPOSERESPONSE']._serialized_end=298
   _globals['_READREQUEST']._serialized_start=301
-  _globals['_READREQUEST']._serialized_end=514
-  _globals['_FETCHREAD']._serialized_start=516
-  _globals['_FETCHREAD']._serialized_end=583
-  _globals['_OFFSETSREAD']._serialized_start=585
-  _globals['_OFFSETSREAD']._serialized_end=598
-  _globals['_LAGREAD']._serialized_start=600
-  _globals['_LAGREAD']._serialized_end=625
-  _globals['_PRODUCERREAD']._serialized_start=627
-  _globals['_PRODUCERREAD']._serialized_end=662
-  _globals['_GROUPLAGREAD']._serialized_start=664
-  _globals['_GROUPLAGREAD']._serialized_end=786
-  _globals['_READRESPONSE']._serialized_start=789
-  _globals['_READRESPONSE']._serialized_end=1027
-  _globals['_METAPROPOSEREQUEST']._serialized_start=1029
-  _globals['_METAPROPOSEREQUEST']._serialized_end=1089
-  _globals['_METAPROPOSERESPONSE']._serialized_start=1091
-  _globals['_METAPROPOSERESPONSE']._serialized_end=1150
-  _globals['_FORWARDREQUEST']._serialized_start=1152
-  _globals['_FORWARDREQUEST']._serialized_end=1220
-  _globals['_FORWARDRESPONSE']._serialized_start=1222
-  _globals['_FORWARDRESPONSE']._serialized_end=1257
-  _globals['_REPLICAREPORT']._serialized_start=1260
-  _globals['_REPLICAREPORT']._serialized_end=1472
-  _globals['_BROKERREPORT']._serialized_start=1474
-  _globals['_BROKERREPORT']._serialized_end=1567
-  _globals['_REPORTACK']._serialized_start=1569
-  _globals['_REPORTACK']._serialized_end=1623
-  _globals['_METAMEMBERSREQUEST']._serialized_start=1625
-  _globals['_METAMEMBERSREQUEST']._serialized_end=1645
-  _globals['_METAMEMBERSRESPONSE']._serialized_start=1647
-  _globals['_METAMEMBERSRESPONSE']._serialized_end=1772
-  _globals['_JOINCLUSTERREQUEST']._serialized_start=1774
-  _globals['_JOINCLUSTERREQUEST']._serialized_end=1832
-  _globals['_INTERNAL']._serialized_start=1835
-  _globals['_INTERNAL']._serialized_end=2311
+  _globals['_READREQUEST']._serialized_end=560
+  _globals['_SCHEDULESREAD']._serialized_start=562
+  _globals['_SCHEDULESREAD']._serialized_end=591
+  _globals['_FETCHREAD']._serialized_start=593
+  _globals['_FETCHREAD']._serialized_end=660
+  _globals['_OFFSETSREAD']._serialized_start=662
+  _globals['_OFFSETSREAD']._serialized_end=675
+  _globals['_LAGREAD']._serialized_start=677
+  _globals['_LAGREAD']._serialized_end=702
+  _globals['_PRODUCERREAD']._serialized_start=704
+  _globals['_PRODUCERREAD']._serialized_end=739
+  _globals['_GROUPLAGREAD']._serialized_start=741
+  _globals['_GROUPLAGREAD']._serialized_end=863
+  _globals['_READRESPONSE']._serialized_start=866
+  _globals['_READRESPONSE']._serialized_end=1143
+  _globals['_METAPROPOSEREQUEST']._serialized_start=1145
+  _globals['_METAPROPOSEREQUEST']._serialized_end=1205
+  _globals['_METAPROPOSERESPONSE']._serialized_start=1207
+  _globals['_METAPROPOSERESPONSE']._serialized_end=1266
+  _globals['_FORWARDREQUEST']._serialized_start=1268
+  _globals['_FORWARDREQUEST']._serialized_end=1336
+  _globals['_FORWARDRESPONSE']._serialized_start=1338
+  _globals['_FORWARDRESPONSE']._serialized_end=1373
+  _globals['_REPLICAREPORT']._serialized_start=1376
+  _globals['_REPLICAREPORT']._serialized_end=1588
+  _globals['_BROKERREPORT']._serialized_start=1590
+  _globals['_BROKERREPORT']._serialized_end=1683
+  _globals['_REPORTACK']._serialized_start=1685
+  _globals['_REPORTACK']._serialized_end=1739
+  _globals['_METAMEMBERSREQUEST']._serialized_start=1741
+  _globals['_METAMEMBERSREQUEST']._serialized_end=1761
+  _globals['_METAMEMBERSRESPONSE']._serialized_start=1763
+  _globals['_METAMEMBERSRESPONSE']._serialized_end=1888
+  _globals['_JOINCLUSTERREQUEST']._serialized_start=1890
+  _globals['_JOINCLUSTERREQUEST']._serialized_end=1948
+  _globals['_INTERNAL']._serialized_start=1951
+  _globals['_INTERNAL']._serialized_end=2427
 # @@protoc_insertion_point(module_scope)

@@ -30,20 +30,28 @@ class ProposeResponse(_message.Message):
     def __init__(self, result: _Optional[_Union[_partition_pb2.CommandResult, _Mapping]] = ..., skipped_idle: _Optional[bool] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("topic", "partition", "fetch", "offsets", "lag", "producer")
+    __slots__ = ("topic", "partition", "fetch", "offsets", "lag", "producer", "schedules")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     FETCH_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     fetch: FetchRead
     offsets: OffsetsRead
     lag: LagRead
     producer: ProducerRead
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., fetch: _Optional[_Union[FetchRead, _Mapping]] = ..., offsets: _Optional[_Union[OffsetsRead, _Mapping]] = ..., lag: _Optional[_Union[LagRead, _Mapping]] = ..., producer: _Optional[_Union[ProducerRead, _Mapping]] = ...) -> None: ...
+    schedules: SchedulesRead
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., fetch: _Optional[_Union[FetchRead, _Mapping]] = ..., offsets: _Optional[_Union[OffsetsRead, _Mapping]] = ..., lag: _Optional[_Union[LagRead, _Mapping]] = ..., producer: _Optional[_Union[ProducerRead, _Mapping]] = ..., schedules: _Optional[_Union[SchedulesRead, _Mapping]] = ...) -> None: ...
+
+class SchedulesRead(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class FetchRead(_message.Message):
     __slots__ = ("offset", "max_records", "max_bytes")
@@ -90,7 +98,7 @@ class GroupLagRead(_message.Message):
     def __init__(self, group: _Optional[str] = ..., committed: _Optional[int] = ..., end: _Optional[int] = ..., lag: _Optional[int] = ..., pending: _Optional[int] = ..., leased: _Optional[int] = ..., known: _Optional[bool] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
-    __slots__ = ("records", "log_start", "end", "lags", "producer_known", "producer_last_sequence", "producer_last_offsets", "producer_records")
+    __slots__ = ("records", "log_start", "end", "lags", "producer_known", "producer_last_sequence", "producer_last_offsets", "producer_records", "schedules")
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     LOG_START_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
@@ -99,6 +107,7 @@ class ReadResponse(_message.Message):
     PRODUCER_LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_LAST_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
     records: _containers.RepeatedCompositeFieldContainer[_common_pb2.StoredRecord]
     log_start: int
     end: int
@@ -107,7 +116,8 @@ class ReadResponse(_message.Message):
     producer_last_sequence: int
     producer_last_offsets: _containers.RepeatedScalarFieldContainer[int]
     producer_records: int
-    def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.StoredRecord, _Mapping]]] = ..., log_start: _Optional[int] = ..., end: _Optional[int] = ..., lags: _Optional[_Iterable[_Union[GroupLagRead, _Mapping]]] = ..., producer_known: _Optional[bool] = ..., producer_last_sequence: _Optional[int] = ..., producer_last_offsets: _Optional[_Iterable[int]] = ..., producer_records: _Optional[int] = ...) -> None: ...
+    schedules: _containers.RepeatedCompositeFieldContainer[_common_pb2.Schedule]
+    def __init__(self, records: _Optional[_Iterable[_Union[_common_pb2.StoredRecord, _Mapping]]] = ..., log_start: _Optional[int] = ..., end: _Optional[int] = ..., lags: _Optional[_Iterable[_Union[GroupLagRead, _Mapping]]] = ..., producer_known: _Optional[bool] = ..., producer_last_sequence: _Optional[int] = ..., producer_last_offsets: _Optional[_Iterable[int]] = ..., producer_records: _Optional[int] = ..., schedules: _Optional[_Iterable[_Union[_common_pb2.Schedule, _Mapping]]] = ...) -> None: ...
 
 class MetaProposeRequest(_message.Message):
     __slots__ = ("command",)

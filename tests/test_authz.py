@@ -49,7 +49,9 @@ RESOURCE_FIELDS = {
 # String fields that name no resource (decided one by one: add a new field to one set).
 # scope: CommitTxn/GetTxn's watermark key within a txn app (the right is on the app).
 # fair_key: a topic setting naming a record header (ordering=fair), not a resource.
-NOT_RESOURCES = {"producer_id", "idempotency_key", "scope", "fair_key"}
+# cron, time_zone: a schedule's timing (CreateSchedule); a schedule's name is under its topic's
+# right (the generator fills "name" as a topic name, which the needs name through r.topic).
+NOT_RESOURCES = {"producer_id", "idempotency_key", "scope", "fair_key", "cron", "time_zone"}
 
 
 def _rules(pattern: str) -> tuple[AclRule, ...]:

@@ -318,11 +318,14 @@ def test_pause_resume_delete(new_store: Callable[[], PartitionStore]) -> None:
     planned, _ = plan_fire(replicas.machines[0].schedules(), T0_MS + 13_000)
     delete = partition_pb2.DeleteSchedule(name="s")
     assert replicas.commit(T0_MS + 12_500, delete_schedule=delete).count == 1
-    assert replicas.commit(T0_MS + 13_000, fire_schedules=planned).count == 0
+    assert replicas.commit(T0_MS + 12_550, fire_schedules=planned).count == 0  # gone
     assert replicas.machines[0].schedules() == []
-    # a new schedule of the same name is not fired by the deleted one's plan
+    # a new schedule of the same name is not fired by the deleted one's plan, though the
+    # plan's slot (13,000) lies after the new one's creation (12,600) and before now
     create(replicas, T0_MS + 12_600, schedule(interval_ms=1000))
     assert replicas.commit(T0_MS + 13_700, fire_schedules=planned).count == 0
+    replicas.fire(T0_MS + 13_700)
+    assert [s for s, _, _ in replicas.fired()][-1] == T0_MS + 13_600
     replicas.check_converged()
 
 

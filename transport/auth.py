@@ -34,6 +34,9 @@ What each RPC needs (`requirements`; any one of the listed operations on every r
     Admin.DeleteGroup                          admin              group
     Admin.SeekGroup                            admin              group and topic
     Admin.PurgeTopic                           admin              topic
+    Admin.CreateSchedule, PauseSchedule,       admin              topic
+      DeleteSchedule
+    Admin.ListSchedules                        any                topic
     Admin.CommitTxn                            produce            txn app
     Admin.GetTxn                               produce | admin    txn app
     Admin.ListTopics, ListGroups,              some ACL rule      answers list only what the
@@ -327,6 +330,10 @@ _NEEDS: dict[str, Callable[[Any, _Call], list[Need]]] = {
     "/raftq.v1.Admin/DeleteGroup": lambda r, c: [Need(_A, r.group, GROUP)],
     "/raftq.v1.Admin/SeekGroup": lambda r, c: [Need(_A, r.group, GROUP), Need(_A, r.topic)],
     "/raftq.v1.Admin/PurgeTopic": lambda r, c: [Need(_A, r.topic)],
+    "/raftq.v1.Admin/CreateSchedule": lambda r, c: [Need(_A, r.topic)],
+    "/raftq.v1.Admin/ListSchedules": lambda r, c: [Need(ANY, r.topic)],
+    "/raftq.v1.Admin/PauseSchedule": lambda r, c: [Need(_A, r.topic)],
+    "/raftq.v1.Admin/DeleteSchedule": lambda r, c: [Need(_A, r.topic)],
     "/raftq.v1.Admin/CommitTxn": lambda r, c: [Need(_P, r.app_id, TXN_APP)],
     "/raftq.v1.Admin/GetTxn": lambda r, c: [Need(_P | _A, r.app_id, TXN_APP)],
 }

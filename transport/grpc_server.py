@@ -53,6 +53,7 @@ from raftq.transport.request_checks import (
     check_backup_partition,
     check_cancel_record,
     check_commit_txn,
+    check_create_schedule,
     check_create_topic,
     check_describe_group,
     check_extend_lease,
@@ -63,6 +64,7 @@ from raftq.transport.request_checks import (
     check_lease_ms,
     check_leave_group,
     check_list_offsets,
+    check_list_schedules,
     check_member,
     check_move_partition,
     check_nack,
@@ -70,6 +72,7 @@ from raftq.transport.request_checks import (
     check_producer_state,
     check_purge_topic,
     check_remove_broker,
+    check_schedule_request,
     check_seek_group,
     check_send,
     check_topic_request,
@@ -210,6 +213,22 @@ class AdminApi(Protocol):
     def purge_topic(
         self, request: api_pb2.PurgeTopicRequest, *, timeout_s: float | None
     ) -> api_pb2.PurgeTopicResponse: ...
+
+    def create_schedule(
+        self, request: api_pb2.CreateScheduleRequest, *, timeout_s: float | None
+    ) -> api_pb2.ScheduleResponse: ...
+
+    def list_schedules(
+        self, request: api_pb2.ListSchedulesRequest, *, timeout_s: float | None
+    ) -> api_pb2.ListSchedulesResponse: ...
+
+    def pause_schedule(
+        self, request: api_pb2.PauseScheduleRequest, *, timeout_s: float | None
+    ) -> api_pb2.ScheduleResponse: ...
+
+    def delete_schedule(
+        self, request: api_pb2.DeleteScheduleRequest, *, timeout_s: float | None
+    ) -> api_pb2.DeleteScheduleResponse: ...
 
     def update_record(
         self, request: api_pb2.UpdateRecordRequest, *, timeout_s: float | None
@@ -565,6 +584,10 @@ class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
     DeleteGroup = _unary("delete_group", check_describe_group)
     SeekGroup = _unary("seek_group", check_seek_group)
     PurgeTopic = _unary("purge_topic", check_purge_topic)
+    CreateSchedule = _unary("create_schedule", check_create_schedule)
+    ListSchedules = _unary("list_schedules", check_list_schedules)
+    PauseSchedule = _unary("pause_schedule", check_schedule_request)
+    DeleteSchedule = _unary("delete_schedule", check_schedule_request)
     AddPartitions = _unary("add_partitions", check_add_partitions)
     RebalanceLeaders = _unary("rebalance_leaders", no_check)
     BackupMetadata = _unary("backup_metadata", no_check)

@@ -276,6 +276,24 @@ def check_purge_topic(r: api_pb2.PurgeTopicRequest) -> None:
         check_range(r.partition, "partition", 0)
 
 
+def check_create_schedule(r: api_pb2.CreateScheduleRequest) -> None:
+    check_topic_name(r.topic)
+    check_name(r.schedule.name, "schedule.name")
+    if r.HasField("partition"):
+        check_range(r.partition, "partition", 0)
+
+
+def check_list_schedules(r: api_pb2.ListSchedulesRequest) -> None:
+    check_topic_name(r.topic)
+    if r.name:
+        check_name(r.name, "name")
+
+
+def check_schedule_request(r: api_pb2.PauseScheduleRequest | api_pb2.DeleteScheduleRequest) -> None:
+    check_topic_name(r.topic)
+    check_name(r.name, "name")
+
+
 def check_remove_broker(r: api_pb2.RemoveBrokerRequest) -> None:
     check_range(r.broker_id, "broker_id", 1)
 

@@ -237,3 +237,57 @@ def purge_topic(topic: str, partition: int | None) -> Call[list[api_pb2.Partitio
     if partition is not None:
         request.partition = partition
     return Call("admin", "PurgeTopic", request, lambda r: list(r.partitions))
+
+
+@_typed
+def create_schedule(
+    topic: str,
+    name: str,
+    cron: str | None,
+    time_zone: str,
+    interval_ms: int | None,
+    record: Mapping[str, Any],
+    partition: int | None,
+    catch_up: str,
+) -> Call[common_pb2.Schedule]:
+    """``record``: the template's value, key, headers, priority, ttl_ms (None: unset)."""
+    if catch_up.lower() not in ("once", "skip"):
+        raise errors.InvalidArgument(f"catch_up {catch_up!r}: use once or skip")
+    template = common_pb2.Record()
+    for field, value in record.items():
+        if value is None:
+            continue
+        if field == "headers":
+            template.headers.update(value)
+        else:
+            setattr(template, field, value)
+    schedule = common_pb2.Schedule(
+        name=name,
+        cron=cron or "",
+        time_zone=time_zone,
+        interval_ms=interval_ms or 0,
+        template=template,
+        catch_up=common_pb2.CatchUp.Value(f"CATCH_UP_{catch_up.upper()}"),
+    )
+    request = api_pb2.CreateScheduleRequest(topic=topic, schedule=schedule)
+    if partition is not None:
+        request.partition = partition
+    return Call("admin", "CreateSchedule", request, lambda r: r.schedule)
+
+
+@_typed
+def list_schedules(topic: str, name: str) -> Call[list[common_pb2.Schedule]]:
+    request = api_pb2.ListSchedulesRequest(topic=topic, name=name)
+    return Call("admin", "ListSchedules", request, lambda r: list(r.schedules))
+
+
+@_typed
+def pause_schedule(topic: str, name: str, paused: bool) -> Call[common_pb2.Schedule]:
+    request = api_pb2.PauseScheduleRequest(topic=topic, name=name, paused=paused)
+    return Call("admin", "PauseSchedule", request, lambda r: r.schedule)
+
+
+@_typed
+def delete_schedule(topic: str, name: str) -> Call[None]:
+    request = api_pb2.DeleteScheduleRequest(topic=topic, name=name)
+    return Call("admin", "DeleteSchedule", request, _nothing)

@@ -48,7 +48,7 @@ from raftq.client.member import (
 )
 from raftq.client.producer import Producer
 from raftq.client.send_future import RecordMetadata, SendFuture
-from raftq.proto import api_pb2, errors
+from raftq.proto import api_pb2, common_pb2, errors
 from raftq.proto.limits import CLIENT_MESSAGE_BYTES_MAX
 from raftq.transport.grpc_errors import from_rpc_error
 from raftq.transport.tls import ChannelSecurity, open_aio_channel
@@ -211,6 +211,52 @@ class AsyncAdmin:
     ) -> list[api_pb2.PartitionPurge]:
         """As :meth:`raftq.client.admin.Admin.purge_topic`."""
         return await self._run(calls.purge_topic(topic, partition))
+
+    async def create_schedule(
+        self,
+        topic: str,
+        name: str,
+        value: bytes,
+        *,
+        cron: str | None = None,
+        time_zone: str = "",
+        interval_ms: int | None = None,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        priority: int | None = None,
+        ttl_ms: int | None = None,
+        partition: int | None = None,
+        catch_up: str = "once",
+    ) -> common_pb2.Schedule:
+        """As :meth:`raftq.client.admin.Admin.create_schedule`."""
+        record = {
+            "value": value,
+            "key": key,
+            "headers": headers,
+            "priority": priority,
+            "ttl_ms": ttl_ms,
+        }
+        return await self._run(
+            calls.create_schedule(
+                topic, name, cron, time_zone, interval_ms, record, partition, catch_up
+            )
+        )
+
+    async def list_schedules(self, topic: str, name: str = "") -> list[common_pb2.Schedule]:
+        """As :meth:`raftq.client.admin.Admin.list_schedules`."""
+        return await self._run(calls.list_schedules(topic, name))
+
+    async def pause_schedule(self, topic: str, name: str) -> common_pb2.Schedule:
+        """As :meth:`raftq.client.admin.Admin.pause_schedule`."""
+        return await self._run(calls.pause_schedule(topic, name, True))
+
+    async def resume_schedule(self, topic: str, name: str) -> common_pb2.Schedule:
+        """As :meth:`raftq.client.admin.Admin.resume_schedule`."""
+        return await self._run(calls.pause_schedule(topic, name, False))
+
+    async def delete_schedule(self, topic: str, name: str) -> None:
+        """As :meth:`raftq.client.admin.Admin.delete_schedule`."""
+        await self._run(calls.delete_schedule(topic, name))
 
     async def describe_cluster(self) -> api_pb2.ClusterDescription:
         return await self._run(calls.describe_cluster())

@@ -22,6 +22,7 @@ from raftq.coordinator import BrokerReports, LiveBrokers
 from raftq.handlers import admin_ops
 from raftq.handlers.admin_groups import GroupAdmin
 from raftq.handlers.common import timeout
+from raftq.handlers.schedules import ScheduleAdmin
 from raftq.metadata.frontend import MetadataFrontend, TopicSpec
 from raftq.metadata.table import Table
 from raftq.metadata_client import LeaderCall
@@ -78,6 +79,7 @@ class AdminHandler:
         self._replicas = replicas
         self._voters = voters
         self._backup_dir = backup_dir
+        self._schedules = ScheduleAdmin(lambda: metadata.table, router.propose, router.read)
         self.prefer_leader: Callable[[PartitionReplica, Table], bool] = lambda r, t: False
         self.remove_broker_here: Callable[[int, float], api_pb2.RemoveBrokerResponse] | None = None
         # membership's: move a partition's replicas (topic, partition, replicas, timeout_s)
@@ -288,6 +290,28 @@ class AdminHandler:
         return admin_ops.purge_topic(
             self._metadata.table, self._router, request, timeout(timeout_s)
         )
+
+    # -- recurring records (broker/handlers/schedules.py) -------------------------------------
+
+    def create_schedule(
+        self, request: api_pb2.CreateScheduleRequest, *, timeout_s: float | None
+    ) -> api_pb2.ScheduleResponse:
+        return self._schedules.create_schedule(request, timeout(timeout_s))
+
+    def list_schedules(
+        self, request: api_pb2.ListSchedulesRequest, *, timeout_s: float | None
+    ) -> api_pb2.ListSchedulesResponse:
+        return self._schedules.list_schedules(request, timeout(timeout_s))
+
+    def pause_schedule(
+        self, request: api_pb2.PauseScheduleRequest, *, timeout_s: float | None
+    ) -> api_pb2.ScheduleResponse:
+        return self._schedules.pause_schedule(request, timeout(timeout_s))
+
+    def delete_schedule(
+        self, request: api_pb2.DeleteScheduleRequest, *, timeout_s: float | None
+    ) -> api_pb2.DeleteScheduleResponse:
+        return self._schedules.delete_schedule(request, timeout(timeout_s))
 
     # -- records -----------------------------------------------------------------------------
 
