@@ -256,6 +256,12 @@ def tame(method: str, msg: Message) -> None:
         assert isinstance(msg, api_pb2.MovePartitionRequest)
         if msg.topic in PROTECTED_TOPICS:
             msg.topic = SCRATCH_TOPIC
+    elif method in ("CreateSchedule", "PauseSchedule", "DeleteSchedule"):
+        # schedules fire into the scratch topic only, and at most once a minute
+        if msg.topic in PROTECTED_TOPICS:
+            msg.topic = SCRATCH_TOPIC
+        if isinstance(msg, api_pb2.CreateScheduleRequest) and msg.schedule.interval_ms:
+            msg.schedule.interval_ms = max(msg.schedule.interval_ms, 60_000)
     elif method == "RemoveBroker":
         assert isinstance(msg, api_pb2.RemoveBrokerRequest)
         if 1 <= msg.broker_id <= 16:
@@ -432,6 +438,13 @@ def templates() -> dict[str, dict[str, Any]]:
         "GetTxn": {"app_id": "fz-app"},
         "BackupPartition": {"topic": TOPIC, "partition": 0},
         "MovePartition": {"topic": SCRATCH_TOPIC, "partition": 0, "replicas": [1, 2, 3]},
+        "CreateSchedule": {
+            "topic": SCRATCH_TOPIC,
+            "schedule": {"name": "fz", "interval_ms": 60_000, "template": record},
+        },
+        "ListSchedules": {"topic": SCRATCH_TOPIC},
+        "PauseSchedule": {"topic": SCRATCH_TOPIC, "name": "fz", "paused": True},
+        "DeleteSchedule": {"topic": SCRATCH_TOPIC, "name": "fz"},
     }
 
 
