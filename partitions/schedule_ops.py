@@ -32,7 +32,7 @@ from raftq.proto.common_pb2 import ErrorCode
 if TYPE_CHECKING:
     from raftq.partitions.machine import PartitionMachine
 
-INT64_DIGITS = 19  # a slot's header at its longest
+INT64_MAX_DIGITS = 10**19 - 1  # a slot's header at its longest
 
 
 def load(machine: PartitionMachine, name: str) -> common_pb2.Schedule | None:
@@ -52,7 +52,7 @@ def on_create(
     problem = check_definition(schedule)
     if problem:
         raise _machine.Rejected(ErrorCode.INVALID_ARGUMENT, problem)
-    rejected = _machine.check_record(fired_record(schedule, 10**INT64_DIGITS - 1), machine.config)
+    rejected = _machine.check_record(fired_record(schedule, INT64_MAX_DIGITS), machine.config)
     if rejected is not None:
         raise rejected
     if machine.store.schedule_get(schedule.name) is not None:
@@ -104,20 +104,26 @@ def on_fire(
     machine: PartitionMachine, cmd: partition_pb2.FireSchedules, now_ms: int, index: int
 ) -> partition_pb2.CommandResult:
     """Fire each firing that still matches its schedule (see ``stale``); the others change
-    nothing (a repeat of an applied proposal, a plan older than a pause or a delete). Result:
-    count = records fired, records = their offsets."""
+    nothing (a repeat of an applied proposal, a plan older than a pause or a delete). A
+    template the topic's max_record_bytes no longer admits fires nothing: its slots count as
+    missed. Result: count = records fired, records = their offsets."""
     result = partition_pb2.CommandResult()
     for firing in cmd.firings:
         schedule = load(machine, firing.name)
         if schedule is None or stale(schedule, firing, now_ms):
             continue
-        for slot in firing.slots_ms:
-            offset = _append(machine, schedule, slot, now_ms)
-            result.records.add(offset=offset)
-        schedule.fired += len(firing.slots_ms)
-        schedule.missed += firing.missed
-        if firing.slots_ms:
-            schedule.last_slot_ms = firing.slots_ms[-1]
+        if _machine.check_record(fired_record(schedule, INT64_MAX_DIGITS), machine.config):
+            # the topic's max_record_bytes shrank below the template since its creation:
+            # its slots pass, counted as missed (raising would stop every schedule here)
+            schedule.missed += len(firing.slots_ms) + firing.missed
+        else:
+            for slot in firing.slots_ms:
+                offset = _append(machine, schedule, slot, now_ms)
+                result.records.add(offset=offset)
+            schedule.fired += len(firing.slots_ms)
+            schedule.missed += firing.missed
+            if firing.slots_ms:
+                schedule.last_slot_ms = firing.slots_ms[-1]
         schedule.after_ms = firing.after_ms
         schedule.revision = index
         save(machine, schedule)

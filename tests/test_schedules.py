@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from raftq.partitions.machine import PartitionMachine
+from raftq.partitions.machine import DEFAULT_CONFIG, PartitionMachine
 from raftq.partitions.schedules import (
     MAX_SCHEDULES,
     MISFIRE_GRACE_MS,
@@ -50,6 +50,15 @@ def schedule(name: str = "s", **fields: object) -> common_pb2.Schedule:
     return common_pb2.Schedule(name=name, **fields)  # type: ignore[arg-type]
 
 
+def topic_config(**fields: object) -> common_pb2.TopicConfig:
+    config = common_pb2.TopicConfig()
+    config.CopyFrom(DEFAULT_CONFIG)
+    config.ordering = common_pb2.PRIORITY
+    for name, value in fields.items():
+        setattr(config, name, value)
+    return config
+
+
 class Replicas:
     """Partition replicas fed the same committed log (a leader and followers alike)."""
 
@@ -57,8 +66,8 @@ class Replicas:
         self.machines = [PartitionMachine(new_store()) for _ in range(count)]
         self.log: list[bytes] = []
         self.applied = [0] * count
-        config = common_pb2.TopicConfig(ordering=common_pb2.PRIORITY, max_record_bytes=1 << 20)
-        self.commit(T0_MS, configure=partition_pb2.Configure(config=config, partition=0))
+        result = self.commit(T0_MS, configure=partition_pb2.Configure(config=topic_config()))
+        assert result.error == ErrorCode.OK, result
 
     def commit(self, now_ms: int, **op: object) -> partition_pb2.CommandResult:
         """Append a command to the log and apply it on replica 0 (others catch up later)."""
@@ -378,3 +387,23 @@ def test_at_most_max_schedules_per_partition() -> None:
     )
     assert result.error == ErrorCode.INVALID_ARGUMENT and "at most" in result.message
     assert len(replicas.machines[0].schedules()) == MAX_SCHEDULES
+
+
+def test_a_template_the_topic_no_longer_admits_misses_its_slots(
+    new_store: Callable[[], PartitionStore],
+) -> None:
+    """A topic whose max_record_bytes shrank below a template: that schedule's slots count as
+    missed; the partition's other schedules fire as before."""
+    replicas = Replicas(new_store)
+    big = common_pb2.Record(value=b"x" * 5000)
+    create(replicas, T0_MS, schedule("big", template=big))
+    create(replicas, T0_MS, schedule("small"))
+    shrunk = partition_pb2.Configure(config=topic_config(max_record_bytes=1000))
+    assert replicas.commit(T0_MS + 1, configure=shrunk).error == ErrorCode.OK
+    result = replicas.fire(T0_MS + 2000)
+    assert result is not None and result.error == ErrorCode.OK and result.count == 2
+    assert {name for _, _, name in replicas.fired()} == {"small"}
+    big_state, small_state = replicas.machines[0].schedules()
+    assert (big_state.fired, big_state.missed, big_state.after_ms) == (0, 2, T0_MS + 2000)
+    assert (small_state.fired, small_state.missed) == (2, 0)
+    replicas.check_converged()
