@@ -479,10 +479,14 @@ class Backend:
         if replica.machine.schedule_count == 0:
             return
         fire, problems = plan_fire(replica.schedules(), replica.now_ms())
-        for name, problem in problems:
-            logger.warning("%s schedule %r cannot be planned: %s", replica.where, name, problem)
-        if fire is not None:
+        if problems and self._every(f"schedule problems {replica.name}", 60.0):
+            logger.warning("%s schedules that cannot be planned: %s", replica.where, problems)
+        if fire is None:
+            return
+        try:  # a failed proposal is planned again at the next tick (a stale plan fires nothing)
             replica.propose(partition_pb2.PartitionCommand(fire_schedules=fire), 5.0)
+        except errors.RaftqError as exc:
+            logger.info("%s firing schedules: %s (the next tick plans again)", replica.where, exc)
 
     def _retain_due(self, replica: PartitionReplica, idle_s: float) -> bool:
         """Whether a Retain may change something. Never for a partition that was never appended
