@@ -1,13 +1,12 @@
 """Recurring records' API (issue 19): Admin and AsyncAdmin create/list/pause/resume/delete and
-``raftq schedule ...`` over real gRPC (tests/api_facade.py: the broker's own ScheduleAdmin over
-real partition machines). Bad input is a typed error and changes nothing.
+``raftq schedule ...`` against a real broker (the ``cluster`` fixture: one in this process).
+Bad input is a typed error and changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import pathlib
 from collections.abc import Iterator
 
 import pytest
@@ -16,14 +15,15 @@ from raftq import cli
 from raftq.client import Admin
 from raftq.client.aio import AsyncAdmin
 from raftq.proto import common_pb2, errors
-from tests.api_facade import api_server
+from tests.cluster import Cluster
 
 
 @pytest.fixture
-def server(tmp_path: pathlib.Path) -> Iterator[str]:
-    with api_server(tmp_path) as (address, _facade), Admin(address) as admin:
-        admin.create_topic("jobs", partitions=4)
-        yield address
+def server(cluster: Cluster) -> Iterator[str]:
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic("jobs", partitions=4, replication_factor=1)
+    cluster.wait_leaders("jobs")
+    yield cluster.bootstrap
 
 
 def test_create_list_pause_resume_delete(server: str) -> None:

@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 from raftq.assignors.partitioner import partition_for
 from raftq.metadata.table import Table, TopicInfo
+from raftq.partitions.machine import check_record
+from raftq.partitions.schedule_ops import INT64_MAX_DIGITS, fired_record
 from raftq.partitions.schedules import check_schedule, next_slot
 from raftq.proto import api_pb2, common_pb2, errors, internal_pb2, partition_pb2
 
@@ -74,6 +76,10 @@ class ScheduleAdmin:
         if problem:
             raise errors.InvalidArgument(problem)
         info = self._topic(request.topic)
+        biggest = fired_record(request.schedule, INT64_MAX_DIGITS)
+        too_big = check_record(biggest, info.config)  # as the partition will judge it
+        if too_big is not None:
+            raise errors.error_for(too_big.code, too_big.message)
         partition = home_partition(request, info.partition_count)
         found = self._find(info, request.schedule.name, deadline)
         if found is not None:
