@@ -801,7 +801,7 @@ def register(subparsers: Subparsers) -> None:
         "--timeout-s", type=float, default=300.0, help="wait at most this long (default 300)"
     )
 
-    cli_schedule.register(subparsers, common)
+    cli_schedule.register(subparsers, common, _admin)
 
     cluster = subparsers.add_parser("cluster", help="cluster health")
     clusters = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from raftq import cli
+from google.protobuf import json_format
+
+from raftq.client import Admin
 from raftq.proto import common_pb2
 
 
@@ -26,7 +30,7 @@ def schedule_create(args: argparse.Namespace) -> int:
         if not sep:
             raise SystemExit(f"--header {header!r}: use NAME=VALUE")
         headers[name] = value.encode()
-    with cli._admin(args) as admin:
+    with args.make_admin(args) as admin:
         created = admin.create_schedule(
             args.topic,
             args.name,
@@ -46,29 +50,29 @@ def schedule_create(args: argparse.Namespace) -> int:
 
 
 def schedule_list(args: argparse.Namespace) -> int:
-    with cli._admin(args) as admin:
+    with args.make_admin(args) as admin:
         schedules = admin.list_schedules(args.topic, args.name or "")
     _print(schedules, args)
     return 0
 
 
 def schedule_pause(args: argparse.Namespace) -> int:
-    with cli._admin(args) as admin:
+    with args.make_admin(args) as admin:
         _print([admin.pause_schedule(args.topic, args.name)], args)
     return 0
 
 
 def schedule_resume(args: argparse.Namespace) -> int:
-    with cli._admin(args) as admin:
+    with args.make_admin(args) as admin:
         _print([admin.resume_schedule(args.topic, args.name)], args)
     return 0
 
 
 def schedule_delete(args: argparse.Namespace) -> int:
-    with cli._admin(args) as admin:
+    with args.make_admin(args) as admin:
         admin.delete_schedule(args.topic, args.name)
     if args.json:
-        cli.emit_json({"topic": args.topic, "deleted": args.name}, sys.stdout)
+        _emit({"topic": args.topic, "deleted": args.name})
     else:
         print(f"deleted schedule {args.name} of {args.topic}")
     return 0
@@ -77,7 +81,13 @@ def schedule_delete(args: argparse.Namespace) -> int:
 def _print(schedules: list[common_pb2.Schedule], args: argparse.Namespace) -> None:
     if args.json:
         for schedule in schedules:
-            cli.emit_json(cli.to_dict(schedule), sys.stdout)
+            _emit(
+                json_format.MessageToDict(
+                    schedule,
+                    preserving_proto_field_name=True,
+                    always_print_fields_with_no_presence=True,
+                )
+            )
         return
     for s in schedules:
         when = f"cron {s.cron!r} {s.time_zone or 'UTC'}" if s.cron else f"every {s.interval_ms} ms"
@@ -88,19 +98,36 @@ def _print(schedules: list[common_pb2.Schedule], args: argparse.Namespace) -> No
         )
 
 
+def _emit(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, sort_keys=True) + "\n")
+
+
 def _instant(ms: int) -> str:
     if not ms:
         return "-"
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
 
 
-def register(subparsers: Any, common: list[Any]) -> None:
-    """``raftq schedule ...``."""
+def _add(
+    actions: Any, name: str, handler: Callable[[argparse.Namespace], int], help_: str, common: Any
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = actions.add_parser(
+        name, help=help_, description=help_, parents=common
+    )
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def register(
+    subparsers: Any, common: list[Any], make_admin: Callable[[argparse.Namespace], Admin]
+) -> None:
+    """``raftq schedule ...``; ``make_admin(args)``: an Admin for the client options."""
     parser = subparsers.add_parser(
         "schedule", help="recurring records: create, list, pause, resume, delete schedules"
     )
+    parser.set_defaults(make_admin=make_admin)
     actions = parser.add_subparsers(dest="schedule_command", required=True, metavar="ACTION")
-    create = cli._add(
+    create = _add(
         actions,
         "create",
         schedule_create,
@@ -125,7 +152,7 @@ def register(subparsers: Any, common: list[Any]) -> None:
         default="once",
         help="slots an outage missed: one record for them all (default) or none",
     )
-    listing = cli._add(actions, "list", schedule_list, "a topic's schedules", common)
+    listing = _add(actions, "list", schedule_list, "a topic's schedules", common)
     listing.add_argument("topic")
     listing.add_argument("name", nargs="?", help="only this schedule")
     for name, handler, help_ in (
@@ -133,6 +160,6 @@ def register(subparsers: Any, common: list[Any]) -> None:
         ("resume", schedule_resume, "fire again from the next slot (no catch-up)"),
         ("delete", schedule_delete, "delete a schedule (its records stay)"),
     ):
-        action = cli._add(actions, name, handler, help_, common)
+        action = _add(actions, name, handler, help_, common)
         action.add_argument("topic")
         action.add_argument("name")
