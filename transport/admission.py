@@ -68,6 +68,7 @@ _BY_METHOD = {
     "/raftq.v1.Admin/DescribeGroup": ADMIN,
     "/raftq.v1.Admin/DescribeCluster": ADMIN,
     "/raftq.v1.Admin/GetTxn": ADMIN,
+    "/raftq.v1.Admin/ListSchedules": ADMIN,
     "/raftq.v1.Log/ListOffsets": ADMIN,
     "/raftq.v1.Consumer/PollStream": LONG_POLL,
     "/raftq.v1.Producer/SendStream": STREAM,  # capped by ProducerServicer itself
