@@ -165,6 +165,7 @@ def test_a_stalled_install_stops_no_group_and_a_crash_in_it_keeps_the_old_state(
         assert victim.node.journal[0][1] > old_applied + 1, "caught up without the snapshot"
         assert victim.dump() == leader.dump()
         assert terms_and_leaders(groups) == before
+        assert sorted(p.name for p in victim_dir.glob("*.r[ex]*")) == [], "files left behind"
 
         # What a crash mid-install leaves restarts to the old state, not to a mix: a replica
         # on the copy that can never lead (its only peer does not exist) replays what it has.
@@ -186,7 +187,8 @@ def test_a_stalled_install_stops_no_group_and_a_crash_in_it_keeps_the_old_state(
                 "the crash image replayed its journal",
             )
             assert restarted.dump() == old_state
-            assert not any(p.name.endswith((".snapshot", ".rx")) for p in image.iterdir())
+            assert not any(p.name.endswith(".snapshot") for p in image.iterdir())
+            assert sorted(p.name for p in image.glob("*.r[ex]*")) == [], "crash leftovers kept"
         finally:
             restarted.close()
     finally:

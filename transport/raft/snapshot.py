@@ -248,7 +248,7 @@ def remove_stale_background_files(path: str) -> None:
     received or installed (never renamed over ``path``)."""
     parent = Path(path).parent
     name = Path(path).name
-    for pattern in (".bg*", ".rx", ".rx.restore"):
+    for pattern in (".bg*", ".rx", ".rx.restore*", ".restore*"):
         for leftover in parent.glob(name + pattern):
             with contextlib.suppress(FileNotFoundError):
                 leftover.unlink()
@@ -283,7 +283,10 @@ def read_snapshot(
     try:
         restore(user_path)
     finally:
-        os.unlink(user_path)
+        # The copy and the side files SQLite leaves beside a WAL file opened read-only.
+        for leftover in (user_path, user_path + "-wal", user_path + "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
     return _bookkeeping(header)
 
 
