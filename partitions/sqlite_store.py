@@ -907,14 +907,16 @@ class SqliteStore:
     def restore_from(self, path: str) -> None:
         """Replace the whole partition with the copy at ``path`` (written by backup_to), in one
         transaction (a crash midway leaves the state as it was), then checkpoint it. A
-        partition's restore runs on a snapshot worker (transport/raft/snapshots.py): the WAL,
-        then the file, are fdatasync'd behind the copy, so gigabytes of dirty pages never make
-        the kernel throttle the broker's other writers (the driver's journal appends)."""
+        partition's restore runs on a snapshot worker (transport/raft/snapshots.py): the WAL
+        is fdatasync'd after every step of the copy and the file behind the checkpoint, so no
+        backlog of dirty pages makes the broker's other writers (the driver's journal fsyncs)
+        wait for it."""
         source = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
         try:
-            with _flushing(self.path + "-wal"), self._conn.backup("main", source, "main") as b:
-                while not b.done:
-                    b.step(BACKUP_STEP_PAGES)
+            with self._conn.backup("main", source, "main") as backup:
+                while not backup.done:
+                    backup.step(BACKUP_STEP_PAGES)
+                    _fdatasync(self.path + "-wal")  # on disk before the next step is written
         finally:
             source.close()
         self._migrate()  # a snapshot from before fair ordering
@@ -978,24 +980,29 @@ class SnapshotCancelled(Exception):
 BACKUP_STEP_PAGES = 4096  # 16 MiB of 4 KiB pages between two looks at the cancel flag
 
 
+def _fdatasync(path: str) -> None:
+    """fdatasync ``path`` if it exists (its dirty pages to disk: not a durability point)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fdatasync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
-def _flushing(path: str, every_s: float = 0.25) -> Iterator[None]:
-    """fdatasync ``path`` every ``every_s`` on a helper thread while the block runs (a file
-    that does not exist yet is skipped)."""
+def _flushing(path: str, every_s: float = 0.05) -> Iterator[None]:
+    """fdatasync ``path`` every ``every_s`` on a helper thread while the block runs (a
+    checkpoint writes the whole WAL into the file before its one fsync)."""
     stop = threading.Event()
 
     def run() -> None:
         while not stop.wait(every_s):
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                os.fdatasync(fd)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+            _fdatasync(path)
 
     helper = threading.Thread(target=run, name="raftq-flush", daemon=True)
     helper.start()

@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 MAGIC = b"RAFTQS1\n"
 _LEN = struct.Struct("<I")
 _COPY_BYTES = 1 << 20
-_SYNC_EVERY_BYTES = 64 << 20  # a snapshot being written is fdatasync'd this often
+_SYNC_EVERY_BYTES = 16 << 20  # a snapshot file being written is fdatasync'd this often
 
 Entry = tuple[bytes, int, int]
 
