@@ -37,7 +37,7 @@ proto: $(STAMP)
 
 # Spark tests run in a pytest process of their own: py4j's callback server uses select(),
 # which fails once a long-lived process holds more than 1024 file descriptors.
-SPARK_TESTS := tests/test_spark.py
+SPARK_TESTS := tests/process/test_spark.py
 
 test: $(STAMP) tools
 	$(PY) -m pytest -q -m "not slow" --ignore=$(SPARK_TESTS) $(PYTEST_ARGS)

@@ -9,7 +9,7 @@ groups and measures how long its groups take to elect a new leader on the surviv
     .venv/bin/python -m bench.idle_cpu                  # 1000 groups, 20 s window
     .venv/bin/python -m bench.idle_cpu --groups 100 --window-s 5
 
-The child mode (`--child`) is also used by tests/test_raft_mux.py for its kill -9 test.
+The child mode (`--child`) is also used by tests/process/test_raft_mux.py for its kill -9 test.
 
 Registered as ``python -m bench idle_cpu`` (``run`` below), the same figure is measured with
 REAL broker processes (tests/cluster.py, default raft timings, fsync on): topics of

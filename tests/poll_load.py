@@ -1,5 +1,5 @@
 """Many long polls kept outstanding against one broker with gRPC futures (no thread per poll),
-for tests/test_overload.py and bench/overload.py.
+for tests/process/test_overload.py and bench/overload.py.
 
 Each poll is re-issued as soon as it ends; one refused RESOURCE_EXHAUSTED is re-issued after its
 retry hint times a random factor in [0.5, 1.5), as the Python client does.

@@ -1,4 +1,4 @@
-"""Fault-injecting subclasses of the raftq data source, for tests/test_spark.py.
+"""Fault-injecting subclasses of the raftq data source, for tests/process/test_spark.py.
 
 They run inside Spark's Python workers (so this module imports nothing heavy) and take their
 orders from options, each fault firing once: a marker file says it is still to come.

@@ -440,7 +440,7 @@ def run_schedule(
                 raise AssertionError(
                     f"simulation seed={seed} failed at step {cluster.steps}: {exc}\n"
                     f"  last faults:\n  {trace}\n  replay: RAFTQ_SEED={seed} pytest "
-                    "tests/test_simulation.py -k replay"
+                    "tests/sim/test_simulation.py -k replay"
                 ) from exc
             end = cluster.live()[0].offsets().end
             cluster.trace.append(f"end_offset={end} terms={len(cluster.leader_of_term)}")

@@ -1,0 +1,86 @@
+"""`python -m bench partition_apply --quick` runs to the end and prints its table (no timing
+assertions: figures on a shared machine are not a test)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_partition_apply_quick_run_prints_the_table() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "partition_apply", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "| metric" in out and "goal" in out and "result" in out, out
+    for metric in ("append: apply / raw", "lease+ack fifo", "lease+ack priority", "append at"):
+        assert metric in out, out
+    assert "- cpu:" in out and "- sqlite:" in out, out
+
+
+def test_group_join_quick_run_prints_the_table() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "group_join", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "join at 10 groups" in done.stdout and "join at 1,000 / at 10 groups" in done.stdout
+
+
+@pytest.mark.slow
+def test_snapshot_stall_quick_run_prints_the_table() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "snapshot_stall", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for metric in ("snapshot: all 3 replicas written", "snapshot: longest driver stall"):
+        assert metric in done.stdout, done.stdout
+    assert "snapshot: groups that changed term or leader" in done.stdout, done.stdout
+
+
+@pytest.mark.slow
+def test_snapshot_stall_install_quick_run_prints_the_table() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "snapshot_stall", "--quick", "--snap-install"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for metric in (
+        "install: restarted follower caught up",
+        "install: longest driver stall",
+        "install: groups that changed term or leader",
+    ):
+        assert metric in done.stdout, done.stdout
+
+
+@pytest.mark.slow  # three broker processes, 25 s of load
+def test_contention_quick_run_prints_the_table() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "contention", "--quick", "--hogs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "contention: contended / quiet" in done.stdout
+    assert "contention: elections under contention" in done.stdout
