@@ -1,6 +1,6 @@
 """Broker configuration: YAML files plus ``RAFTQ_*`` environment variables → frozen dataclasses.
 
-This is the only module that imports dynaconf (tests/test_layering.py enforces it). Everything
+This is the only module that imports dynaconf (tests/unit/test_layering.py enforces it). Everything
 else receives a validated :class:`BrokerConfig` and never looks a setting up by name.
 
 Layers, later wins, one setting at a time:

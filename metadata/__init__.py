@@ -8,7 +8,7 @@
 - The backend (broker/) reconciles local partition replicas toward the table.
 
 Imports no grpc, apsw, pysyncobj, dynaconf, socket, threading, time or random
-(tests/test_layering.py enforces it).
+(tests/unit/test_layering.py enforces it).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The partition store: a small Protocol and its in-memory twin.
 
 The state machine (partitions/machine.py) decides; a store only reads and writes rows. Two stores
-implement this Protocol and one contract suite (tests/test_partition_store_contract.py) runs
-against both:
+implement this Protocol and one contract suite
+(tests/contract/test_partition_store_contract.py) runs against both:
 
 - ``SqliteStore`` (partitions/sqlite_store.py): the partition's own SQLite file through APSW.
 - ``MemoryStore`` (here): dicts and sorted scans; the twin for unit tests and simulations.
