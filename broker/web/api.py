@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -173,6 +173,26 @@ class SeekIn(BaseModel):
 class RedriveIn(BaseModel):
     rate: float = Field(default=0.0, ge=0, description="records/s; 0: no cap")
     limit: int | None = Field(default=None, ge=1, description="move at most this many")
+
+
+class ScheduleIn(BaseModel):
+    name: str = Field(description="unique in the topic")
+    cron: str | None = Field(
+        default=None, description="5 fields or @hourly...; or interval_ms (one of the two)"
+    )
+    time_zone: str = Field(default="", description="IANA zone of the cron fields; UTC if empty")
+    interval_ms: int | None = Field(default=None, ge=1, le=INT64, description=">= 1000")
+    catch_up: Literal["once", "skip"] = Field(
+        default="once", description="slots an outage missed: one record for all, or none"
+    )
+    value: str | None = Field(default=None, description="UTF-8 text (or value_b64)")
+    value_b64: str | None = None
+    key: str | None = Field(default=None, description="UTF-8 text (or key_b64)")
+    key_b64: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    priority: int | None = Field(default=None, ge=-INT32 - 1, le=INT32)
+    ttl_ms: int | None = Field(default=None, ge=0, le=INT64)
+    partition: int | None = Field(default=None, ge=0, le=INT32)
 
 
 def _bytes(text: str | None, b64: str | None, name: str) -> bytes | None:
@@ -370,6 +390,61 @@ def redrive_dead_letters(
     body = body or RedriveIn()
     dlq = gw.dead_letter_topic(token, topic)
     return gw.redrive(token, dlq, body.rate, body.limit)
+
+
+@router.get("/topics/{topic}/schedules", tags=["schedules"], summary="recurring records")
+def list_schedules(topic: str, gw: GatewayDep, token: Token) -> list[dict[str, Any]]:
+    return [views.proto_dict(s) for s in gw.admin(token).list_schedules(topic)]
+
+
+@router.post(
+    "/topics/{topic}/schedules",
+    tags=["schedules"],
+    status_code=201,
+    summary="fire a record at every slot of a cron expression or interval",
+)
+def create_schedule(topic: str, body: ScheduleIn, gw: GatewayDep, token: Token) -> dict[str, Any]:
+    """Exactly one record per slot, never early, fired by the partition's replicated state."""
+    value = _bytes(body.value, body.value_b64, "value")
+    created = gw.admin(token).create_schedule(
+        topic,
+        body.name,
+        value if value is not None else b"",
+        cron=body.cron,
+        time_zone=body.time_zone,
+        interval_ms=body.interval_ms,
+        key=_bytes(body.key, body.key_b64, "key"),
+        headers={k: v.encode() for k, v in body.headers.items()} or None,
+        priority=body.priority,
+        ttl_ms=body.ttl_ms,
+        partition=body.partition,
+        catch_up=body.catch_up,
+    )
+    return views.proto_dict(created)
+
+
+@router.post("/topics/{topic}/schedules/{name}/pause", tags=["schedules"], summary="pause")
+def pause_schedule(topic: str, name: str, gw: GatewayDep, token: Token) -> dict[str, Any]:
+    return views.proto_dict(gw.admin(token).pause_schedule(topic, name))
+
+
+@router.post(
+    "/topics/{topic}/schedules/{name}/resume",
+    tags=["schedules"],
+    summary="resume at the next slot (the paused time is not caught up)",
+)
+def resume_schedule(topic: str, name: str, gw: GatewayDep, token: Token) -> dict[str, Any]:
+    return views.proto_dict(gw.admin(token).resume_schedule(topic, name))
+
+
+@router.delete(
+    "/topics/{topic}/schedules/{name}",
+    tags=["schedules"],
+    status_code=204,
+    summary="delete (records already fired stay)",
+)
+def delete_schedule(topic: str, name: str, gw: GatewayDep, token: Token) -> None:
+    gw.admin(token).delete_schedule(topic, name)
 
 
 @router.get("/groups", tags=["groups"], summary="consumer groups the caller has a right on")

@@ -2,7 +2,8 @@
 
 Pages: the cluster (health, problems, brokers, topics, groups, dead letters, a form to create
 a topic), a topic (partitions with leaders, replicas and offsets; a form to produce a test
-record), a partition's records (key, value preview, headers, priority, deliver_at), a group
+record; its recurring records with pause/resume/delete buttons and a form to create one), a
+partition's records (key, value preview, headers, priority, deliver_at), a group
 (members, lag per partition, total lag over time, refreshed every 2 s by a few lines of
 script) and a topic's dead letters (reason and origin per record, a redrive button).
 
@@ -150,10 +151,68 @@ def create_topic(
 @router.get("/topics/{topic}", response_class=HTMLResponse)
 def topic_page(request: Request, topic: str) -> Response:
     try:
-        described = _gw(request).admin(_token(request)).describe_topic(topic)
+        admin = _gw(request).admin(_token(request))
+        described = admin.describe_topic(topic)
+        schedules = admin.list_schedules(topic)
     except errors.RaftqError as error:
         return failure(request, error)
-    return page(request, "topic.html", topic=described, config=views.proto_dict(described.config))
+    return page(
+        request,
+        "topic.html",
+        topic=described,
+        config=views.proto_dict(described.config),
+        schedules=[views.proto_dict(s) for s in schedules],
+    )
+
+
+@router.post("/topics/{topic}/schedules")
+def create_schedule(
+    request: Request,
+    topic: str,
+    name: Annotated[str, Form()],
+    value: Annotated[str, Form()] = "",
+    key: Annotated[str, Form()] = "",
+    cron: Annotated[str, Form()] = "",
+    time_zone: Annotated[str, Form()] = "",
+    interval_ms: Annotated[str, Form()] = "",
+    catch_up: Annotated[str, Form()] = "once",
+) -> Response:
+    """A recurring record: a cron expression (in a time zone) or a fixed interval (an empty
+    field is none: a form sends every input)."""
+    try:
+        interval = _whole(interval_ms, "interval_ms")
+        _gw(request).admin(_token(request)).create_schedule(
+            topic,
+            name.strip(),
+            value.encode(),
+            cron=cron.strip() or None,
+            time_zone=time_zone.strip(),
+            interval_ms=interval,
+            key=key.encode() or None,
+            catch_up=catch_up,
+        )
+    except errors.RaftqError as error:
+        return failure(request, error)
+    return back(f"/topics/{quote(topic)}", f"schedule {name.strip()} created")
+
+
+@router.post("/topics/{topic}/schedules/{name}/{action}")
+def change_schedule(request: Request, topic: str, name: str, action: str) -> Response:
+    """Pause, resume or delete a schedule (the buttons of the topic page)."""
+    admin = _gw(request).admin(_token(request))
+    verbs = {
+        "pause": admin.pause_schedule,
+        "resume": admin.resume_schedule,
+        "delete": admin.delete_schedule,
+    }
+    if action not in verbs:
+        return failure(request, errors.InvalidArgument(f"no schedule action {action!r}"))
+    try:
+        verbs[action](topic, name)
+    except errors.RaftqError as error:
+        return failure(request, error)
+    done = {"pause": "paused", "resume": "resumed", "delete": "deleted"}[action]
+    return back(f"/topics/{quote(topic)}", f"schedule {name} {done}")
 
 
 @router.post("/topics/{topic}/produce")
@@ -181,6 +240,19 @@ def produce(
         return failure(request, errors.error_for(code, result["message"]))
     where = f"partition {result['partition']} offset {result['offset']}"
     return back(f"/topics/{quote(topic)}", f"record stored at {where}")
+
+
+def _whole(text: str, name: str) -> int | None:
+    """A form's optional whole number: None when empty, else 1..INT64."""
+    if not text.strip():
+        return None
+    try:
+        number = int(text.strip())
+    except ValueError:
+        raise errors.InvalidArgument(f"{name} ({text!r}) is not a whole number") from None
+    if not 1 <= number <= INT64:
+        raise errors.InvalidArgument(f"{name} ({number}) must be 1..{INT64}")
+    return number
 
 
 def _headers(text: str) -> dict[str, str]:

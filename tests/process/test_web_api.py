@@ -549,3 +549,68 @@ def test_console_never_takes_the_operators_token_from_the_environment(
     assert build_parser().parse_args(["console"]).token is None
     assert build_parser().parse_args(["console", "--token", "t"]).token == "t"
     assert build_parser().parse_args(["topic", "list"]).token == "operator-secret"
+
+
+def test_recurring_records_over_http_and_in_the_console(
+    console: ConsoleProcess, web: httpx.Client
+) -> None:
+    """Schedules (issue 19) through the HTTP API and the console's topic page: create, list,
+    pause, resume, delete, each refusal typed and changing nothing; the records fire."""
+    create(web, "web.cron")
+    path = "/topics/web.cron/schedules"
+    every = {"name": "tick", "interval_ms": 1000, "value": "tick", "key": "k"}
+    made = ok(web.post(path, json=every, headers=ADMIN), 201)
+    assert made["name"] == "tick" and made["interval_ms"] == 1000 and not made["paused"]
+    for body, code in (
+        ({"name": "c1", "cron": "61 * * * *"}, "INVALID_ARGUMENT"),
+        ({"name": "c2", "cron": "* * * * *", "time_zone": "Mars/Olympus"}, "INVALID_ARGUMENT"),
+        ({"name": "c3", "interval_ms": 999}, "INVALID_ARGUMENT"),
+        ({"name": "c4"}, "INVALID_ARGUMENT"),  # neither cron nor interval
+        ({"name": "c5", "interval_ms": 0}, "INVALID_ARGUMENT"),
+        ({"name": "c6", "interval_ms": 1000, "catch_up": "twice"}, "INVALID_ARGUMENT"),
+        ({"name": "tick", "interval_ms": 5000}, "SCHEDULE_EXISTS"),
+    ):
+        status = 409 if code == "SCHEDULE_EXISTS" else 400
+        refused(web.post(path, json=body, headers=ADMIN), status, code)
+    refused(web.post(path, json={"name": "r", "interval_ms": 1000}, headers=READER), 403,
+            "PERMISSION_DENIED")  # fmt: skip
+    refused(web.post("/topics/web.none/schedules", json=every, headers=ADMIN), 404, "UNKNOWN_TOPIC")
+    listed = ok(web.get(path, headers=READER))
+    assert [s["name"] for s in listed] == ["tick"]  # the refusals created nothing
+
+    wait_until(lambda: ok(web.get(path, headers=ADMIN))[0]["fired"] >= 2, 60, "two slots fired")
+    records = ok(web.get("/topics/web.cron/partitions/0/records", headers=ADMIN))["records"]
+    assert records and {r["value"] for r in records} == {"tick"}
+
+    refused(web.post(f"{path}/tick/pause", headers=READER), 403, "PERMISSION_DENIED")
+    assert ok(web.post(f"{path}/tick/pause", headers=ADMIN))["paused"] is True
+    assert ok(web.post(f"{path}/tick/resume", headers=ADMIN))["paused"] is False
+    refused(web.post(f"{path}/nope/pause", headers=ADMIN), 404, "UNKNOWN_SCHEDULE")
+
+    cookies = {"raftq_token": token("admin")}
+    with httpx.Client(base_url=console.url, cookies=cookies, timeout=60) as browser:
+        page = browser.get("/topics/web.cron")
+        assert page.status_code == 200 and 'id="schedules"' in page.text
+        assert "tick" in page.text and "every 1000 ms" in page.text
+        form = {"name": "nightly", "cron": "0 3 * * *", "time_zone": "Europe/Berlin",
+                "interval_ms": "", "value": "run", "catch_up": "skip"}  # fmt: skip
+        created = browser.post("/topics/web.cron/schedules", data=form, follow_redirects=True)
+        assert created.status_code == 200, created.text
+        assert (
+            "schedule nightly created" in created.text
+            and "0 3 * * * (Europe/Berlin)" in created.text
+        )
+        bad = browser.post("/topics/web.cron/schedules", data={"name": "x", "cron": "nope"})
+        assert bad.status_code == 400 and "INVALID_ARGUMENT" in bad.text
+        paused = browser.post("/topics/web.cron/schedules/nightly/pause", follow_redirects=True)
+        assert "schedule nightly paused" in paused.text and "paused" in paused.text
+        gone = browser.post("/topics/web.cron/schedules/nightly/delete", follow_redirects=True)
+        assert "schedule nightly deleted" in gone.text
+        odd = browser.post("/topics/web.cron/schedules/tick/explode")
+        assert odd.status_code == 400 and "INVALID_ARGUMENT" in odd.text
+    with httpx.Client(base_url=console.url, cookies={"raftq_token": token("reader")}) as reader:
+        denied = reader.post("/topics/web.cron/schedules/tick/delete")
+        assert denied.status_code == 403 and "PERMISSION_DENIED" in denied.text
+
+    ok(web.delete(f"{path}/tick", headers=ADMIN), 204)
+    assert ok(web.get(path, headers=ADMIN)) == []
