@@ -105,6 +105,12 @@ class Load:
         for thread in self._threads:
             thread.join(timeout=60)
 
+    def count_into(self, phase: Phase) -> Phase:
+        """From now on count into ``phase``; returns the phase counted until now."""
+        with self._lock:
+            previous, self.phase = self.phase, phase
+        return previous
+
     def _error(self, exc: BaseException) -> None:
         with self._lock:
             kind = type(exc).__name__
@@ -161,11 +167,9 @@ def measure(cluster: ProcessCluster, load: Load, name: str, seconds: float) -> P
     phase = Phase(name)
     before = terms(cluster)
     started = time.monotonic()
-    with load._lock:
-        load.phase = phase
+    load.count_into(phase)
     time.sleep(seconds)
-    with load._lock:
-        load.phase = Phase("between")
+    load.count_into(Phase("between"))
     phase.seconds = time.monotonic() - started
     phase.elections = elections_between(before, terms(cluster))
     log.info(

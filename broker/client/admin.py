@@ -152,16 +152,20 @@ class Admin:
 
         Raises (normal): InvalidArgument, ScheduleExists, UnknownTopic, UnknownPartition,
         RecordTooLarge, Unavailable."""
-        record = {
-            "value": value,
-            "key": key,
-            "headers": headers,
-            "priority": priority,
-            "ttl_ms": ttl_ms,
-        }
         return self._run(
             calls.create_schedule(
-                topic, name, cron, time_zone, interval_ms, record, partition, catch_up
+                topic,
+                name,
+                value,
+                cron=cron,
+                time_zone=time_zone,
+                interval_ms=interval_ms,
+                key=key,
+                headers=headers,
+                priority=priority,
+                ttl_ms=ttl_ms,
+                partition=partition,
+                catch_up=catch_up,
             )
         )
 

@@ -243,24 +243,28 @@ def purge_topic(topic: str, partition: int | None) -> Call[list[api_pb2.Partitio
 def create_schedule(
     topic: str,
     name: str,
+    value: bytes,
+    *,
     cron: str | None,
     time_zone: str,
     interval_ms: int | None,
-    record: Mapping[str, Any],
+    key: bytes | None,
+    headers: Mapping[str, bytes] | None,
+    priority: int | None,
+    ttl_ms: int | None,
     partition: int | None,
     catch_up: str,
 ) -> Call[common_pb2.Schedule]:
-    """``record``: the template's value, key, headers, priority, ttl_ms (None: unset)."""
+    """The template's key, headers, priority and ttl_ms: None leaves the field unset."""
     if catch_up.lower() not in ("once", "skip"):
         raise errors.InvalidArgument(f"catch_up {catch_up!r}: use once or skip")
-    template = common_pb2.Record()
-    for field, value in record.items():
-        if value is None:
-            continue
-        if field == "headers":
-            template.headers.update(value)
-        else:
-            setattr(template, field, value)
+    template = common_pb2.Record(value=value, headers=headers or {})
+    if key is not None:
+        template.key = key
+    if priority is not None:
+        template.priority = priority
+    if ttl_ms is not None:
+        template.ttl_ms = ttl_ms
     schedule = common_pb2.Schedule(
         name=name,
         cron=cron or "",

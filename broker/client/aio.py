@@ -229,16 +229,20 @@ class AsyncAdmin:
         catch_up: str = "once",
     ) -> common_pb2.Schedule:
         """As :meth:`raftq.client.admin.Admin.create_schedule`."""
-        record = {
-            "value": value,
-            "key": key,
-            "headers": headers,
-            "priority": priority,
-            "ttl_ms": ttl_ms,
-        }
         return await self._run(
             calls.create_schedule(
-                topic, name, cron, time_zone, interval_ms, record, partition, catch_up
+                topic,
+                name,
+                value,
+                cron=cron,
+                time_zone=time_zone,
+                interval_ms=interval_ms,
+                key=key,
+                headers=headers,
+                priority=priority,
+                ttl_ms=ttl_ms,
+                partition=partition,
+                catch_up=catch_up,
             )
         )
 

@@ -12,14 +12,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_partition_apply_quick_run_prints_the_table() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "partition_apply", "--quick"],
+def bench(*argv: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """``python -m bench ARGV`` from the repository root, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=timeout_s,
     )
+
+
+def test_partition_apply_quick_run_prints_the_table() -> None:
+    done = bench("partition_apply", "--quick", timeout_s=240)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "| metric" in out and "goal" in out and "result" in out, out
@@ -29,26 +34,14 @@ def test_partition_apply_quick_run_prints_the_table() -> None:
 
 
 def test_group_join_quick_run_prints_the_table() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "group_join", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    done = bench("group_join", "--quick", timeout_s=240)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "join at 10 groups" in done.stdout and "join at 1,000 / at 10 groups" in done.stdout
 
 
 @pytest.mark.slow
 def test_snapshot_stall_quick_run_prints_the_table() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "snapshot_stall", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = bench("snapshot_stall", "--quick", timeout_s=300)
     assert done.returncode == 0, done.stdout + done.stderr
     for metric in ("snapshot: all 3 replicas written", "snapshot: longest driver stall"):
         assert metric in done.stdout, done.stdout
@@ -57,13 +50,7 @@ def test_snapshot_stall_quick_run_prints_the_table() -> None:
 
 @pytest.mark.slow
 def test_snapshot_stall_install_quick_run_prints_the_table() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "snapshot_stall", "--quick", "--snap-install"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = bench("snapshot_stall", "--quick", "--snap-install", timeout_s=300)
     assert done.returncode == 0, done.stdout + done.stderr
     for metric in (
         "install: restarted follower caught up",
@@ -75,12 +62,7 @@ def test_snapshot_stall_install_quick_run_prints_the_table() -> None:
 
 @pytest.mark.slow  # three broker processes, 25 s of load
 def test_contention_quick_run_prints_the_table() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "contention", "--quick", "--hogs", "1"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = bench("contention", "--quick", "--hogs", "1", timeout_s=600)
     assert done.returncode == 0, done.stderr
     assert "contention: contended / quiet" in done.stdout
     assert "contention: elections under contention" in done.stdout

@@ -584,7 +584,9 @@ def test_recurring_records_over_http_and_in_the_console(
 
     refused(web.post(f"{path}/tick/pause", headers=READER), 403, "PERMISSION_DENIED")
     assert ok(web.post(f"{path}/tick/pause", headers=ADMIN))["paused"] is True
+    refused(web.post(f"{path}/tick/resume", headers=READER), 403, "PERMISSION_DENIED")
     assert ok(web.post(f"{path}/tick/resume", headers=ADMIN))["paused"] is False
+    refused(web.delete(f"{path}/tick", headers=READER), 403, "PERMISSION_DENIED")
     refused(web.post(f"{path}/nope/pause", headers=ADMIN), 404, "UNKNOWN_SCHEDULE")
 
     cookies = {"raftq_token": token("admin")}

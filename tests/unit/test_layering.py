@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import pathlib
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -245,9 +246,17 @@ def test_every_rule_names_what_it_allows() -> None:
 
 # --- one import namespace -------------------------------------------------------------------
 
-FOLDERS_UNDER_RAFTQ = frozenset(
-    {"broker", "metadata", "partitions", "assignors", "transport", "proto"}
+# pyproject's package-dir (import prefix -> folder), the one statement of the mapping; longest
+# prefix first, so raftq.partitions resolves before raftq.
+PACKAGE_DIRS = dict(
+    sorted(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+            "package-dir"
+        ].items(),
+        key=lambda item: -len(item[0]),
+    )
 )
+FOLDERS_UNDER_RAFTQ = frozenset(PACKAGE_DIRS.values())
 
 
 def old_names(root: pathlib.Path) -> list[str]:
@@ -281,14 +290,6 @@ def test_the_namespace_rule_sees_an_old_name(tmp_path: pathlib.Path) -> None:
 
 # --- the client is a package of its own -----------------------------------------------------
 
-PACKAGE_DIRS = {  # pyproject's package-dir: import prefix -> folder
-    "raftq.metadata": "metadata",
-    "raftq.partitions": "partitions",
-    "raftq.assignors": "assignors",
-    "raftq.transport": "transport",
-    "raftq.proto": "proto",
-    "raftq": "broker",
-}
 CLIENT_ROOTS = ("raftq.client", "raftq.spark", "raftq.aio", "raftq")
 CLIENT_MAY_IMPORT = (
     "raftq.client",
@@ -534,8 +535,6 @@ def test_a_package_importing_its_modules_is_no_circle(tmp_path: pathlib.Path) ->
 def test_the_wheel_lists_every_package_folder() -> None:
     """setuptools installs only the packages pyproject names: a new folder of modules left out
     of the list is missing from the wheel (the installed broker then fails to start)."""
-    import tomllib
-
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     folders = {folder: package for package, folder in setuptools["package-dir"].items()}
     found = set()
