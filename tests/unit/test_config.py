@@ -64,6 +64,19 @@ def test_default_yaml_names_and_comments_every_setting() -> None:
     assert found == expected
 
 
+def test_readme_has_a_row_for_every_setting() -> None:
+    """The README's settings tables (Configuration; Security for TLS and tokens) have a row for
+    every setting, and none for a setting that does not exist."""
+    readme = (ROOT / "README.md").read_text()
+    rows = set(re.findall(r"^\| `([a-z_]+\.[a-z_]+)`(?:, `[a-z_.]+`)* \|", readme, flags=re.M))
+    rows |= set(re.findall(r"^\| `[a-z_.]+`, `([a-z_]+\.[a-z_]+)` \|", readme, flags=re.M))
+    sections = typing.get_type_hints(BrokerConfig)
+    settings = {f"{s}.{f.name}" for s, cls in sections.items() for f in dataclasses.fields(cls)}
+    assert sorted(settings - rows) == [], "settings missing from README's configuration table"
+    ours = {row for row in rows if row.split(".")[0] in sections}  # not Kafka's names
+    assert sorted(ours - settings) == [], "README rows naming no setting"
+
+
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_dev_cluster_broker_files(n: int) -> None:
     config = load(path=f"configs/broker{n}.yaml")
