@@ -11,8 +11,8 @@ brokers has exactly one connection)::
     dialer   -> AUTH       mac("client", nonce_s, nonce_c, epk_s, epk_c, dialer_addr), dialer_addr
     listener -> SEALED(WELCOME)   (only after the dialer's mac verified; proves the keys match)
 
-MACs are compared with `hmac.compare_digest` (by the endpoint, mux.py, which runs these steps
-per connection). Both MACs cover both ephemeral public keys, so a man in the middle without the
+MACs are compared with `hmac.compare_digest` (by connection.py, which runs these steps per
+connection). Both MACs cover both ephemeral public keys, so a man in the middle without the
 secret can neither substitute its own key nor finish either side.
 
 Encryption. After AUTH every frame in both directions is ``SEALED``: its body is

@@ -11,11 +11,11 @@ unpickles whatever arrives (PYSYNCOBJ.md defects 4 and 5). Here a broker has:
 - a `RaftDriver` (driver.py) thread that polls, delivers, ticks, syncs and then flushes.
 
 The endpoint is a non-blocking selector loop: it accepts and dials connections, runs each one
-through the handshake (handshake.py: HELLO, CHALLENGE, AUTH, WELCOME; keys, MACs and the frame
-cipher) and reads and writes frames (codec.py: length-prefixed frames, the data-only
-unpickler). Nothing is unpickled before both sides are authenticated and a frame's tag
-verified under the connection key. A plaintext BATCH or PING frame is a protocol error in every
-state.
+through the handshake (connection.py: a connection's state and the HELLO, CHALLENGE, AUTH,
+WELCOME steps; handshake.py: keys, MACs and the frame cipher) and reads and writes frames
+(codec.py: length-prefixed frames, the data-only unpickler). Nothing is unpickled before both
+sides are authenticated and a frame's tag verified under the connection key. A plaintext BATCH
+or PING frame is a protocol error in every state.
 
 Threading: a MuxEndpoint is driven by exactly one thread (its RaftDriver). `wake()` and the
 enqueue path are safe from any thread; everything else runs on the driver thread.
@@ -26,7 +26,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
-import hmac
 import logging
 import os
 import selectors
@@ -35,10 +34,8 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from raftq.transport.raft.codec import (
     FRAME_BYTES_MAX_DEFAULT,
@@ -56,20 +53,19 @@ from raftq.transport.raft.codec import (
     encode_frame,
     loads_data,
 )
-from raftq.transport.raft.group_transport import GroupTransport, sendable_before_sync
-from raftq.transport.raft.handshake import (
-    MAC_BYTES,
-    NONCE_BYTES,
-    SEAL_OVERHEAD_BYTES,
-    FrameCipher,
-    client_proof,
-    hello_body,
-    new_key_pair,
-    parse_hello,
-    server_proof,
-    session_keys,
-    should_dial,
+from raftq.transport.raft.connection import (
+    HANDSHAKING,
+    AuthFailed,
+    Conn,
+    ConnState,
+    Identity,
+    on_auth,
+    on_challenge,
+    on_hello,
+    send_hello,
 )
+from raftq.transport.raft.group_transport import GroupTransport, sendable_before_sync
+from raftq.transport.raft.handshake import SEAL_OVERHEAD_BYTES, should_dial
 
 logger = logging.getLogger("raftq.transport.raft.mux")
 
@@ -90,39 +86,6 @@ def _split_addr(addr: str) -> tuple[str, int]:
 # --------------------------------------------------------------------------------------------
 # The TCP endpoint.
 # --------------------------------------------------------------------------------------------
-
-
-class _State:
-    CONNECTING = "connecting"  # dialer: TCP connect in progress
-    AWAIT_CHALLENGE = "await_challenge"  # dialer: HELLO sent
-    AWAIT_WELCOME = "await_welcome"  # dialer: AUTH sent
-    AWAIT_HELLO = "await_hello"  # listener: accepted
-    AWAIT_AUTH = "await_auth"  # listener: CHALLENGE sent
-    OPEN = "open"
-    CLOSED = "closed"
-
-
-@dataclass(eq=False)
-class _Conn:
-    sock: socket.socket
-    dialer: bool
-    state: str
-    label: str  # "ip:port" of the remote end until authenticated, then the peer's raft address
-    decoder: FrameDecoder
-    created_at: float
-    peer: str | None = None  # authenticated (or, for a dialer, expected) peer raft address
-    nonce_mine: bytes = b""
-    nonce_theirs: bytes = b""
-    key_mine: X25519PrivateKey | None = None  # ephemeral, dropped once the keys are derived
-    epk_mine: bytes = b""
-    epk_theirs: bytes = b""
-    tx: FrameCipher | None = None  # set once keys are derived: every later frame is sealed
-    rx: FrameCipher | None = None
-    out: bytearray = field(default_factory=bytearray)
-    last_recv: float = 0.0
-    last_send: float = 0.0
-    want_write: bool = False
-    remote_host: str = ""  # accepted connections: the remote IP (handshake limits per host)
 
 
 @dataclass(frozen=True)
@@ -176,7 +139,6 @@ class MuxEndpoint:
         if len(secret) < 16:
             raise ValueError("cluster secret must be at least 16 bytes")
         self.config = config or MuxConfig()
-        self._secret = secret
         self._clock = clock
         self._sel = selectors.DefaultSelector()
         self._listener = self._bind(bind_address or address)
@@ -184,14 +146,15 @@ class MuxEndpoint:
         if port == 0:  # tests: "127.0.0.2:0" becomes the address actually bound
             port = self._listener.getsockname()[1]
         self.address = f"{host}:{port}"
+        self._me = Identity(secret, self.address)
         self._sel.register(self._listener, selectors.EVENT_READ, None)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
 
-        self._conns: set[_Conn] = set()
-        self._links: dict[str, _Conn] = {}  # peer address -> OPEN connection
+        self._conns: set[Conn] = set()
+        self._links: dict[str, Conn] = {}  # peer address -> OPEN connection
         self._dials: dict[str, _Dial] = {}  # peers we dial -> backoff state
         self._peers: set[str] = set()
         self.peer_generation = 0
@@ -338,7 +301,7 @@ class MuxEndpoint:
             for body in self._encode_batches(peer, batch):
                 self._queue_frame(conn, KIND_BATCH, body)
                 self.stats["batches_sent"] += 1
-            if conn.state != _State.CLOSED:
+            if conn.state != ConnState.CLOSED:
                 self._write(conn)
 
     def poll(self, timeout_s: float) -> set[str]:
@@ -357,12 +320,12 @@ class MuxEndpoint:
             elif obj is self._wake_r:
                 self._drain_wake()
             else:
-                conn: _Conn = key.data
-                if conn.state == _State.CLOSED:
+                conn: Conn = key.data
+                if conn.state == ConnState.CLOSED:
                     continue
                 if mask & selectors.EVENT_WRITE:
                     self._on_writable(conn)
-                if mask & selectors.EVENT_READ and conn.state != _State.CLOSED:
+                if mask & selectors.EVENT_READ and conn.state != ConnState.CLOSED:
                     self._on_readable(conn, touched)
         return touched
 
@@ -432,10 +395,10 @@ class MuxEndpoint:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock = self._wrap_socket(sock, server_side=True)
         now = self._clock()
-        conn = _Conn(
+        conn = Conn(
             sock=sock,
             dialer=False,
-            state=_State.AWAIT_HELLO,
+            state=ConnState.AWAIT_HELLO,
             label=label,
             decoder=FrameDecoder(HANDSHAKE_FRAME_BYTES_MAX),
             created_at=now,
@@ -450,11 +413,7 @@ class MuxEndpoint:
         """Keep accepted handshakes within UNAUTHENTICATED_PER_HOST_MAX for ``host`` and
         UNAUTHENTICATED_CONNECTIONS_MAX in all by closing the oldest: of ``host``, or over the
         total, of the host holding the most (the flooder, not the one real dial among them)."""
-        waiting = [
-            c
-            for c in self._conns
-            if not c.dialer and c.state in (_State.AWAIT_HELLO, _State.AWAIT_AUTH)
-        ]
+        waiting = [c for c in self._conns if not c.dialer and c.state in HANDSHAKING]
         same = [c for c in waiting if c.remote_host == host]
         if len(same) >= UNAUTHENTICATED_PER_HOST_MAX:
             victims = same
@@ -482,10 +441,10 @@ class MuxEndpoint:
             self._dial_failed(peer, now, os.strerror(err))
             return
         sock = self._wrap_socket(sock, server_side=False)
-        conn = _Conn(
+        conn = Conn(
             sock=sock,
             dialer=True,
-            state=_State.CONNECTING,
+            state=ConnState.CONNECTING,
             label=peer,
             decoder=FrameDecoder(HANDSHAKE_FRAME_BYTES_MAX),
             created_at=now,
@@ -508,7 +467,7 @@ class MuxEndpoint:
 
     def _housekeeping(self, now: float) -> None:
         cfg = self.config
-        dialing = {c.peer for c in self._conns if c.dialer and c.state != _State.CLOSED}
+        dialing = {c.peer for c in self._conns if c.dialer and c.state != ConnState.CLOSED}
         with self._views_lock:
             dials = list(self._dials.items())
         for peer, dial in dials:
@@ -516,9 +475,9 @@ class MuxEndpoint:
                 dial.next_at = now + cfg.reconnect_max_s  # until it fails or succeeds
                 self._dial(peer, now)
         for conn in list(self._conns):
-            if conn.state == _State.CLOSED:
+            if conn.state == ConnState.CLOSED:
                 continue
-            if conn.state != _State.OPEN:
+            if conn.state != ConnState.OPEN:
                 if now - conn.created_at > cfg.handshake_timeout_s:
                     self._close(conn, "handshake timeout")
                 continue
@@ -537,7 +496,7 @@ class MuxEndpoint:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _on_readable(self, conn: _Conn, touched: set[str]) -> None:
+    def _on_readable(self, conn: Conn, touched: set[str]) -> None:
         try:
             data = conn.sock.recv(256 * 1024)
         except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
@@ -556,14 +515,14 @@ class MuxEndpoint:
                 for kind, body in frames:
                     self.stats["frames_received"] += 1
                     self._on_frame(conn, kind, body, touched)
-                    if conn.state == _State.CLOSED:
+                    if conn.state == ConnState.CLOSED:
                         return
                 frames = conn.decoder.feed(b"")
         except FrameError as exc:
             self.stats["protocol_errors"] += 1
             self._close(conn, f"protocol error: {exc}")
 
-    def _on_frame(self, conn: _Conn, kind: int, body: bytes, touched: set[str]) -> None:
+    def _on_frame(self, conn: Conn, kind: int, body: bytes, touched: set[str]) -> None:
         if conn.rx is not None:
             if kind != KIND_SEALED:
                 raise FrameError(f"plaintext frame kind {kind} after the key exchange")
@@ -575,135 +534,46 @@ class MuxEndpoint:
         elif kind == KIND_SEALED:
             raise FrameError("sealed frame before the key exchange")
         state = conn.state
-        if state == _State.OPEN:
+        if state == ConnState.OPEN:
             if kind == KIND_BATCH:
                 self._on_batch(conn, body, touched)
             elif kind != KIND_PING:
                 raise FrameError(f"unexpected frame kind {kind} on an open connection")
-        elif state == _State.AWAIT_HELLO and kind == KIND_HELLO:
-            self._on_hello(conn, body)
-        elif state == _State.AWAIT_AUTH and kind == KIND_AUTH:
-            self._on_auth(conn, body)
-        elif state == _State.AWAIT_CHALLENGE and kind == KIND_CHALLENGE:
-            self._on_challenge(conn, body)
-        elif state == _State.AWAIT_WELCOME and kind == KIND_WELCOME:
+        elif state == ConnState.AWAIT_WELCOME and kind == KIND_WELCOME:
             self._open(conn)
         else:
-            raise FrameError(f"unexpected frame kind {kind} in state {state}")
+            self._on_handshake(conn, kind, body)
 
-    def _on_hello(self, conn: _Conn, body: bytes) -> None:
-        conn.nonce_theirs, conn.epk_theirs, rest = parse_hello(body, "HELLO")
-        if rest:
-            raise FrameError("bad HELLO")
-        conn.nonce_mine = os.urandom(NONCE_BYTES)
-        conn.key_mine, conn.epk_mine = new_key_pair()
-        proof = server_proof(
-            self._secret,
-            conn.nonce_theirs,
-            conn.nonce_mine,
-            conn.epk_theirs,
-            conn.epk_mine,
-            self.address,
-        )
-        self._queue_frame(
-            conn,
-            KIND_CHALLENGE,
-            hello_body(conn.nonce_mine, conn.epk_mine) + proof + self.address.encode(),
-        )
-        conn.state = _State.AWAIT_AUTH
-        self._write(conn)
+    def _on_handshake(self, conn: Conn, kind: int, body: bytes) -> None:
+        """One handshake step (connection.py), its answer queued and written."""
 
-    def _on_challenge(self, conn: _Conn, body: bytes) -> None:
-        conn.nonce_theirs, conn.epk_theirs, rest = parse_hello(body, "CHALLENGE")
-        if len(rest) < MAC_BYTES:
-            raise FrameError("bad CHALLENGE")
-        mac = rest[:MAC_BYTES]
-        server_addr = rest[MAC_BYTES:].decode("utf-8", "replace")
-        assert conn.peer is not None and conn.key_mine is not None
-        expected = server_proof(
-            self._secret,
-            conn.nonce_mine,
-            conn.nonce_theirs,
-            conn.epk_mine,
-            conn.epk_theirs,
-            server_addr,
-        )
-        if not hmac.compare_digest(mac, expected):
+        def send(kind: int, body: bytes) -> None:
+            self._queue_frame(conn, kind, body)
+
+        state = conn.state
+        try:
+            if state == ConnState.AWAIT_HELLO and kind == KIND_HELLO:
+                on_hello(self._me, conn, body, send)
+            elif state == ConnState.AWAIT_AUTH and kind == KIND_AUTH:
+                on_auth(self._me, conn, body, send)
+            elif state == ConnState.AWAIT_CHALLENGE and kind == KIND_CHALLENGE:
+                on_challenge(self._me, conn, body, send, self.config.frame_bytes_max)
+            else:
+                raise FrameError(f"unexpected frame kind {kind} in state {state}")
+        except AuthFailed:
             self.stats["auth_failures"] += 1
-            raise FrameError("listener failed authentication (wrong cluster secret?)")
-        if server_addr != conn.peer:
-            raise FrameError(f"dialed {conn.peer} but it says it is {server_addr}")
-        proof = client_proof(
-            self._secret,
-            conn.nonce_theirs,
-            conn.nonce_mine,
-            conn.epk_theirs,
-            conn.epk_mine,
-            self.address,
-        )
-        self._queue_frame(conn, KIND_AUTH, proof + self.address.encode())
-        to_listener, to_dialer = session_keys(
-            self._secret,
-            conn.key_mine,
-            conn.epk_theirs,
-            nonce_c=conn.nonce_mine,
-            nonce_s=conn.nonce_theirs,
-            epk_c=conn.epk_mine,
-            epk_s=conn.epk_theirs,
-            dialer_addr=self.address,
-            listener_addr=server_addr,
-        )
-        conn.key_mine = None
-        conn.tx, conn.rx = FrameCipher(to_listener), FrameCipher(to_dialer)
-        # The listener proved the secret: its frames may be full size from here on.
-        conn.decoder.frame_bytes_max = self.config.frame_bytes_max
-        conn.state = _State.AWAIT_WELCOME
+            raise
         self._write(conn)
-
-    def _on_auth(self, conn: _Conn, body: bytes) -> None:
-        if len(body) <= MAC_BYTES:
-            raise FrameError("bad AUTH")
-        mac, claimed = body[:MAC_BYTES], body[MAC_BYTES:].decode("utf-8", "replace")
-        expected = client_proof(
-            self._secret,
-            conn.nonce_mine,
-            conn.nonce_theirs,
-            conn.epk_mine,
-            conn.epk_theirs,
-            claimed,
-        )
-        if not hmac.compare_digest(mac, expected):
-            self.stats["auth_failures"] += 1
-            raise FrameError("dialer failed authentication (wrong cluster secret?)")
-        if claimed == self.address or not should_dial(claimed, self.address):
-            raise FrameError(f"{claimed} must not dial {self.address}")
-        assert conn.key_mine is not None
-        to_listener, to_dialer = session_keys(
-            self._secret,
-            conn.key_mine,
-            conn.epk_theirs,
-            nonce_c=conn.nonce_theirs,
-            nonce_s=conn.nonce_mine,
-            epk_c=conn.epk_theirs,
-            epk_s=conn.epk_mine,
-            dialer_addr=claimed,
-            listener_addr=self.address,
-        )
-        conn.key_mine = None
-        conn.tx, conn.rx = FrameCipher(to_dialer), FrameCipher(to_listener)
-        conn.peer = claimed
-        self._queue_frame(conn, KIND_WELCOME)  # sealed: the dialer checks the keys match
-        self._write(conn)
-        if conn.state != _State.CLOSED:
+        if kind == KIND_AUTH and conn.state != ConnState.CLOSED:
             self._open(conn)
 
-    def _open(self, conn: _Conn) -> None:
+    def _open(self, conn: Conn) -> None:
         peer = conn.peer
         assert peer is not None
         old = self._links.get(peer)
         if old is not None:
             self._close(old, "replaced by a newer connection")
-        conn.state = _State.OPEN
+        conn.state = ConnState.OPEN
         conn.label = peer
         conn.decoder.frame_bytes_max = self.config.frame_bytes_max
         self._links[peer] = conn
@@ -713,7 +583,7 @@ class MuxEndpoint:
         self._links_changed()
         logger.info("[peer=%s] raft link up (%s)", peer, "dialed" if conn.dialer else "accepted")
 
-    def _on_batch(self, conn: _Conn, body: bytes, touched: set[str]) -> None:
+    def _on_batch(self, conn: Conn, body: bytes, touched: set[str]) -> None:
         try:
             batch = loads_data(body)
         except Exception as exc:
@@ -759,8 +629,8 @@ class MuxEndpoint:
         half = len(batch) // 2
         return self._encode_batches(peer, batch[:half]) + self._encode_batches(peer, batch[half:])
 
-    def _queue_frame(self, conn: _Conn, kind: int, body: bytes = b"") -> None:
-        if conn.state == _State.CLOSED:
+    def _queue_frame(self, conn: Conn, kind: int, body: bytes = b"") -> None:
+        if conn.state == ConnState.CLOSED:
             return
         if conn.tx is not None:
             kind, body = KIND_SEALED, conn.tx.seal(kind, body)
@@ -769,8 +639,8 @@ class MuxEndpoint:
         if len(conn.out) > self.config.out_buffer_bytes_max:
             self._close(conn, f"peer too slow: {len(conn.out)} bytes unsent")
 
-    def _write(self, conn: _Conn) -> None:
-        if conn.state in (_State.CLOSED, _State.CONNECTING) or not conn.out:
+    def _write(self, conn: Conn) -> None:
+        if conn.state in (ConnState.CLOSED, ConnState.CONNECTING) or not conn.out:
             return
         try:
             sent = conn.sock.send(conn.out)
@@ -785,34 +655,31 @@ class MuxEndpoint:
             self.stats["bytes_sent"] += sent
         self._set_want_write(conn, bool(conn.out))
 
-    def _set_want_write(self, conn: _Conn, want: bool) -> None:
-        if want == conn.want_write or conn.state == _State.CLOSED:
+    def _set_want_write(self, conn: Conn, want: bool) -> None:
+        if want == conn.want_write or conn.state == ConnState.CLOSED:
             return
         conn.want_write = want
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
         self._sel.modify(conn.sock, events, conn)
 
-    def _on_writable(self, conn: _Conn) -> None:
-        if conn.state == _State.CONNECTING:
+    def _on_writable(self, conn: Conn) -> None:
+        if conn.state == ConnState.CONNECTING:
             err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if err:
                 assert conn.peer is not None
                 self._close(conn, f"connect failed: {os.strerror(err)}", log=False)
                 self._dial_failed(conn.peer, self._clock(), os.strerror(err))
                 return
-            conn.state = _State.AWAIT_CHALLENGE
-            conn.nonce_mine = os.urandom(NONCE_BYTES)
-            conn.key_mine, conn.epk_mine = new_key_pair()
             conn.want_write = True  # registered for WRITE only; _write recomputes the mask
             self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-            self._queue_frame(conn, KIND_HELLO, hello_body(conn.nonce_mine, conn.epk_mine))
+            send_hello(conn, lambda kind, body: self._queue_frame(conn, kind, body))
         self._write(conn)
 
-    def _close(self, conn: _Conn, why: str, *, log: bool = True) -> None:
-        if conn.state == _State.CLOSED:
+    def _close(self, conn: Conn, why: str, *, log: bool = True) -> None:
+        if conn.state == ConnState.CLOSED:
             return
-        was_open = conn.state == _State.OPEN
-        conn.state = _State.CLOSED
+        was_open = conn.state == ConnState.OPEN
+        conn.state = ConnState.CLOSED
         self._conns.discard(conn)
         if log:
             level = logging.INFO if was_open else logging.WARNING

@@ -18,7 +18,8 @@ from pysyncobj.config import SyncObjConf
 from pysyncobj.syncobj import _RAFT_STATE, SyncObj, replicated
 from pysyncobj.transport import TCPTransport, Transport
 
-from raftq.transport.raft.node import RaftNode, RaftTimings
+from raftq.transport.raft.node import RaftNode
+from raftq.transport.raft.timings import RaftTimings
 
 
 class RecordingTransport(Transport):
