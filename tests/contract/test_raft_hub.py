@@ -59,6 +59,7 @@ class SimCluster:
                         clock=self.hub.clock,
                         **FAST,
                     )
+                    ep.activate(name)  # ticked by hand: registered as a driver would
 
     def step(self, n: int = 1) -> None:
         for _ in range(n):

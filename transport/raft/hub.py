@@ -18,7 +18,14 @@ differs. Nothing moves unless the test says so:
   each connected peer a PING at most every `ping_interval_s`, subject to delay and drops (drawn
   from their own rng, so the message schedule of a seed does not change). `link_silence_s` is
   the time since anything (message or PING) from the peer was delivered, or since the link came
-  up; a peer whose driver stopped running falls silent.
+  up; a peer whose driver stopped running falls silent, and after `dead_after_s` of silence
+  the link closes (as the mux closes a connection that received nothing for that long) until
+  both ends run again.
+- The rest of the endpoint contract is the mux's (tests/contract/test_endpoint_contract.py): a
+  group receives only while registered (`activate` .. `deactivate`), messages for a group not
+  registered are counted and dropped, a message whose one-message frame would exceed
+  `frame_bytes_max` is dropped, `close()` is idempotent and frees the address (a new
+  `hub.endpoint(address)` is a restarted process), the statistics carry the same names.
 
 Determinism: every random decision (drop, jitter) comes from ``random.Random(seed)`` and is taken
 in an order that does not depend on set iteration or string hashing: each flush sorts messages by
@@ -41,8 +48,9 @@ from typing import Any
 
 import pysyncobj.syncobj as _pysyncobj_syncobj
 
-from .codec import dumps_data, loads_data
+from .codec import FRAME_BYTES_MAX_DEFAULT, dumps_data, loads_data
 from .group_transport import GroupTransport, sendable_before_sync
+from .handshake import SEAL_OVERHEAD_BYTES
 from .snapshot import written_inline
 
 logger = logging.getLogger("raftq.transport.raft.hub")
@@ -103,11 +111,21 @@ class HubEndpoint:
     def __init__(self, hub: Hub, address: str) -> None:
         self.address = address
         self._hub = hub
-        self._views: dict[str, GroupTransport] = {}
+        self._created: dict[str, GroupTransport] = {}  # constructed, not yet registered
+        self._views: dict[str, GroupTransport] = {}  # registered: receive messages
         self._outbox: list[tuple[str, str, Any]] = []  # (peer, group, message) in send order
         self.up = True
+        self.closed = False
         self.stats: dict[str, int] = dict.fromkeys(
-            ("messages_sent", "messages_received", "messages_dropped", "callback_errors"), 0
+            (
+                "messages_sent",
+                "messages_received",
+                "messages_dropped_not_connected",
+                "messages_dropped_unknown_group",
+                "messages_dropped_too_large",
+                "callback_errors",
+            ),
+            0,
         )
 
     # -- ViewHost --------------------------------------------------------------------------------
@@ -128,19 +146,21 @@ class HubEndpoint:
 
     def enqueue(self, peer: str, group: str, message: Any) -> bool:
         if not self._hub.connected(self.address, peer):
-            self.stats["messages_dropped"] += 1
+            self.stats["messages_dropped_not_connected"] += 1
             return False
         self._outbox.append((peer, group, message))
         return True
 
     def view_created(self, group: str, view: GroupTransport) -> None:
-        if group in self._views:
+        if group in self._views or group in self._created:
             raise ValueError(f"[group={group}] already has a transport on {self.address}")
-        self._views[group] = view
+        self._created[group] = view
 
     def view_destroyed(self, group: str, view: GroupTransport) -> None:
         if self._views.get(group) is view:
             del self._views[group]
+        if self._created.get(group) is view:
+            del self._created[group]
 
     def add_peer(self, peer: str) -> None:
         pass  # every hub endpoint can reach every other one unless a fault says otherwise
@@ -168,19 +188,36 @@ class HubEndpoint:
         pass
 
     def activate(self, group: str) -> None:
-        if group not in self._views:
+        """Start delivering messages to `group` (the driver, at registration)."""
+        view = self._created.pop(group, None)
+        if view is None:
             raise KeyError(f"[group={group}] no transport was created for this group")
+        self._views[group] = view
 
     def deactivate(self, group: str) -> None:
         self._views.pop(group, None)
+        self._created.pop(group, None)
 
     def discard_pending(self, group: str) -> int:
+        """Drop `group`'s buffered messages that wait for its sync (as the mux: those
+        `sendable_before_sync` may leave anyway)."""
         before = len(self._outbox)
-        self._outbox = [m for m in self._outbox if m[1] != group]
+        self._outbox = [m for m in self._outbox if m[1] != group or sendable_before_sync(m[2])]
         return before - len(self._outbox)
 
+    def close(self) -> None:
+        """The process is gone: links close, nothing more is sent or delivered, and the
+        address is free for a new `hub.endpoint(address)`. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self._hub.detach(self)
+
     def statistics(self) -> dict[str, int]:
-        return dict(self.stats)
+        out = dict(self.stats)
+        out["peers_connected"] = len(self.connected_peers())
+        out["groups_registered"] = len(self._views)
+        return out
 
     # -- hub side ----------------------------------------------------------------------------------
 
@@ -194,10 +231,11 @@ class HubEndpoint:
         return early
 
     def _deliver(self, src: str, group: str, message: Any) -> str | None:
+        self.stats["messages_received"] += 1
         view = self._views.get(group)
         if view is None:
+            self.stats["messages_dropped_unknown_group"] += 1
             return None
-        self.stats["messages_received"] += 1
         try:
             view.deliver(src, message)
         except Exception:
@@ -216,13 +254,19 @@ class Hub:
         *,
         ping_interval_s: float = 0.1,
         silent_after_s: float = 0.4,
+        dead_after_s: float = 5.0,
+        frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT,
     ) -> None:
-        if not 0 < ping_interval_s < silent_after_s:
-            raise ValueError("need 0 < ping_interval_s < silent_after_s")
+        if not 0 < ping_interval_s < silent_after_s < dead_after_s:
+            raise ValueError("need 0 < ping_interval_s < silent_after_s < dead_after_s")
         self.seed = seed
         self.clock = clock or ManualClock()
         self.ping_interval_s = ping_interval_s
         self.silent_after_s = silent_after_s
+        self.dead_after_s = dead_after_s
+        self.frame_bytes_max = frame_bytes_max
+        self._ran: dict[str, float] = {}  # address -> last flush (its driver ran)
+        self._dead: set[frozenset[str]] = set()  # links closed by silence, until both run
         self.rng = random.Random(seed)  # network faults
         self.ping_rng = random.Random(seed * 7 + 3)  # drops of PINGs: self.rng stays untouched
         self._heard: dict[tuple[str, str], float] = {}  # (src, dst) -> last delivery time
@@ -272,6 +316,7 @@ class Hub:
             and ea.up
             and eb.up
             and frozenset((a, b)) not in self._cuts
+            and frozenset((a, b)) not in self._dead
         )
 
     # -- faults ------------------------------------------------------------------------------------
@@ -315,6 +360,15 @@ class Hub:
     def restart(self, address: str) -> None:
         self._endpoints[address].up = True
         self._topology_changed()
+
+    def detach(self, ep: HubEndpoint) -> None:
+        """`ep` closed: its links go down and its address is free (`HubEndpoint.close`)."""
+        if self._endpoints.get(ep.address) is ep:
+            ep.up = False
+            ep._take_outbox()
+            del self._endpoints[ep.address]
+            self._dead = {pair for pair in self._dead if ep.address not in pair}
+            self._topology_changed()
 
     def link_silence_s(self, src: str, dst: str) -> float | None:
         """Seconds since `dst` last heard from `src` (None: not connected). See the module
@@ -362,6 +416,16 @@ class Hub:
                 link = (source.address, peer)
                 if not self.connected(*link):
                     self.stats["dropped_cut"] += 1
+                    source.stats["messages_dropped_not_connected"] += 1
+                    continue
+                payload = dumps_data(message)
+                if not self._fits(group, message, payload):
+                    source.stats["messages_dropped_too_large"] += 1
+                    logger.error(
+                        "[group=%s] [peer=%s] dropped a message: above frame_bytes_max",
+                        group,
+                        peer,
+                    )
                     continue
                 if self._drop_probability and self.rng.random() < self._drop_probability:
                     self.stats["dropped_random"] += 1
@@ -373,7 +437,6 @@ class Hub:
                 self._link_last_due[link] = due
                 seq = self._link_seq.get(link, 0) + 1
                 self._link_seq[link] = seq
-                payload = dumps_data(message)
                 heapq.heappush(
                     self._inflight, _InFlight(due, link[0], link[1], seq, group, payload)
                 )
@@ -382,8 +445,38 @@ class Hub:
         self.stats["flushed"] += count
         return count
 
+    def _fits(self, group: str, message: Any, payload: bytes) -> bool:
+        """Whether `message` alone fits a mux frame (a sealed one-message BATCH)."""
+        margin = 64 + len(group)  # what the one-message batch adds (list, tuple, name)
+        if len(payload) + margin + 1 + SEAL_OVERHEAD_BYTES <= self.frame_bytes_max:
+            return True  # clearly fits; near the limit, measure the batch exactly
+        body = dumps_data([(group, message)])
+        return len(body) + 1 + SEAL_OVERHEAD_BYTES <= self.frame_bytes_max
+
+    def _liveness(self, source: HubEndpoint) -> None:
+        """`source` runs: links closed by silence revive where the peer runs too; an open link
+        on which `source` heard nothing for `dead_after_s` closes (as the mux's)."""
+        now = self.clock.now()
+        self._ran[source.address] = now
+        changed = False
+        for peer in self.addresses:
+            pair = frozenset((source.address, peer))
+            if pair in self._dead:
+                if now - self._ran.get(peer, -1e18) <= self.ping_interval_s:
+                    self._dead.discard(pair)
+                    changed = True
+                continue
+            silence = self.link_silence_s(peer, source.address)
+            if silence is not None and silence > self.dead_after_s:
+                self._dead.add(pair)
+                changed = True
+        if changed:
+            self._topology_changed()
+
     def ping(self, source: HubEndpoint) -> None:
-        """Send `source`'s PINGs that are due (see the module docstring)."""
+        """Send `source`'s PINGs that are due, after closing and reviving links by silence
+        (see the module docstring)."""
+        self._liveness(source)
         now = self.clock.now()
         for peer in self.addresses:
             link = (source.address, peer)
