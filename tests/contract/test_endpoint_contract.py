@@ -21,6 +21,7 @@ from typing import Any, cast
 import pytest
 
 from raftq.transport.raft.codec import dumps_data
+from raftq.transport.raft.group_transport import BULK_BYTES_PER_ROUND_DEFAULT
 from raftq.transport.raft.handshake import SEAL_OVERHEAD_BYTES
 from raftq.transport.raft.hub import Hub, HubEndpoint, ManualClock
 from raftq.transport.raft.mux import MuxConfig, MuxEndpoint
@@ -284,6 +285,22 @@ def test_flush_early_sends_only_append_entries_and_discard_pending_keeps_them(
     net.pump(lambda: len(g1.got) == 3 and len(g2.got) == 1, "the rest")
     net.rounds(20)
     assert _received(g1) == [1, 4, 5] and _received(g2) == [2]
+
+
+def test_bulk_room_is_the_round_budget_less_the_bulk_still_waiting(net: Net) -> None:
+    """What a leader's snapshot chunks are paced by (snapshots.py, "Paced transfer")."""
+    g1 = net.register("b", "g1")
+    a, b = net.eps["a"], net.addr("b")
+    budget = BULK_BYTES_PER_ROUND_DEFAULT
+    assert a.bulk_room(b) == budget
+    assert a.enqueue(b, "g1", {"type": "append_entries", "n": 0}, bulk_bytes=1000)
+    assert a.enqueue(b, "g1", {"type": "append_entries", "n": 1}, bulk_bytes=budget)
+    assert a.enqueue(b, "g1", {"type": "x", "n": 2})  # not bulk: not counted
+    assert a.bulk_room(b) == -1000  # over budget: the sender waits
+    assert net.eps["c"].bulk_room(b) == budget  # per link
+    net.pump(lambda: len(g1.got) == 3, "the messages")
+    assert a.bulk_room(b) == budget  # flushed and written
+    assert a.bulk_room("10.9.9.9:1") == 0 and a.bulk_room(a.address) == 0  # no link
 
 
 def test_sends_to_an_unknown_peer_are_refused_and_counted(net: Net) -> None:

@@ -26,7 +26,7 @@ from raftq.proto import errors
 from raftq.transport.raft import RaftNode, RaftTimings
 from raftq.transport.raft.hub import ManualClock, pysyncobj_time
 from raftq.transport.raft.journal import DurableJournal, parse_journal
-from raftq.transport.raft.snapshot import read_snapshot, write_snapshot
+from raftq.transport.raft.snapshot import read_snapshot, write_snapshot, written_inline
 from raftq.transport.raft.testing import (
     RecordingTransport,
     StockNode,
@@ -749,7 +749,13 @@ def test_snapshot_from_leader_keeps_acknowledged_entries_after_it(
     indexes = [e[1] for e in log_entries(node)]
     destroy(node)
     if kind == "raftq":
-        assert [(a["success"], a["next_node_idx"]) for a in acks] == [(True, 10)]
+        # Every chunk but the last is acknowledged as written (the leader's window), at the
+        # follower's commit index; the last one by the snapshot's index once installed.
+        size = source.stat().st_size
+        progress = [(a["success"], a["next_node_idx"], a["snapshot"][1]) for a in acks[:-1]]
+        assert progress == [(True, 2, end) for end in range(64, size, 64)]
+        assert [(a["success"], a["next_node_idx"]) for a in acks[-1:]] == [(True, 10)]
+        assert "snapshot" not in acks[-1]
         assert indexes == list(range(8, 21))
         assert (tmp_path / "f" / "g.snapshot").read_bytes() == source.read_bytes()
     else:
@@ -766,11 +772,14 @@ def test_snapshot_chunk_lost_restarts_the_transfer(tmp_path: Path) -> None:
     for message in messages[:1] + messages[2:]:  # the second chunk is lost
         transport.deliver(B, message)
     acks = transport.take("next_node_idx", to=B)
-    assert acks and all(not a["success"] and a["reset"] for a in acks)
+    # The first chunk is acknowledged as written; every one after the gap asks for a restart.
+    assert [a.get("snapshot", (None, None))[1] for a in acks[:1]] == [32]
+    assert acks[1:] and all(not a["success"] and a["reset"] for a in acks[1:])
     assert not (tmp_path / "f" / "g.snapshot").exists()  # nothing half-received installed
     for message in messages:  # the leader starts over
         transport.deliver(B, message)
-    assert [a["next_node_idx"] for a in transport.take("next_node_idx", to=B)] == [10]
+    acks = transport.take("next_node_idx", to=B)
+    assert [a["next_node_idx"] for a in acks if "snapshot" not in a] == [10]
     assert [e[1] for e in log_entries(node)] == [8, 9]
     destroy(node)
 
@@ -815,7 +824,8 @@ def test_leader_send_round_is_bounded_when_a_follower_needs_a_snapshot(
     transport.on_send = on_send
     serializer_busy(node)
     clock = ManualClock(time.monotonic())  # continues the real clock the node started on
-    with pysyncobj_time(clock, random.Random(1)):
+    # Chunks read at once, as in the simulation (otherwise on the reader thread, sent later).
+    with pysyncobj_time(clock, random.Random(1)), written_inline():
         clock.advance(FAST.heartbeat_s * 2)  # a heartbeat is due, a quorum is still fresh
         if kind == "stock":
             with pytest.raises(RuntimeError, match="unbounded"):

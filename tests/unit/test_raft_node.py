@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from raftq.transport.raft.snapshot import (
     SnapshotSender,
     journal_keep_from,
     write_snapshot,
+    written_inline,
 )
 from raftq.transport.raft.testing import free_addr, wait_until
 
@@ -68,26 +70,64 @@ def _snapshot(tmp_path: Path, size: int) -> Path:
     return path
 
 
-def test_snapshot_sender_bounds_each_round_and_resumes(tmp_path: Path) -> None:
-    path = _snapshot(tmp_path, 1000)
-    sender = SnapshotSender(str(path), chunk_bytes=100, max_chunks=4)
-    rounds = []
-    while True:
-        chunks, last_index = sender.chunks("b")
-        assert 1 <= len(chunks) <= 4
+def _send_all(sender: SnapshotSender, room: int) -> tuple[list[list[Any]], int]:
+    """Rounds of ``sender.chunks`` with ``room`` bytes each, the follower acknowledging all it
+    got after every round; the rounds and the snapshot's last index."""
+    rounds: list[list[Any]] = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        got = sender.chunks("b", room)
+        assert got is not None
+        chunks, last_index = got
         rounds.append(chunks)
         if last_index is not None:
-            break
+            return rounds, last_index
+        if chunks:
+            end = chunks[-1][3] + len(chunks[-1][0])
+            assert sender.acked("b", (chunks[-1][4], end))
+    raise AssertionError("the transfer never ended")
+
+
+def test_snapshot_sender_paces_by_window_and_room_and_resumes(tmp_path: Path) -> None:
+    path = _snapshot(tmp_path, 1000)
+    with written_inline():  # read at once: each round is exact
+        sender = SnapshotSender(str(path), chunk_bytes=100, window_bytes=300)
+        first = sender.chunks("b", 150)  # the link's room: a chunk more while room is left
+        assert first is not None and [c[3] for c in first[0]] == [0, 100]
+        again = sender.chunks("b", 1000)  # the window: 300 bytes unacknowledged at most
+        assert again is not None and [c[3] for c in again[0]] == [200]
+        assert sender.chunks("b", 1000) == ([], None)
+        assert sender.chunks("b", 0) == ([], None)
+        xfer = first[0][0][4]
+        assert not sender.acked("b", (xfer + 1, 300))  # another transfer's ack
+        assert not sender.acked("b", "garbage") and not sender.acked("b", (xfer, "x"))
+        assert sender.acked("b", (xfer, 5000))  # at most what was sent counts
+        assert not sender.acked("b", (xfer, 300))
+        rounds, last_index = _send_all(sender, 1000)
+        assert max(len(r) for r in rounds) == 3
     assert last_index == 9 and not sender.active("b")
-    flat = [c for r in rounds for c in r]
+    flat = first[0] + again[0] + [c for r in rounds for c in r]
     assert b"".join(c[0] for c in flat) == path.read_bytes()
     assert [c[3] for c in flat] == list(range(0, path.stat().st_size, 100))
     assert [c[1] for c in flat] == [True] + [False] * (len(flat) - 1)
     assert [c[2] for c in flat] == [False] * (len(flat) - 1) + [True]
-    assert SnapshotSender(str(tmp_path / "none"), 100, 4).chunks("b") == ([], None)
+    assert {c[4] for c in flat} == {xfer}
+    assert SnapshotSender(str(tmp_path / "none"), 100).chunks("b", 1000) is None
 
 
-def test_snapshot_receiver_installs_only_a_gapless_transfer(tmp_path: Path) -> None:
+def test_snapshot_sender_reads_ahead_on_its_thread(tmp_path: Path) -> None:
+    path = _snapshot(tmp_path, 100_000)
+    sender = SnapshotSender(str(path), chunk_bytes=4096, window_bytes=3 * 4096)
+    rounds, last_index = _send_all(sender, 8192)
+    flat = [c for r in rounds for c in r]
+    assert last_index == 9 and b"".join(c[0] for c in flat) == path.read_bytes()
+    assert max(sum(len(c[0]) for c in r) for r in rounds) <= 8192 + 4096
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_snapshot_receiver_installs_only_a_gapless_transfer(
+    tmp_path: Path, background: bool
+) -> None:
     (tmp_path / "leader").mkdir()
     source = _snapshot(tmp_path / "leader", 500)
     data = source.read_bytes()
@@ -95,18 +135,43 @@ def test_snapshot_receiver_installs_only_a_gapless_transfer(tmp_path: Path) -> N
         (data[o : o + 100], o == 0, o + 100 >= len(data), o) for o in range(0, len(data), 100)
     ]
     target = tmp_path / "f.snapshot"
-    rx = SnapshotReceiver(str(target), fsync=True)
+    wakes = []
+    rx = SnapshotReceiver(
+        str(target), fsync=True, background=background, on_written=lambda: wakes.append(1)
+    )
     with pytest.raises(ValueError, match="expected"):
         for chunk in chunks[:2] + chunks[3:]:
-            rx.add(*chunk)
+            rx.add(*chunk, xfer=1)
+    assert not rx.receiving
     with pytest.raises(ValueError, match="expected None"):
-        rx.add(*chunks[-1])  # the rest of the broken transfer
+        rx.add(*chunks[-1], xfer=1)  # the rest of the broken transfer
     assert not target.exists()
-    done = [rx.add(*chunk) for chunk in chunks]
-    assert done == [False] * (len(chunks) - 1) + [True]
+    for chunk in chunks[:-1]:
+        rx.add(*chunk, xfer=2)
+        assert not rx.finished()
+    wait_until(lambda: rx.progress() == (2, len(data) - len(chunks[-1][0])), 10, "written")
+    rx.add(*chunks[-1], xfer=2)
+    wait_until(rx.finished, 10, "the last chunk written")
+    assert not rx.receiving and rx.progress() is None
+    assert (len(wakes) > 0) == background  # the writer thread wakes the driver
     assert rx.header()[0][1] == 9
     rx.install()
     assert target.read_bytes() == data and not Path(rx.tmp_path).exists()
+
+
+def test_snapshot_receiver_reports_a_failed_write_and_restarts(tmp_path: Path) -> None:
+    (tmp_path / "leader").mkdir()
+    data = _snapshot(tmp_path / "leader", 300).read_bytes()
+    rx = SnapshotReceiver(str(tmp_path / "f.snapshot"), fsync=False, background=True)
+    Path(rx.tmp_path).mkdir()  # the .rx file cannot be opened
+    rx.add(data[:100], True, False, 0, xfer=1)
+    with pytest.raises(IsADirectoryError):
+        wait_until(rx.finished, 10, "the failure seen")
+    assert not rx.receiving
+    Path(rx.tmp_path).rmdir()
+    rx.add(data, True, True, 0, xfer=2)
+    wait_until(rx.finished, 10, "the retried transfer written")
+    assert Path(rx.tmp_path).read_bytes() == data
 
 
 # ------------------------------------------------------------------ journal

@@ -80,9 +80,9 @@ class Cluster:
         ep = self.hub.endpoint(addr)
         enqueue, counter = ep.enqueue, self.sent[addr]
 
-        def counting(peer: str, group: str, message: Any) -> bool:
+        def counting(peer: str, group: str, message: Any, bulk_bytes: int = 0) -> bool:
             counter[message.get("type", "?")] += 1
-            return bool(enqueue(peer, group, message))
+            return bool(enqueue(peer, group, message, bulk_bytes))
 
         ep.enqueue = counting  # type: ignore[method-assign]
 

@@ -96,17 +96,24 @@ class DurableLog(SyncObj):
             verified = self._append_from_leader(node, message, now)
         elif message.get("serialized") is not None:
             verified = self._on_snapshot_chunk(node, message)
+        elif "serialized" in message and self._snapshot_rx.receiving:
+            # The leader's heartbeat while the window is full: say where the writes are.
+            verified = self._snapshot_progress(node, always_ack=True)
         else:
             return
         if verified is None:
             return
-        # Commit only what was verified against this leader: a tail beyond it may be stale.
-        new_commit = min(leader_commit, verified)
+        self._commit_verified(verified)
+        if message.get("quiesce"):
+            self._on_quiesce_request(node, verified)
+
+    def _commit_verified(self, verified: int) -> None:
+        """Commit up to the leader's commit index, but only what was verified against this
+        leader (``verified``): a tail beyond it may be stale."""
+        new_commit = min(self._SyncObj__leaderCommitIndex, verified)
         if new_commit > self._SyncObj__raftCommitIndex:
             self._SyncObj__raftCommitIndex = new_commit
             self._raftq_journal.setRaftCommitIndex(new_commit)
-        if message.get("quiesce"):
-            self._on_quiesce_request(node, verified)
 
     def _append_from_leader(self, node: Any, message: dict[str, Any], now: float) -> int | None:
         """Append the leader's entries; return the last index verified to match the leader."""
@@ -208,8 +215,10 @@ class DurableLog(SyncObj):
         nextNodeIdx: int | None = None,
         success: bool = False,
         quiesce: bool = True,
+        snapshot: tuple[Any, int] | None = None,
     ) -> None:
-        """syncobj.py:1098, plus ``quiesce``: this follower may be asked to quiesce."""
+        """syncobj.py:1098, plus ``quiesce``: this follower may be asked to quiesce, and
+        ``snapshot``: the (transfer id, bytes written) of a snapshot being received."""
         self._last_ack = None  # whatever follows is acknowledged afresh
         message = {
             "type": "next_node_idx",
@@ -219,6 +228,8 @@ class DurableLog(SyncObj):
         }
         if quiesce and self._quiesce_ok:
             message["quiesce"] = True
+        if snapshot is not None:
+            message["snapshot"] = snapshot
         self._SyncObj__transport.send(node, message)
 
     # ---------------------------------------------------------------------- leader
@@ -237,6 +248,8 @@ class DurableLog(SyncObj):
         match = match_index.get(node, 0)
         if not message["success"]:
             self._snapshot_tx.cancel(node)  # the follower lost its place: start over
+        elif "snapshot" in message:
+            self._on_snapshot_ack(node, message["snapshot"])
         if message["success"]:
             # A success for an older, pipelined batch must not move either index backwards.
             if reported - 1 > match:

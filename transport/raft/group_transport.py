@@ -13,6 +13,10 @@ from typing import Any, Protocol
 
 from pysyncobj.transport import Transport
 
+# Bulk bytes (snapshot chunks) a link takes per driver round, counting what it has not yet
+# written: the heartbeats of every other group never queue behind more than this.
+BULK_BYTES_PER_ROUND_DEFAULT = 2 << 20
+
 
 def sendable_before_sync(message: Any) -> bool:
     """A leader's ``append_entries`` may leave before the leader's own journal fsync (Raft
@@ -43,7 +47,14 @@ class ViewHost(Protocol):
         """Seconds since anything arrived from `peer`; None when no link to it is open."""
         ...
 
-    def enqueue(self, peer: str, group: str, message: Any) -> bool: ...
+    def enqueue(self, peer: str, group: str, message: Any, bulk_bytes: int = 0) -> bool:
+        """Buffer ``message`` for ``peer``; ``bulk_bytes``: the bulk data it carries."""
+        ...
+
+    def bulk_room(self, peer: str) -> int:
+        """Bulk bytes (snapshot chunks) the link to ``peer`` takes now: its per-round budget
+        less the bulk queued this round and what the link has not written yet."""
+        ...
 
     def view_created(self, group: str, view: GroupTransport) -> None: ...
 
@@ -88,6 +99,17 @@ class GroupTransport(Transport):
         if self._destroyed:
             return False
         return self._host.enqueue(node.id, self.group, message)
+
+    def send_bulk(self, node: Any, message: Any, nbytes: int) -> bool:
+        """`send` a message carrying ``nbytes`` of bulk data (a snapshot chunk), which counts
+        against the link's budget (`bulk_room`)."""
+        if self._destroyed:
+            return False
+        return self._host.enqueue(node.id, self.group, message, bulk_bytes=nbytes)
+
+    def bulk_room(self, node: Any) -> int:
+        """Bulk bytes the link to ``node`` takes now (`ViewHost.bulk_room`)."""
+        return self._host.bulk_room(node.id)
 
     def link_silence_s(self, peer: str) -> float | None:
         """Seconds since the broker `peer` was last heard from (any frame, pings included);

@@ -54,7 +54,7 @@ from raftq.transport.raft.snapshot import (
     SnapshotReceiver,
     SnapshotSender,
 )
-from raftq.transport.raft.snapshots import SNAPSHOT_CHUNKS_PER_ROUND, Snapshots
+from raftq.transport.raft.snapshots import Snapshots
 
 if TYPE_CHECKING:
     from raftq.transport.raft.node import RaftNode
@@ -110,14 +110,16 @@ class HardenedSyncObj(DurableLog, Snapshots, Quiescence, Membership, SyncObj):
         self._raftq_poll_io = poll_io
         self._raftq_journal = journal
         assert conf.fullDumpFile is not None
-        self._snapshot_tx = SnapshotSender(
-            conf.fullDumpFile, conf.logCompactionBatchSize, SNAPSHOT_CHUNKS_PER_ROUND
-        )
+        self._snapshot_tx = SnapshotSender(conf.fullDumpFile, conf.logCompactionBatchSize)
+        off_driver = owner._capture is not None  # received, written and installed off it
         self._snapshot_rx = SnapshotReceiver(
             conf.fullDumpFile,
             fsync=journal.fsync_enabled,
-            install_syncs=owner._capture is not None,  # installed off the tick thread
+            install_syncs=off_driver,
+            background=off_driver,
+            on_written=owner._wake,
         )
+        self._snapshot_acked: tuple[Any, int] | None = None
         self._snapshot_job: BackgroundSnapshot | None = None  # being written off the tick thread
         self._install_job: SnapshotInstall | None = None  # a received one restored off it
         self._install_from: Any = None
@@ -271,6 +273,7 @@ class HardenedSyncObj(DurableLog, Snapshots, Quiescence, Membership, SyncObj):
                 self._SyncObj__loadDumpFile(clearJournal=False)
             self._SyncObj__needLoadDumpFile = False
 
+        self._poll_snapshot_rx()
         if self._install_job is not None and self._install_job.done():
             self._finish_install()
 

@@ -49,7 +49,7 @@ from typing import Any
 import pysyncobj.syncobj as _pysyncobj_syncobj
 
 from .codec import FRAME_BYTES_MAX_DEFAULT, dumps_data, loads_data
-from .group_transport import GroupTransport, sendable_before_sync
+from .group_transport import BULK_BYTES_PER_ROUND_DEFAULT, GroupTransport, sendable_before_sync
 from .handshake import SEAL_OVERHEAD_BYTES
 from .snapshot import written_inline
 
@@ -114,6 +114,7 @@ class HubEndpoint:
         self._created: dict[str, GroupTransport] = {}  # constructed, not yet registered
         self._views: dict[str, GroupTransport] = {}  # registered: receive messages
         self._outbox: list[tuple[str, str, Any]] = []  # (peer, group, message) in send order
+        self._bulk_queued: dict[str, int] = {}  # bulk bytes enqueued per peer since a flush
         self.up = True
         self.closed = False
         self.stats: dict[str, int] = dict.fromkeys(
@@ -144,12 +145,21 @@ class HubEndpoint:
     def link_silence_s(self, peer: str) -> float | None:
         return self._hub.link_silence_s(peer, self.address)
 
-    def enqueue(self, peer: str, group: str, message: Any) -> bool:
+    def enqueue(self, peer: str, group: str, message: Any, bulk_bytes: int = 0) -> bool:
         if not self._hub.connected(self.address, peer):
             self.stats["messages_dropped_not_connected"] += 1
             return False
         self._outbox.append((peer, group, message))
+        if bulk_bytes:
+            self._bulk_queued[peer] = self._bulk_queued.get(peer, 0) + bulk_bytes
         return True
+
+    def bulk_room(self, peer: str) -> int:
+        """As the mux's, with nothing ever left unwritten: the default budget less the bulk
+        queued since the last flush; 0 without a link."""
+        if not self._hub.connected(self.address, peer):
+            return 0
+        return BULK_BYTES_PER_ROUND_DEFAULT - self._bulk_queued.get(peer, 0)
 
     def view_created(self, group: str, view: GroupTransport) -> None:
         if group in self._views or group in self._created:
@@ -178,9 +188,11 @@ class HubEndpoint:
         return self._hub.deliver_due(only=self.address)
 
     def flush_early(self) -> None:
+        self._bulk_queued = {}  # bulk travels as append_entries: it leaves now
         self._hub.flush(self, early_only=True)
 
     def flush(self) -> None:
+        self._bulk_queued = {}
         self._hub.flush(self)
         self._hub.ping(self)
 

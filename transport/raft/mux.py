@@ -64,7 +64,11 @@ from raftq.transport.raft.connection import (
     on_hello,
     send_hello,
 )
-from raftq.transport.raft.group_transport import GroupTransport, sendable_before_sync
+from raftq.transport.raft.group_transport import (
+    BULK_BYTES_PER_ROUND_DEFAULT,
+    GroupTransport,
+    sendable_before_sync,
+)
 from raftq.transport.raft.handshake import SEAL_OVERHEAD_BYTES, should_dial
 
 logger = logging.getLogger("raftq.transport.raft.mux")
@@ -94,6 +98,8 @@ class MuxConfig:
 
     frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT
     out_buffer_bytes_max: int = OUT_BUFFER_BYTES_MAX_DEFAULT
+    # Snapshot chunks queued for a link per round, counting its unwritten bytes (bulk_room).
+    bulk_bytes_per_round: int = BULK_BYTES_PER_ROUND_DEFAULT
     handshake_timeout_s: float = 3.0
     # An idle link carries a PING this often, so "heard within silent_after_s" means the peer
     # process and its driver thread are alive: quiesced Raft groups rely on it (quiescence.py).
@@ -167,6 +173,7 @@ class MuxEndpoint:
         self._pending_lock = threading.Lock()
         self._pending: dict[str, list[tuple[str, Any]]] = {}
         self._early: dict[str, list[tuple[str, Any]]] = {}  # sendable_before_sync messages
+        self._bulk_queued: dict[str, int] = {}  # snapshot bytes enqueued per peer this round
         self._next_housekeeping = 0.0
         self._closed = False
         self.stats: dict[str, int] = dict.fromkeys(
@@ -251,13 +258,16 @@ class MuxEndpoint:
             self._views.pop(group, None)
             self._created.pop(group, None)
 
-    def enqueue(self, peer: str, group: str, message: Any) -> bool:
+    def enqueue(self, peer: str, group: str, message: Any, bulk_bytes: int = 0) -> bool:
         """Buffer `message` for `peer` until the next `flush`. False if the peer is not connected
-        (the message is dropped, as a dead TCP connection would)."""
+        (the message is dropped, as a dead TCP connection would). `bulk_bytes`: the snapshot
+        bytes it carries, counted against the link's round budget (`bulk_room`)."""
         if peer not in self._connected:
             self.stats["messages_dropped_not_connected"] += 1
             return False
         with self._pending_lock:
+            if bulk_bytes:
+                self._bulk_queued[peer] = self._bulk_queued.get(peer, 0) + bulk_bytes
             buffers = self._early if sendable_before_sync(message) else self._pending
             batch = buffers.get(peer)
             if batch is None:
@@ -265,6 +275,16 @@ class MuxEndpoint:
             else:
                 batch.append((group, message))
         return True
+
+    def bulk_room(self, peer: str) -> int:
+        """Snapshot bytes the link to `peer` takes this round: `bulk_bytes_per_round` less the
+        bulk queued since the last flush and the bytes the link has not written (TCP's
+        backpressure: a slow peer gets no more until it reads). Driver thread."""
+        conn = self._links.get(peer)
+        if conn is None:
+            return 0
+        queued = self._bulk_queued.get(peer, 0)
+        return self.config.bulk_bytes_per_round - queued - len(conn.out)
 
     def discard_pending(self, group: str) -> int:
         """Drop `group`'s buffered messages (its journal sync failed: its acks must not leave)."""
@@ -281,6 +301,7 @@ class MuxEndpoint:
         driver calls it after ticking, before syncing."""
         with self._pending_lock:
             early, self._early = self._early, {}
+            self._bulk_queued = {}  # it is in the links' buffers now
         self._send_batches(early)
 
     def flush(self) -> None:
@@ -289,6 +310,7 @@ class MuxEndpoint:
         with self._pending_lock:
             early, self._early = self._early, {}
             pending, self._pending = self._pending, {}
+            self._bulk_queued = {}
         self._send_batches(early)
         self._send_batches(pending)
 

@@ -18,9 +18,11 @@ crash at any point leaves either the old snapshot with the full journal, or the 
 with a journal that may still start before it. Loading reconciles the two by (index, term)
 (:func:`journal_keep_from`, Raft §7): journal entries after the snapshot are never dropped
 when the journal holds the snapshot's last entry. A snapshot arriving from the leader goes
-through :class:`SnapshotReceiver` (chunks checked by offset, tmp → fsync → rename → directory
-fsync) before the same reconciliation; :class:`SnapshotSender` streams the file to a follower
-a bounded number of chunks per heartbeat. :class:`SnapshotInstall` restores a received snapshot
+through :class:`SnapshotReceiver` (chunks checked by offset and written on the process's
+writer thread, tmp → fsync → rename → directory fsync) before the same reconciliation;
+:class:`SnapshotSender` reads the file ahead on the process's reader thread and hands out the
+chunks read within the follower's window and the link's budget (snapshots.py, "Paced
+transfer"). :class:`SnapshotInstall` restores a received snapshot
 on a worker thread (groups given ``capture``), so a follower's tick thread only writes the
 chunks and, once the worker is done, renames the file and reconciles the journal.
 """
@@ -28,6 +30,7 @@ chunks and, once the worker is done, renames the file and reconciles the journal
 from __future__ import annotations
 
 import base64
+import collections
 import concurrent.futures
 import contextlib
 import json
@@ -36,7 +39,7 @@ import os
 import struct
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -351,112 +354,312 @@ def journal_keep_from(log: Sequence[Entry], last: Entry) -> int | None:
     return max(pos - 1, 0)
 
 
+# Snapshot transfer (snapshots.py, "Paced transfer"): the leader keeps at most this many
+# bytes sent and not yet reported written by the follower, and reads this many chunks ahead.
+SNAPSHOT_WINDOW_BYTES = 2 << 20
+READ_AHEAD_CHUNKS = 3
+
+_io_threads: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
+
+
+def _io_thread(name: str) -> concurrent.futures.ThreadPoolExecutor:
+    """The process's one thread called ``name``: the leaders' chunk reads or the followers'
+    chunk writes run there in submission order (a file is closed after its pending reads, a
+    new transfer's file opened after the abandoned one's writes)."""
+    with _pool_lock:
+        pool = _io_threads.get(name)
+        if pool is None:
+            pool = _io_threads[name] = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix=name
+            )
+        return pool
+
+
+def _read_chunk(fd: int, offset: int, size: int) -> bytes:
+    """One chunk of a snapshot being sent (the reader thread; a test may slow it)."""
+    return os.pread(fd, size, offset)
+
+
+def _write_chunk(f: IO[bytes], data: bytes) -> None:
+    """One chunk of a snapshot being received (the writer thread; a test may slow it)."""
+    f.write(data)
+
+
+Chunk = tuple[bytes, bool, bool, int, int]  # data, is_first, is_last, offset, transfer id
+
+
 @dataclass
 class _Outgoing:
-    file: IO[bytes]
+    fd: int
     size: int
-    offset: int
     last_index: int
+    xfer: int
+    threaded: bool  # reads on the reader thread (not inside written_inline)
+    sent: int = 0  # bytes handed to the transport
+    acked: int = 0  # bytes the follower reported written
+    next_read: int = 0
+    ahead: collections.deque[tuple[int, int, concurrent.futures.Future[bytes]]] = field(
+        default_factory=collections.deque
+    )  # (offset, size, read) in file order
 
 
 class SnapshotSender:
     """Leader side of snapshot transfer: one open snapshot file per follower being sent to.
 
-    :meth:`chunks` yields at most ``max_chunks`` messages' worth per call, so a heartbeat round
-    is bounded whatever the snapshot's size; the transfer resumes at the next round.
+    The chunks are read ahead on the reader thread (``READ_AHEAD_CHUNKS``, so memory stays
+    bounded); :meth:`chunks` only hands out those already read, while the follower has fewer
+    than ``window_bytes`` unacknowledged (:meth:`acked`) and the link has room
+    (``room_bytes``, the transport's per-round budget). Inside :func:`written_inline` the
+    reads are done at once on the calling thread.
     """
 
-    def __init__(self, path: str, chunk_bytes: int, max_chunks: int) -> None:
+    def __init__(
+        self, path: str, chunk_bytes: int, window_bytes: int = SNAPSHOT_WINDOW_BYTES
+    ) -> None:
         self.path = path
         self.chunk_bytes = chunk_bytes
-        self.max_chunks = max_chunks
+        self.window_bytes = window_bytes
         self._out: dict[Any, _Outgoing] = {}
+        self._xfers = 0
 
     def active(self, node: Any) -> bool:
         return node in self._out
 
-    def chunks(self, node: Any) -> tuple[list[tuple[bytes, bool, bool, int]], int | None]:
-        """The next chunks for ``node`` as (data, is_first, is_last, offset), and the snapshot's
-        last index once its final chunk is among them. No snapshot file: ``([], None)``."""
-        out = self._out.get(node)
+    def chunks(
+        self, node: Any, room_bytes: int, term: int = 0
+    ) -> tuple[list[Chunk], int | None] | None:
+        """The chunks to send ``node`` now, and the snapshot's last index once its final chunk
+        is among them; None when there is no snapshot file to send (or it failed to read).
+        ``term``: the leader's, part of a new transfer's id (another leader's never match)."""
+        out = self._out.get(node) or self._open(node, term)
         if out is None:
+            return None
+        self._prepare(out)
+        result: list[Chunk] = []
+        while out.ahead and room_bytes > 0 and out.sent - out.acked < self.window_bytes:
+            offset, size, read = out.ahead[0]
+            if not read.done():
+                break
+            out.ahead.popleft()
             try:
-                f = open(self.path, "rb")  # noqa: SIM115 - held across heartbeats, closed in cancel
+                data = read.result()
+                if len(data) != size:
+                    raise OSError(f"short read at {offset}: {len(data)} of {size} bytes")
             except OSError:
-                return [], None
-            try:
-                last, _prev, _cluster = _read_header(f, self.path)
-            except ValueError:
-                f.close()
                 logger.exception("cannot send snapshot %s", self.path)
-                return [], None
-            f.seek(0)
-            out = self._out[node] = _Outgoing(f, os.fstat(f.fileno()).st_size, 0, last[1])
-        result: list[tuple[bytes, bool, bool, int]] = []
-        for _ in range(self.max_chunks):
-            offset = out.offset
-            data = out.file.read(self.chunk_bytes)
-            out.offset += len(data)
-            is_last = out.offset >= out.size or not data
-            result.append((data, offset == 0, is_last, offset))
+                self.cancel(node)
+                return None
+            out.sent = offset + size
+            room_bytes -= size
+            is_last = out.sent >= out.size
+            result.append((data, offset == 0, is_last, offset, out.xfer))
             if is_last:
                 self.cancel(node)
                 return result, out.last_index
+        self._prepare(out)
         return result, None
+
+    def _open(self, node: Any, term: int) -> _Outgoing | None:
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 - its descriptor is kept, closed in cancel
+        except OSError:
+            return None
+        with f:
+            try:
+                last, _prev, _cluster = _read_header(f, self.path)
+            except ValueError:
+                logger.exception("cannot send snapshot %s", self.path)
+                return None
+            fd = os.dup(f.fileno())
+        self._xfers += 1
+        xfer = (term << 32) | (self._xfers & 0xFFFFFFFF)
+        out = _Outgoing(fd, os.fstat(fd).st_size, last[1], xfer, threaded=not _inline)
+        self._out[node] = out
+        return out
+
+    def _prepare(self, out: _Outgoing) -> None:
+        while len(out.ahead) < READ_AHEAD_CHUNKS and out.next_read < out.size:
+            size = min(self.chunk_bytes, out.size - out.next_read)
+            if out.threaded:
+                read = _io_thread("raft-snapshot-read").submit(
+                    _read_chunk, out.fd, out.next_read, size
+                )
+            else:
+                read = concurrent.futures.Future()
+                try:
+                    read.set_result(_read_chunk(out.fd, out.next_read, size))
+                except OSError as exc:
+                    read.set_exception(exc)
+            out.ahead.append((out.next_read, size, read))
+            out.next_read += size
+
+    def acked(self, node: Any, progress: Any) -> bool:
+        """The follower reported ``progress`` = (transfer id, bytes written); True when it
+        opened the window of the transfer in flight."""
+        out = self._out.get(node)
+        try:
+            xfer, written = (int(v) for v in progress)
+        except (TypeError, ValueError):
+            return False
+        if out is None or xfer != out.xfer or min(written, out.sent) <= out.acked:
+            return False
+        out.acked = min(written, out.sent)
+        return True
 
     def cancel(self, node: Any) -> None:
         out = self._out.pop(node, None)
-        if out is not None:
-            out.file.close()
+        if out is None:
+            return
+        if out.threaded:  # after the reads queued before it
+            _io_thread("raft-snapshot-read").submit(os.close, out.fd)
+        else:
+            os.close(out.fd)
 
     def cancel_all(self) -> None:
         for node in list(self._out):
             self.cancel(node)
 
 
+def _crosses_sync(before: int, after: int) -> bool:
+    return before // _SYNC_EVERY_BYTES != after // _SYNC_EVERY_BYTES
+
+
+class _Incoming:
+    """One transfer being written: the driver counts what it accepted (``received``), the
+    writer what is on disk (``written``, ``finished`` once the final chunk is written and the
+    file closed, or ``error``)."""
+
+    def __init__(self, receiver: SnapshotReceiver, xfer: Any, threaded: bool) -> None:
+        self.rx = receiver
+        self.xfer = xfer
+        self.threaded = threaded
+        self.received = 0
+        self.written = 0
+        self.finished = False
+        self.error: BaseException | None = None
+        self.cancelled = False
+        self._file: IO[bytes] | None = None
+
+    def run(self, fn: Callable[..., None], *args: Any) -> None:
+        if not self.threaded:
+            fn(*args)
+            return
+        _io_thread("raft-snapshot-write").submit(fn, *args)
+
+    def open(self) -> None:
+        if self.cancelled:
+            return
+        try:
+            self._file = open(self.rx.tmp_path, "wb")  # noqa: SIM115 - spans chunks
+        except OSError as exc:
+            self.error = exc
+        self._notify()
+
+    def write(self, data: bytes, is_last: bool) -> None:
+        f = self._file
+        if self.cancelled or f is None:
+            return
+        rx = self.rx
+        try:
+            _write_chunk(f, data)
+            before, after = self.written, self.written + len(data)
+            if is_last:
+                self._file = None
+                with f:
+                    f.flush()
+                    if rx.fsync and not rx.install_syncs:
+                        os.fsync(f.fileno())
+            elif rx.fsync and rx.install_syncs and _crosses_sync(before, after):
+                if self.threaded:  # already off the tick thread: bound the dirty pages
+                    f.flush()
+                    os.fdatasync(f.fileno())
+                else:
+                    _sync_behind(f)
+            self.written = after
+            self.finished = is_last
+        except OSError as exc:
+            self.error = exc
+            self.close()
+        self._notify()
+
+    def close(self) -> None:
+        f, self._file = self._file, None
+        if f is not None:
+            f.close()
+
+    def _notify(self) -> None:
+        if self.threaded and self.rx.on_written is not None:
+            self.rx.on_written()
+
+
 class SnapshotReceiver:
     """Follower side of snapshot transfer: chunks must arrive in order, without gaps.
 
-    The file is assembled at ``<path>.rx``; :meth:`add` returns True once the final chunk is
-    written, fsync'd (unless ``install_syncs``: :class:`SnapshotInstall` then fsyncs it on its
-    worker, and while chunks arrive the file is fdatasync'd behind the writer every
-    ``_SYNC_EVERY_BYTES``, on a thread of its own, so its dirty pages stay bounded without the
-    tick thread waiting for a disk); :meth:`install` moves it to ``path`` (rename → directory
-    fsync). A chunk whose offset is not where the file stands (a lost or reordered message)
-    aborts the transfer: the caller asks the leader to start over.
+    The file is assembled at ``<path>.rx``. :meth:`add` accepts a chunk; with ``background``
+    (outside :func:`written_inline`) the writes, the final flush and an fdatasync every
+    ``_SYNC_EVERY_BYTES`` run in order on the process's writer thread, which calls
+    ``on_written`` after each (the driver's wake-up); otherwise at once. :meth:`progress`
+    is what to acknowledge, :meth:`finished` tells when the final chunk is on disk (fsync'd
+    there unless ``install_syncs``: :class:`SnapshotInstall` then fsyncs it on its worker);
+    :meth:`install` moves it to ``path`` (rename → directory fsync). A chunk whose offset is
+    not where the transfer stands (a lost or reordered message) aborts the transfer: the
+    caller asks the leader to start over.
     """
 
-    def __init__(self, path: str, *, fsync: bool, install_syncs: bool = False) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        fsync: bool,
+        install_syncs: bool = False,
+        background: bool = False,
+        on_written: Callable[[], None] | None = None,
+    ) -> None:
         self.path = path
         self.tmp_path = path + ".rx"
         self.fsync = fsync
         self.install_syncs = install_syncs
-        self._file: IO[bytes] | None = None
-        self._received = 0
+        self.background = background
+        self.on_written = on_written
+        self._in: _Incoming | None = None
 
-    def add(self, data: bytes, is_first: bool, is_last: bool, offset: int | None) -> bool:
+    @property
+    def receiving(self) -> bool:
+        return self._in is not None
+
+    def add(
+        self, data: bytes, is_first: bool, is_last: bool, offset: int | None, xfer: Any = None
+    ) -> None:
         """Raises ``ValueError`` when the chunk does not continue the transfer (aborted)."""
         if is_first:
             self.abort()
-            self._file = open(self.tmp_path, "wb")  # noqa: SIM115 - spans messages
-            self._received = 0
-        if self._file is None or offset != self._received:
-            where = self._received if self._file is not None else None
+            self._in = _Incoming(self, xfer, self.background and not _inline)
+            self._in.run(self._in.open)
+        incoming = self._in
+        if incoming is None or offset != incoming.received:
+            where = incoming.received if incoming is not None else None
             self.abort()
             raise ValueError(f"snapshot chunk at offset {offset}, expected {where}")
-        before = self._received
-        self._file.write(data)
-        self._received += len(data)
-        if not is_last:
-            crossed = before // _SYNC_EVERY_BYTES != self._received // _SYNC_EVERY_BYTES
-            if self.fsync and self.install_syncs and crossed:
-                _sync_behind(self._file)
+        incoming.received += len(data)
+        incoming.run(incoming.write, data, is_last)
+
+    def progress(self) -> tuple[Any, int] | None:
+        """(transfer id, bytes written) of the transfer in flight, or None."""
+        incoming = self._in
+        return None if incoming is None else (incoming.xfer, incoming.written)
+
+    def finished(self) -> bool:
+        """Whether the final chunk of the transfer is written (the transfer then ends here).
+        Raises ``OSError`` when writing failed (the transfer is aborted)."""
+        incoming = self._in
+        if incoming is None:
             return False
-        f, self._file = self._file, None
-        with f:
-            f.flush()
-            if self.fsync and not self.install_syncs:
-                os.fsync(f.fileno())
+        if incoming.error is not None:
+            self.abort()
+            raise incoming.error
+        if not incoming.finished:
+            return False
+        self._in = None
         return True
 
     def header(self) -> tuple[Entry, Entry, list[str]]:
@@ -474,10 +677,10 @@ class SnapshotReceiver:
             os.unlink(self.tmp_path)
 
     def abort(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        self._received = 0
+        incoming, self._in = self._in, None
+        if incoming is not None:
+            incoming.cancelled = True  # its queued writes do nothing; then its file closes
+            incoming.run(incoming.close)
 
 
 _syncer: concurrent.futures.ThreadPoolExecutor | None = None

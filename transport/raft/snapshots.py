@@ -11,7 +11,20 @@ snapshot.py; this layer is what the node does with them.
 - **Durable before the journal changes.** Snapshots travel in offset-checked chunks and are
   made durable before the journal changes; a follower that needs a snapshot while none can be
   read (pysyncobj's serializer is busy for one tick after each snapshot) gets a heartbeat, not
-  an unbounded loop, and at most ``SNAPSHOT_CHUNKS_PER_ROUND`` chunks per heartbeat.
+  an unbounded loop.
+- **Paced transfer.** The leader's chunks are read ahead on the process's reader thread
+  (snapshot.SnapshotSender, a few chunks per transfer); its tick only hands the chunks already
+  read to the transport, while the follower has fewer than ``SNAPSHOT_WINDOW_BYTES``
+  unacknowledged and the link has room this round (``bulk_room``: the mux's per-round budget
+  less what the link has not written yet), so heartbeats of the broker's other groups never
+  queue behind more than a round's budget of snapshot bytes. The follower's writes run on the
+  process's writer thread (snapshot.SnapshotReceiver); it acknowledges every chunk and every
+  completed write (``snapshot``: the transfer's id and the bytes written, with a success ack
+  at its commit index), which opens the window and sends the next chunks at once, and the
+  leader's heartbeat while the window is full (an empty append_entries) is answered the same
+  way: neither side's election or check-quorum logic sees silence during a transfer. A new
+  transfer (another leader, a restart after a gap or a failed write) starts at offset 0 and
+  replaces the partial file; only a file whose final chunk was written is installed.
 - **Off the tick thread.** With ``capture`` a due snapshot only *pins* the state on the tick
   thread (a partition: a WAL read transaction on a second SQLite connection) with its (last,
   prev) entries; a worker (snapshot.BackgroundSnapshot, two per process) writes and fsyncs
@@ -49,7 +62,8 @@ from raftq.transport.raft.snapshot import (
 
 logger = logging.getLogger(__name__)
 
-SNAPSHOT_CHUNKS_PER_ROUND = 8  # snapshot bytes per follower per heartbeat: 8 chunks at most
+# Snapshot bytes a round may hand a link when its transport has no budget of its own (bulk_room).
+SNAPSHOT_ROUND_BYTES = 2 << 20
 
 
 class Snapshots(SyncObj):
@@ -62,6 +76,7 @@ class Snapshots(SyncObj):
     _snapshot_job: BackgroundSnapshot | None  # being written off the tick thread
     _install_job: SnapshotInstall | None  # a received snapshot being restored off it
     _install_from: Any  # the node that sent it
+    _snapshot_acked: tuple[Any, int] | None  # follower: the transfer progress acknowledged last
     _SyncObj__raftLeader: Any
     _SyncObj__raftCommitIndex: int
     _SyncObj__forceLogCompaction: bool
@@ -72,17 +87,61 @@ class Snapshots(SyncObj):
 
         Replaces pysyncobj's receive (serializer.setTransmissionData + ``__loadDumpFile(
         clearJournal=True)``), which wrote chunks blindly, renamed the file without fsync and
-        cleared the whole journal.
+        cleared the whole journal. The chunk is written on the writer thread (see "Paced
+        transfer"); the transfer's progress is acknowledged now and as the writes complete.
         """
         data, is_first, is_last = message["serialized"]
         rx = self._snapshot_rx
         try:
-            if not rx.add(bytes(data), bool(is_first), bool(is_last), message.get("offset")):
-                return None
+            rx.add(
+                bytes(data),
+                bool(is_first),
+                bool(is_last),
+                message.get("offset"),
+                message.get("xfer"),
+            )
         except ValueError as exc:
             logger.warning("[group=%s] snapshot from %s restarts: %s", self._group, node, exc)
             self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
             return None
+        return self._snapshot_progress(node, always_ack=True)
+
+    def _snapshot_progress(self, node: Any, *, always_ack: bool) -> int | None:
+        """Where the transfer from ``node`` stands: once its final chunk is written, go on to
+        install it (returns the snapshot's last index once installed); else acknowledge the
+        bytes written when they moved since the last ack, or ``always_ack`` (a message from
+        the leader: it hears from this follower while the transfer runs)."""
+        rx = self._snapshot_rx
+        try:
+            finished = rx.finished()
+        except OSError:
+            logger.exception("[group=%s] cannot write the snapshot from %s", self._group, node)
+            rx.discard()
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return None
+        if finished:
+            return self._snapshot_received(node)
+        progress = rx.progress()
+        if progress is not None and (always_ack or progress != self._snapshot_acked):
+            self._snapshot_acked = progress
+            commit = self._SyncObj__raftCommitIndex  # entries this follower holds as the leader
+            self._SyncObj__sendNextNodeIdx(
+                node, nextNodeIdx=commit + 1, success=True, quiesce=False, snapshot=progress
+            )
+        return None
+
+    def _poll_snapshot_rx(self) -> None:
+        """Tick: acknowledge the writer's progress, or install what it finished."""
+        leader = self._SyncObj__raftLeader
+        if not self._snapshot_rx.receiving or leader is None:
+            return
+        verified = self._snapshot_progress(leader, always_ack=False)
+        if verified is not None:
+            self._commit_verified(verified)
+
+    def _snapshot_received(self, node: Any) -> int | None:
+        """The final chunk from ``node`` is written: check it and install it."""
+        rx = self._snapshot_rx
         try:
             last, _prev, _cluster = rx.header()
         except (OSError, ValueError):
@@ -225,9 +284,16 @@ class Snapshots(SyncObj):
         self._SyncObj__onSetCodeVersion(0)
 
     # ---------------------------------------------------------- sent to a follower
-    def _send_snapshot(self, node: Any) -> None:
-        chunks, snapshot_last = self._snapshot_tx.chunks(node)
-        if not chunks:
+    def _send_snapshot(self, node: Any, *, heartbeat: bool = True) -> None:
+        """Send ``node`` the snapshot chunks that are read, within its window and the link's
+        budget (see "Paced transfer"). ``heartbeat``: a heartbeat round, which sends the
+        follower at least an empty append_entries (its election timer) when no chunk can go."""
+        room = getattr(self._SyncObj__transport, "bulk_room", None)
+        budget = room(node) if room else SNAPSHOT_ROUND_BYTES
+        got = self._snapshot_tx.chunks(node, budget, self._SyncObj__raftCurrentTerm)
+        if got is None:
+            if not heartbeat:
+                return
             if self._SyncObj__raftLog[0][1] == 1:  # never compacted: index 1 is the same no-op
                 self._SyncObj__raftNextIndex[node] = 2  # everywhere; entries can be sent
                 self._send_entries(node)
@@ -236,9 +302,18 @@ class Snapshots(SyncObj):
             logger.warning("[group=%s] %s needs a snapshot; none to send yet", self._group, node)
             self._SyncObj__transport.send(node, self._append_message(serialized=None))
             return
-        for data, is_first, is_last, offset in chunks:
-            message = self._append_message(serialized=(data, is_first, is_last), offset=offset)
-            self._SyncObj__transport.send(node, message)
+        chunks, snapshot_last = got
+        if not chunks and heartbeat:
+            self._SyncObj__transport.send(node, self._append_message(serialized=None))
+        for data, is_first, is_last, offset, xfer in chunks:
+            message = self._append_message(
+                serialized=(data, is_first, is_last), offset=offset, xfer=xfer
+            )
+            send_bulk = getattr(self._SyncObj__transport, "send_bulk", None)
+            if send_bulk is not None:
+                send_bulk(node, message, len(data))
+            else:
+                self._SyncObj__transport.send(node, message)
             if node not in self._SyncObj__connectedNodes:
                 self._snapshot_tx.cancel(node)
                 return
@@ -246,6 +321,11 @@ class Snapshots(SyncObj):
             self._SyncObj__raftNextIndex[node] = max(
                 self._SyncObj__raftNextIndex[node], snapshot_last + 1
             )
+
+    def _on_snapshot_ack(self, node: Any, progress: Any) -> None:
+        """Leader: ``node`` reports what it wrote of the transfer; send what fits now."""
+        if self._snapshot_tx.acked(node, progress) and self._isLeader():
+            self._send_snapshot(node, heartbeat=False)
 
     # --------------------------------------------------------------- taken locally
     def _SyncObj__tryLogCompaction(self) -> None:
