@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from raftq.transport.raft import RaftNode, RaftTimings
+from raftq.transport.raft import FailReason, RaftNode, RaftTimings
 from raftq.transport.raft.driver import RaftDriver
 from raftq.transport.raft.hub import Hub
 from raftq.transport.raft.quiescence import QUIESCE_AFTER_HEARTBEATS
@@ -443,3 +443,74 @@ def test_random_faults_keep_one_leader_per_term_and_recover(tmp_path: Path) -> N
         print(f"{proposed} proposals, {len(c.leader_of_term)} (group, term) leaders")
 
     run(tmp_path, seed, scenario)
+
+
+# -- CPU contention (issue 16): slow is not dead -------------------------------------------------
+
+
+def test_a_leader_broker_stalled_past_the_silence_limit_keeps_its_groups(tmp_path: Path) -> None:
+    """The leader's broker is not scheduled for 0.6 s (CPU hogs beside it): longer than the
+    links' silence limit, so the followers of its quiesced groups wake, but shorter than an
+    election timeout. The woken followers tell it (an ack without the quiescence offer), it
+    heartbeats as soon as it runs again, and no group changes term or leader."""
+
+    def scenario(c: Cluster) -> None:
+        settle_quiet(c)
+        leader = c.leader("g0")
+        assert leader is not None
+        leads = {n: led(c, n) for n in c.names}
+        terms = c.terms()
+        c.frozen.add(leader)
+        c.step(SILENT_AFTER_S + 0.2)  # silent: the followers of its groups are awake now
+        assert not all(c.nodes[a, "g0"].quiesced for a in ADDRS if a != leader)
+        c.frozen.discard(leader)
+        c.step(3 * TIMINGS.election_timeout_max_s)
+        assert c.terms() == terms
+        assert {n: led(c, n, ADDRS) for n in c.names} == leads
+        c.until(lambda: c.all_quiesced(ADDRS), max_s=QUIESCE_S + 1.0)
+
+    run(tmp_path, _seed(), scenario)
+
+
+def test_a_leadership_transfer_under_a_stream_of_proposals_takes_one_term(
+    tmp_path: Path,
+) -> None:
+    """The leader holds new appends until the target has every entry, then sends TimeoutNow:
+    the target campaigns with a log as long as anyone's and wins at once, so the term moves by
+    exactly one although proposals arrive every step (stock pysyncobj refused the transfer:
+    the target never has the last entry while proposals are in flight); every proposal gets
+    an answer."""
+
+    def scenario(c: Cluster) -> None:
+        settle_quiet(c)
+        c.hub.delay(30.0)  # one way: a proposal every 10 ms keeps entries in flight
+        old = led(c, "g0")
+        target = next(a for a in ADDRS if a != old)
+        term = c.nodes[old, "g0"].term
+        made: list[bytes] = []
+        outcomes: list[int] = []
+        answered: list[int] = []
+
+        def propose() -> None:
+            now = c.leader("g0")
+            if now is not None:
+                made.append(f"s{len(made)}".encode())
+                c.nodes[now, "g0"].propose(made[-1], lambda _r, err: outcomes.append(err))
+
+        for _ in range(20):  # a steady stream before the request
+            propose()
+            c.step()
+        c.nodes[old, "g0"].transfer_leadership(target, lambda _r, err: answered.append(err))
+        for _ in range(round(2 * TIMINGS.election_timeout_max_s / STEP_S)):
+            propose()
+            c.step()
+            if c.leader("g0", ADDRS) == target:
+                break
+        assert answered == [0], answered  # TimeoutNow sent
+        assert c.leader("g0", ADDRS) == target
+        assert {c.nodes[a, "g0"].term for a in ADDRS} == {term + 1}
+        c.step(1.0)
+        assert len(outcomes) == len(made), "every proposal is answered"
+        assert outcomes.count(FailReason.SUCCESS) >= len(made) // 2, Counter(outcomes)
+
+    run(tmp_path, _seed(), scenario)

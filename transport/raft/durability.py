@@ -46,6 +46,7 @@ class DurableLog(SyncObj):
 
     # State (set up in HardenedSyncObj.__init__).
     _last_ack: tuple[Any, int, int, float] | None  # leader node, term, verified index, time
+    _leader_heard_at: float | None  # raft time of the leader's last append_entries
     _ack_refresh_s: float
     _commit_push_s: float
     _SyncObj__raftLeader: Any
@@ -70,6 +71,7 @@ class DurableLog(SyncObj):
         if term > self._SyncObj__raftCurrentTerm:
             self._SyncObj__transferInProgress = False
         now = monotonic_time()
+        self._leader_heard_at = now
         if not self._SyncObj__transferInProgress:
             self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
         leader = self._SyncObj__raftLeader

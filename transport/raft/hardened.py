@@ -95,6 +95,8 @@ class HardenedSyncObj(DurableLog, Snapshots, Quiescence, Membership, SyncObj):
         self._learners: set[Any] = set()
         self._self_learner = False
         self._votes_from: set[Any] = set()  # candidate: the voters that granted this term
+        self._transfer = None  # leader: a leadership transfer holding appends (membership.py)
+        self._leader_heard_at: float | None = None  # follower: the leader's last append_entries
         # The last success ack sent: (leader node, term, verified index, raft time).
         self._last_ack: tuple[Any, int, int, float] | None = None
         # Quiescence (see the class docstring). Set up for real after SyncObj built the transport.
@@ -301,6 +303,7 @@ class HardenedSyncObj(DurableLog, Snapshots, Quiescence, Membership, SyncObj):
             self._snapshot_tx.cancel_all()
         else:
             self._advance_leader_commit()
+            self._advance_transfer()
             deadline = now - conf.leaderFallbackTimeout
             voters = self._voters()
             alive = 1 + sum(1 for n in voters if self._SyncObj__lastResponseTime[n] > deadline)

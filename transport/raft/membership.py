@@ -15,14 +15,28 @@ membership entry is parsed there, never by pysyncobj's ``pickle.loads``; code-ve
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.syncobj import _RAFT_STATE, SyncObj
 
 from raftq.transport.raft.entries import decode_membership, encode_membership
-from raftq.transport.raft.pinned import monotonic_time
+from raftq.transport.raft.pinned import LEADER, monotonic_time
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Transfer:
+    """A leadership transfer under way (the leader holds new appends meanwhile)."""
+
+    node: Any
+    until: float  # pysyncobj clock: the hold ends here if leadership has not moved
+    callback: Any
+    sent: bool = False  # TimeoutNow sent
 
 
 class Membership(SyncObj):
@@ -33,6 +47,11 @@ class Membership(SyncObj):
     _learners: set[Any]
     _self_learner: bool
     _votes_from: set[Any]  # candidate: the voters that granted this term
+    _transfer: _Transfer | None  # leader: a leadership transfer holding new appends
+    _leader_heard_at: float | None  # follower: raft time of the leader's last append_entries
+    _SyncObj__raftElectionDeadline: float
+    _SyncObj__raftLeader: Any
+    _SyncObj__transferInProgress: bool
 
     # -------------------------------------------------------------------- learners
     def _set_learners(self, addrs: Iterable[str]) -> None:
@@ -117,31 +136,96 @@ class Membership(SyncObj):
         return bool(SyncObj._SyncObj__changeCluster(self, request))
 
     def transferLeadership(self, node: Any = None, callback: Any = None) -> None:
-        """syncobj.py:408, never to a learner (it would not campaign)."""
+        """Hand leadership to ``node`` (a connected voter; None: the most caught-up one), as
+        in Raft thesis §3.10: from now on this leader appends no new command (they wait in its
+        queue), lets the target catch up, and only then sends it TimeoutNow. The target then
+        campaigns with a log as long as ours, so we and every other voter grant it the vote:
+        one term, even under a steady stream of sends (stock pysyncobj sends TimeoutNow only
+        if the target is caught up at the call, and keeps appending: under load the target
+        lost the vote and the term moved twice). The hold ends when leadership moves, or
+        after ``raftMinTimeout`` without it (appends resume; the callback gets
+        ``REQUEST_DENIED`` if the target never caught up). Never to a learner (it would not
+        campaign). ``callback(None, SUCCESS)`` once TimeoutNow is sent."""
+        if self._SyncObj__raftState != LEADER:
+            if callback is not None:
+                callback(None, FAIL_REASON.NOT_LEADER)
+            return
+        connected = self._SyncObj__connectedNodes
         if node is None:
             match = self._SyncObj__raftMatchIndex
-            connected = self._SyncObj__connectedNodes
             candidates = [(match.get(n, 0), n.id, n) for n in self._voters() if n in connected]
-            if not candidates:
-                if callback is not None:
-                    callback(None, FAIL_REASON.REQUEST_DENIED)
-                return
-            node = max(candidates)[2]
+            node = max(candidates)[2] if candidates else None
         elif not hasattr(node, "id"):
             node = self._SyncObj__nodeClass(node)
-        if node in self._learners:
+        if (
+            node is None
+            or node in self._learners
+            or node not in self._SyncObj__otherNodes
+            or self._transfer is not None
+        ):
             if callback is not None:
                 callback(None, FAIL_REASON.REQUEST_DENIED)
             return
-        SyncObj.transferLeadership(self, node, callback)
+        until = monotonic_time() + self._SyncObj__conf.raftMinTimeout
+        self._transfer = _Transfer(node, until, callback)
+        self._advance_transfer()
+
+    def _advance_transfer(self) -> None:
+        """Leader, each tick while a transfer holds appends: send TimeoutNow once the target
+        has every entry; give up (resume appending) at the transfer's deadline."""
+        transfer = self._transfer
+        if transfer is None:
+            return
+        now = monotonic_time()
+        if self._SyncObj__raftState != LEADER or now > transfer.until:
+            self._end_transfer()
+            return
+        if transfer.sent:
+            return
+        last = self._SyncObj__raftLog[-1][1]
+        if self._SyncObj__raftMatchIndex.get(transfer.node, 0) != last:
+            self._SyncObj__newAppendEntriesTime = now  # send it what it lacks on this tick
+            return
+        self._SyncObj__transport.send(
+            transfer.node, {"type": "timeout_now", "term": self._SyncObj__raftCurrentTerm}
+        )
+        transfer.sent = True
+        if transfer.callback is not None:
+            transfer.callback(None, FAIL_REASON.SUCCESS)
+
+    def _end_transfer(self) -> None:
+        """Stop holding appends; a transfer that never sent TimeoutNow is refused."""
+        transfer, self._transfer = self._transfer, None
+        if transfer is not None and not transfer.sent and transfer.callback is not None:
+            transfer.callback(None, FAIL_REASON.REQUEST_DENIED)
+
+    def _checkCommandsToApply(self) -> None:
+        """Append queued commands, except while a leadership transfer holds them."""
+        if self._transfer is not None and self._SyncObj__raftState == LEADER:
+            return
+        SyncObj._checkCommandsToApply(self)
 
     # ------------------------------------------------------------------- elections
     def _start_election(self) -> None:
-        self._SyncObj__raftElectionDeadline = (
-            monotonic_time() + self._SyncObj__generateRaftTimeout()
-        )
+        now = monotonic_time()
+        late_s = now - self._SyncObj__raftElectionDeadline
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
         if self._self_learner:
             return  # a learner never campaigns (it is not counted either)
+        # Every term change says why (issue 16: elections under CPU contention).
+        leader = self._SyncObj__raftLeader
+        heard = self._leader_heard_at
+        logger.log(
+            logging.INFO if self._SyncObj__transferInProgress else logging.WARNING,
+            "[group=%s] %s: standing for term %d (leader %s last heard %s ago)",
+            self._group,
+            "asked to take over (leadership transfer)"
+            if self._SyncObj__transferInProgress
+            else f"election timer fired {late_s * 1000:.0f} ms late",
+            self._SyncObj__raftCurrentTerm + 1,
+            None if leader is None else leader.id,
+            "never" if heard is None else f"{(now - heard) * 1000:.0f} ms",
+        )
         self._SyncObj__transferInProgress = False
         self._SyncObj__raftLeader = None
         self._SyncObj__setState(_RAFT_STATE.CANDIDATE)
@@ -163,6 +247,17 @@ class Membership(SyncObj):
         self._SyncObj__onLeaderChanged()
         if self._SyncObj__votesCount > (len(voters) + 1) / 2:
             self._SyncObj__onBecomeLeader()
+
+    def _SyncObj__setState(self, newState: int) -> None:
+        """A leader that steps down (a higher term seen, leader fallback) restarts its
+        election timer: the deadline it kept from before it led is long past, and campaigning
+        at once would compete with the candidate that deposed it (a transfer's target)."""
+        if self._SyncObj__raftState == LEADER and newState != LEADER:
+            self._SyncObj__raftElectionDeadline = (
+                monotonic_time() + self._SyncObj__generateRaftTimeout()
+            )
+            self._end_transfer()
+        SyncObj._SyncObj__setState(self, newState)
 
     def _on_vote(self, node: Any, message: dict[str, Any]) -> None:
         """A granted vote (replaces syncobj.py:1063): counted once per voter, learners never."""

@@ -443,8 +443,11 @@ class RaftNode:
     def transfer_leadership(self, to: str | None = None, callback: Callback | None = None) -> None:
         """Ask a caught-up follower (``to``, or the most caught-up) to take over. Async.
 
-        ``callback`` gets ``SUCCESS`` once the request is sent, ``NOT_LEADER`` or
-        ``REQUEST_DENIED`` (target unknown or not caught up); poll :meth:`leader` to confirm.
+        The leader appends no new command until the target has every entry (at most
+        ``election_timeout_min_s``; then it resumes), so the target wins the vote in one term
+        (membership.py). ``callback`` gets ``SUCCESS`` once TimeoutNow is sent, ``NOT_LEADER``
+        or ``REQUEST_DENIED`` (target unknown, a learner, a transfer already under way, or not
+        caught up in time); poll :meth:`leader` to confirm.
         """
         self._call_soon(lambda: self._obj.transferLeadership(to, self._safe(callback)))
 

@@ -16,10 +16,12 @@ signal instead of the group's own heartbeats.
   leader's next append, a candidate's vote request), the leader's link closing (election
   within ``DISCONNECT_ELECTION_SPREAD_S``) or falling silent (election at the time last
   heard + a fresh election timeout: the same detection time as without quiescence, the
-  link's pings standing in for the heartbeats). The leader: any message but a success ack
-  with nothing new, work (a proposal, a queued call), a link to a follower silent, closed,
-  opened or replaced; it then counts the followers' links as their answers, so the
-  leader-fallback check does not depose it for having been quiet, and heartbeats at once.
+  link's pings standing in for the heartbeats; it also sends the leader an ack without the
+  offer, so a leader whose broker was only slow wakes and heartbeats before that). The
+  leader: any message but a success ack with nothing new, work (a proposal, a queued call),
+  a link to a follower silent, closed, opened or replaced; it then counts the followers'
+  links as their answers, so the leader-fallback check does not depose it for having been
+  quiet, and heartbeats at once.
 - Raft's voting is untouched, so safety does not depend on any of this: a follower that
   wakes wrongly only campaigns (a needless election), and a follower stays asleep only
   while the broker of the leader it follows is alive. The driver (driver.py) wakes the
@@ -156,6 +158,13 @@ class Quiescence(SyncObj):
             self._unquiesce("no link to the leader")
         elif now - heard >= self._silent_after_s:
             self._unquiesce(f"link to leader {leader.id} silent", heard_at=heard)
+            # The leader stays asleep unless told: were its broker only slow (a stalled driver
+            # under CPU contention), nothing would reach this replica before its election
+            # timer fired. An ack without the quiescence offer wakes the leader, whose
+            # heartbeats then resume as soon as its broker runs again.
+            self._SyncObj__sendNextNodeIdx(
+                leader, nextNodeIdx=self._last_index() + 1, success=True, quiesce=False
+            )
 
     def _on_quiesce_request(self, node: Any, verified: int) -> None:
         """Follower: the leader's heartbeat asked to quiesce; `verified` is what it verified."""
@@ -190,4 +199,4 @@ class Quiescence(SyncObj):
         if newState != self._SyncObj__raftState:
             self._quiesced = False
             self._quiet_beats = 0
-        SyncObj._SyncObj__setState(self, newState)
+        super()._SyncObj__setState(newState)
