@@ -26,12 +26,10 @@ from pathlib import Path
 
 from raftq.metadata.table import Table
 from raftq.proto import api_pb2, errors, partition_pb2
+from raftq.proto.limits import BACKUP_CHUNK_BYTES_DEFAULT
 from raftq.replica import PartitionReplica
+from raftq.transport.request_checks import CheckedBackupPartition
 
-CHUNK_BYTES_DEFAULT = 64 * 1024
-CHUNK_BYTES_MIN = 4096
-CHUNK_BYTES_MAX = 4 * 1024 * 1024
-PAGE_BYTES = 4096
 BARRIER_TIMEOUT_S = 10.0
 _copies = itertools.count(1)
 
@@ -45,18 +43,10 @@ def metadata(table: Table) -> api_pb2.BackupMetadataResponse:
     )
 
 
-def check_request(request: api_pb2.BackupPartitionRequest, table: Table) -> int:
-    """The chunk size asked for. Raises (normal): InvalidArgument, UnknownTopic,
-    UnknownPartition."""
-    chunk_bytes = request.chunk_bytes or CHUNK_BYTES_DEFAULT
-    if not CHUNK_BYTES_MIN <= chunk_bytes <= CHUNK_BYTES_MAX or chunk_bytes % PAGE_BYTES:
-        raise errors.InvalidArgument(
-            f"chunk_bytes is {chunk_bytes}: it must be a multiple of {PAGE_BYTES} within "
-            f"{CHUNK_BYTES_MIN}..{CHUNK_BYTES_MAX}"
-        )
-    for digest in request.have:
-        if len(digest) != 32:
-            raise errors.InvalidArgument("have: every entry is a 32-byte SHA-256 digest")
+def check_request(request: CheckedBackupPartition, table: Table) -> int:
+    """The chunk size asked for (its shape was checked at the edge: check_backup_partition).
+    Raises (normal): UnknownTopic, UnknownPartition."""
+    chunk_bytes = request.chunk_bytes or BACKUP_CHUNK_BYTES_DEFAULT
     topic = table.topic(request.topic)
     if topic is None or (request.topic_id and request.topic_id != topic.topic_id):
         raise errors.UnknownTopic(f"topic {request.topic!r} does not exist")
@@ -68,7 +58,7 @@ def check_request(request: api_pb2.BackupPartitionRequest, table: Table) -> int:
 
 
 def partition_chunks(
-    request: api_pb2.BackupPartitionRequest,
+    request: CheckedBackupPartition,
     table: Table,
     replica: PartitionReplica | None,
     leader_hint: Callable[[], str],
@@ -76,7 +66,7 @@ def partition_chunks(
     cancelled: threading.Event,
 ) -> Iterator[api_pb2.BackupChunk]:
     """The BackupPartition stream (see the module docstring). Errors raised before the first
-    message (normal): InvalidArgument, UnknownTopic, UnknownPartition, NotLeader (with the
+    message (normal): UnknownTopic, UnknownPartition, NotLeader (with the
     leader's client address), Unavailable / Timeout (the barrier did not commit: retry)."""
     chunk_bytes = check_request(request, table)
     if replica is None or not replica.is_leader():

@@ -56,12 +56,19 @@ class MetadataGroup(Protocol):
 
 @dataclass(frozen=True)
 class LeaderCall:
-    """A call that runs on the metadata leader: ``run(request, timeout_s, principal)``."""
+    """A call that runs on the metadata leader: ``run(request, timeout_s, principal)``.
+
+    ``check``: a client request's edge check (transport/request_checks.py ``check_<rpc>``),
+    run again on a request that arrives forwarded: its bytes come from another broker process,
+    perhaps of an older version, and ``run`` takes the checked command and asserts what the
+    check guarantees. None for a call only broker code makes (its request is built from
+    checked values)."""
 
     request_type: type[Any]
     response_type: type[Any]
     run: Callable[[Any, float, str], Any]
     on_broker: bool = False  # run by the broker it is sent to, leader or not (never forwarded)
+    check: Callable[[Any], Any] | None = None
 
 
 class MetadataClient:
@@ -223,13 +230,17 @@ class MetadataClient:
         self, method: str, request: bytes, timeout_s: float, principal: str = ""
     ) -> bytes:
         """Internal.Forward: run a registered call here or refuse (never forward again).
-        Raises InvalidArgument (not a forwardable call), NotLeader, the call's own errors."""
+        Raises InvalidArgument (not a forwardable call, or a request its check refuses),
+        NotLeader, the call's own errors."""
         call = self._calls.get(method)
         if call is None:
             raise errors.InvalidArgument(f"{method!r} cannot be forwarded")
         if not call.on_broker and not self._meta.is_leader():
             raise self.not_leader()
-        response = call.run(call.request_type.FromString(request), timeout_s, principal)
+        parsed = call.request_type.FromString(request)
+        if call.check is not None:
+            parsed = call.check(parsed)
+        response = call.run(parsed, timeout_s, principal)
         return bytes(response.SerializeToString())
 
 

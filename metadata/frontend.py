@@ -457,7 +457,7 @@ class MetadataFrontend:
         Raises (normal): UnknownGroup, GroupNotEmpty, InvalidArgument (finish of a group that
         is not being deleted), Unavailable (joined since ``empty_since_ms``).
         """
-        machine.check_name(group, "group")
+        machine.check_group_name(group)
         cmd = metadata_pb2.DeleteGroup(group=group, empty_since_ms=empty_since_ms, finish=finish)
         machine.on_delete_group(table, cmd, now_ms, table.applied_index + 1)
         return self._encode(now_ms, delete_group=cmd)

@@ -15,6 +15,12 @@ below the applied index is skipped. An unexpected exception (a bug) is reported 
 leaves the table untouched and latches ``failed``: the replica must be rebuilt from a snapshot
 and the log, never continue with a table that may differ from its peers'.
 
+The name and shape rules (``check_topic_name``, ``check_group_name``, ``check_name``...) live
+here and are the rules everywhere: the client edge (transport/request_checks.py) applies the
+same functions once, before anything is planned or proposed, and the frontend runs them against
+the table it plans on. Here they stay as apply's guard: an entry in the log may predate the
+edge check or come from a broker of another version.
+
 Each command builds a new table (copy on write) and swaps it in with one assignment, so a
 rejection or a bug halfway through a command cannot leave part of it behind, and readers on
 other threads see whole tables only (metadata/table.py).

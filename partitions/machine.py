@@ -20,6 +20,13 @@ store failure (disk full, I/O error) or a bug is caught, rolled back, reported a
 latches ``failed``: the replica must stop and be rebuilt (replay or snapshot), never continue
 with state that differs from its peers.
 
+Shape refusals here (counts, bounds, a group name's length) are not the validation of client
+input: that is done once, at the edge (transport/request_checks.py), before anything is
+proposed. They stay as the cheap guard every entry meets, because an entry in the log may
+predate that check or come from a broker of another version. Their rules never tighten (the
+group name rule here is looser than the edge's on purpose): replicas of different versions must
+apply the same entry the same way.
+
 Semantics (DESIGN.md § Consuming): per group, every record is pending until acknowledged. A
 pending record is *ready* (ordered fifo by offset, or by (priority, deliver_at_ms, offset)) or
 *waiting* until ``visible_at_ms`` — a future deliver_at, a nack delay, or a lease deadline. A

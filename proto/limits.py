@@ -44,3 +44,11 @@ def record_size(record: common_pb2.Record) -> int:
         for name, value in headers.items():
             size += len(name.encode()) + len(value)
     return size
+
+
+# A partition backup's chunks (Admin.BackupPartition): chunk_bytes 0 takes the default, else a
+# multiple of an SQLite page within the bounds.
+BACKUP_CHUNK_BYTES_DEFAULT = 64 * 1024
+BACKUP_CHUNK_BYTES_MIN = 4096
+BACKUP_CHUNK_BYTES_MAX = 4 * 1024 * 1024
+BACKUP_PAGE_BYTES = 4096

@@ -1,9 +1,10 @@
 """The client-facing gRPC server: four services, each over its handler (:class:`ApiHandlers`;
 a broker's are broker/handlers/, a test's one :class:`BrokerFacade`).
 
-Each servicer method checks the *shape* of its request once (transport/request_checks.py) and
-answers INVALID_ARGUMENT with a message that says what to fix; everything else (does the topic
-exist, is this broker the leader, is the generation current) is the handler's business. A
+Each servicer method checks the *shape* of its request once (transport/request_checks.py),
+answering INVALID_ARGUMENT with a message that says what to fix, and hands its handler the
+checked command the check makes (``CheckedSend``, ``CheckedPoll``...); everything else (does the
+topic exist, is this broker the leader, is the generation current) is the handler's business. A
 handler raises typed :mod:`raftq.proto.errors`; :mod:`raftq.transport.grpc_errors` turns them
 into gRPC status with ``raftq-*`` trailing metadata. Any other
 exception is a bug: it is logged and answered as INTERNAL.
@@ -34,7 +35,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -43,42 +44,9 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 from raftq.partitions.machine import MAX_LEASE_RECORDS
 from raftq.proto import api_pb2, api_pb2_grpc, errors
 from raftq.transport import auth
+from raftq.transport import request_checks as rc
 from raftq.transport.grpc_errors import abort
-from raftq.transport.request_checks import (
-    CheckedSend,
-    bad,
-    check_ack,
-    check_add_partitions,
-    check_alter_topic_config,
-    check_backup_partition,
-    check_cancel_record,
-    check_commit_txn,
-    check_create_schedule,
-    check_create_topic,
-    check_describe_group,
-    check_extend_lease,
-    check_fetch,
-    check_get_txn,
-    check_heartbeat,
-    check_join_group,
-    check_lease_ms,
-    check_leave_group,
-    check_list_offsets,
-    check_list_schedules,
-    check_member,
-    check_move_partition,
-    check_nack,
-    check_poll,
-    check_producer_state,
-    check_purge_topic,
-    check_remove_broker,
-    check_schedule_request,
-    check_seek_group,
-    check_send,
-    check_topic_request,
-    check_update_record,
-    no_check,
-)
+from raftq.transport.request_checks import bad
 from raftq.transport.tls import KEEPALIVE_SERVER_OPTIONS
 from raftq.transport.wire_ints import out_of_range
 
@@ -95,7 +63,8 @@ class ProducerApi(Protocol):
     """What the gRPC surface needs from a broker, one protocol per service (ProducerApi,
     ConsumerApi, LogApi, AdminApi): one method per unary RPC.
 
-    Each takes the request protobuf (shape already checked) and ``timeout_s``, the seconds
+    Each takes the checked command of its request (transport/request_checks.py: the request
+    protobuf, its shape checked once, here at the edge) and ``timeout_s``, the seconds
     left before the client's deadline (None: no deadline), and returns the response protobuf.
     Expected failures raise :class:`raftq.proto.errors.RaftqError` subclasses: NotLeader (with
     ``leader_hint``), UnknownTopic, UnknownGroup, UnknownMember, Fenced, TopicExists,
@@ -106,14 +75,14 @@ class ProducerApi(Protocol):
     thread waiting on it (False: not one it takes; it then goes through ``send``).
     """
 
-    def send(self, request: CheckedSend, *, timeout_s: float | None) -> api_pb2.SendResponse:
+    def send(self, request: rc.CheckedSend, *, timeout_s: float | None) -> api_pb2.SendResponse:
         """``request``: checked at the edge (transport/request_checks.py check_send)."""
         ...
 
 
 class ConsumerApi(Protocol):
     def join_group(
-        self, request: api_pb2.JoinGroupRequest, *, timeout_s: float | None, principal: str = ""
+        self, request: rc.CheckedJoinGroup, *, timeout_s: float | None, principal: str = ""
     ) -> api_pb2.JoinGroupResponse:
         """``principal``: the authenticated caller ("" without auth); a new member is bound to
         it, a rejoin with another principal's member id is PermissionDenied, with a member id
@@ -121,16 +90,16 @@ class ConsumerApi(Protocol):
         ...
 
     def heartbeat(
-        self, request: api_pb2.HeartbeatRequest, *, timeout_s: float | None
+        self, request: rc.CheckedHeartbeat, *, timeout_s: float | None
     ) -> api_pb2.HeartbeatResponse: ...
 
     def leave_group(
-        self, request: api_pb2.LeaveGroupRequest, *, timeout_s: float | None
+        self, request: rc.CheckedLeaveGroup, *, timeout_s: float | None
     ) -> api_pb2.LeaveGroupResponse: ...
 
     def poll(
         self,
-        request: api_pb2.PollRequest,
+        request: rc.CheckedPoll,
         *,
         timeout_s: float | None,
         active: Callable[[], bool] = ...,
@@ -138,44 +107,40 @@ class ConsumerApi(Protocol):
         """``active()`` turns False when the caller cancelled: a waiting poll ends early."""
         ...
 
-    def undeliver_poll(
-        self, request: api_pb2.PollRequest, response: api_pb2.PollResponse
-    ) -> None: ...
+    def undeliver_poll(self, request: rc.CheckedPoll, response: api_pb2.PollResponse) -> None: ...
 
-    def ack(
-        self, request: api_pb2.AckRequest, *, timeout_s: float | None
-    ) -> api_pb2.SettleResponse: ...
+    def ack(self, request: rc.CheckedAck, *, timeout_s: float | None) -> api_pb2.SettleResponse: ...
 
     def nack(
-        self, request: api_pb2.NackRequest, *, timeout_s: float | None
+        self, request: rc.CheckedNack, *, timeout_s: float | None
     ) -> api_pb2.SettleResponse: ...
 
     def extend_lease(
-        self, request: api_pb2.ExtendLeaseRequest, *, timeout_s: float | None
+        self, request: rc.CheckedExtendLease, *, timeout_s: float | None
     ) -> api_pb2.SettleResponse: ...
 
 
 class LogApi(Protocol):
     def fetch(
-        self, request: api_pb2.FetchRequest, *, timeout_s: float | None
+        self, request: rc.CheckedFetch, *, timeout_s: float | None
     ) -> api_pb2.FetchResponse: ...
 
     def list_offsets(
-        self, request: api_pb2.ListOffsetsRequest, *, timeout_s: float | None
+        self, request: rc.CheckedListOffsets, *, timeout_s: float | None
     ) -> api_pb2.ListOffsetsResponse: ...
 
     def producer_state(
-        self, request: api_pb2.ProducerStateRequest, *, timeout_s: float | None
+        self, request: rc.CheckedProducerState, *, timeout_s: float | None
     ) -> api_pb2.ProducerStateResponse: ...
 
 
 class AdminApi(Protocol):
     def create_topic(
-        self, request: api_pb2.CreateTopicRequest, *, timeout_s: float | None
+        self, request: rc.CheckedCreateTopic, *, timeout_s: float | None
     ) -> api_pb2.TopicDescription: ...
 
     def delete_topic(
-        self, request: api_pb2.DeleteTopicRequest, *, timeout_s: float | None
+        self, request: rc.CheckedDeleteTopic, *, timeout_s: float | None
     ) -> api_pb2.DeleteTopicResponse: ...
 
     def list_topics(
@@ -183,11 +148,11 @@ class AdminApi(Protocol):
     ) -> api_pb2.ListTopicsResponse: ...
 
     def describe_topic(
-        self, request: api_pb2.DescribeTopicRequest, *, timeout_s: float | None
+        self, request: rc.CheckedDescribeTopic, *, timeout_s: float | None
     ) -> api_pb2.TopicDescription: ...
 
     def alter_topic_config(
-        self, request: api_pb2.AlterTopicConfigRequest, *, timeout_s: float | None
+        self, request: rc.CheckedAlterTopicConfig, *, timeout_s: float | None
     ) -> api_pb2.TopicDescription: ...
 
     def list_groups(
@@ -195,7 +160,7 @@ class AdminApi(Protocol):
     ) -> api_pb2.ListGroupsResponse: ...
 
     def describe_group(
-        self, request: api_pb2.DescribeGroupRequest, *, timeout_s: float | None
+        self, request: rc.CheckedDescribeGroup, *, timeout_s: float | None
     ) -> api_pb2.GroupDescription: ...
 
     def describe_cluster(
@@ -203,47 +168,47 @@ class AdminApi(Protocol):
     ) -> api_pb2.ClusterDescription: ...
 
     def delete_group(
-        self, request: api_pb2.DeleteGroupRequest, *, timeout_s: float | None
+        self, request: rc.CheckedDeleteGroup, *, timeout_s: float | None
     ) -> api_pb2.DeleteGroupResponse: ...
 
     def seek_group(
-        self, request: api_pb2.SeekGroupRequest, *, timeout_s: float | None
+        self, request: rc.CheckedSeekGroup, *, timeout_s: float | None
     ) -> api_pb2.SeekGroupResponse: ...
 
     def purge_topic(
-        self, request: api_pb2.PurgeTopicRequest, *, timeout_s: float | None
+        self, request: rc.CheckedPurgeTopic, *, timeout_s: float | None
     ) -> api_pb2.PurgeTopicResponse: ...
 
     def create_schedule(
-        self, request: api_pb2.CreateScheduleRequest, *, timeout_s: float | None
+        self, request: rc.CheckedCreateSchedule, *, timeout_s: float | None
     ) -> api_pb2.ScheduleResponse: ...
 
     def list_schedules(
-        self, request: api_pb2.ListSchedulesRequest, *, timeout_s: float | None
+        self, request: rc.CheckedListSchedules, *, timeout_s: float | None
     ) -> api_pb2.ListSchedulesResponse: ...
 
     def pause_schedule(
-        self, request: api_pb2.PauseScheduleRequest, *, timeout_s: float | None
+        self, request: rc.CheckedPauseSchedule, *, timeout_s: float | None
     ) -> api_pb2.ScheduleResponse: ...
 
     def delete_schedule(
-        self, request: api_pb2.DeleteScheduleRequest, *, timeout_s: float | None
+        self, request: rc.CheckedDeleteSchedule, *, timeout_s: float | None
     ) -> api_pb2.DeleteScheduleResponse: ...
 
     def update_record(
-        self, request: api_pb2.UpdateRecordRequest, *, timeout_s: float | None
+        self, request: rc.CheckedUpdateRecord, *, timeout_s: float | None
     ) -> api_pb2.UpdateRecordResponse: ...
 
     def cancel_record(
-        self, request: api_pb2.CancelRecordRequest, *, timeout_s: float | None
+        self, request: rc.CheckedCancelRecord, *, timeout_s: float | None
     ) -> api_pb2.CancelRecordResponse: ...
 
     def remove_broker(
-        self, request: api_pb2.RemoveBrokerRequest, *, timeout_s: float | None
+        self, request: rc.CheckedRemoveBroker, *, timeout_s: float | None
     ) -> api_pb2.RemoveBrokerResponse: ...
 
     def add_partitions(
-        self, request: api_pb2.AddPartitionsRequest, *, timeout_s: float | None
+        self, request: rc.CheckedAddPartitions, *, timeout_s: float | None
     ) -> api_pb2.TopicDescription: ...
 
     def rebalance_leaders(
@@ -251,7 +216,7 @@ class AdminApi(Protocol):
     ) -> api_pb2.RebalanceLeadersResponse: ...
 
     def move_partition(
-        self, request: api_pb2.MovePartitionRequest, *, timeout_s: float | None
+        self, request: rc.CheckedMovePartition, *, timeout_s: float | None
     ) -> api_pb2.MovePartitionResponse: ...
 
     def backup_metadata(
@@ -259,15 +224,15 @@ class AdminApi(Protocol):
     ) -> api_pb2.BackupMetadataResponse: ...
 
     def backup_partition(
-        self, request: api_pb2.BackupPartitionRequest, cancelled: threading.Event
+        self, request: rc.CheckedBackupPartition, cancelled: threading.Event
     ) -> Iterator[api_pb2.BackupChunk]: ...
 
     def commit_txn(
-        self, request: api_pb2.CommitTxnRequest, *, timeout_s: float | None
+        self, request: rc.CheckedCommitTxn, *, timeout_s: float | None
     ) -> api_pb2.TxnState: ...
 
     def get_txn(
-        self, request: api_pb2.GetTxnRequest, *, timeout_s: float | None
+        self, request: rc.CheckedGetTxn, *, timeout_s: float | None
     ) -> api_pb2.TxnState: ...
 
 
@@ -304,33 +269,54 @@ def _time_left(context: grpc.ServicerContext) -> float | None:
     return None if remaining is None or remaining >= NO_DEADLINE_S else remaining
 
 
-def _call(
-    facade: Any,
-    method: str,
-    check: Callable[[Any], object],
-    request: Any,
-    timeout_s: float | None,
-) -> Any:
-    """Check ``request``, then hand the handler the checked command when the check makes one
-    (check_send), else the request."""
-    checked = check(request)
-    return getattr(facade, method)(request if checked is None else checked, timeout_s=timeout_s)
+ApiT = TypeVar("ApiT", contravariant=True)
+RequestT = TypeVar("RequestT")
+CheckedT = TypeVar("CheckedT", contravariant=True)
+ResponseT = TypeVar("ResponseT", covariant=True)
 
 
-def _unary(method: str, check: Callable[[Any], object]) -> Callable[..., Any]:
-    """A servicer method: check the shape, delegate to ``facade.<method>``, map errors."""
+class _Handler(Protocol[ApiT, CheckedT, ResponseT]):
+    """A service protocol's unary method (e.g. ``ConsumerApi.heartbeat``): takes the checked
+    command its check makes."""
 
-    def handler(self: _Servicer, request: Any, context: grpc.ServicerContext) -> Any:
+    __name__: str
+
+    def __call__(
+        self, api: ApiT, request: CheckedT, /, *, timeout_s: float | None
+    ) -> ResponseT: ...
+
+
+def no_check(request: RequestT) -> RequestT:
+    """For a request that carries no client input (ListTopics, DescribeCluster...)."""
+    return request
+
+
+def _unary(
+    check: Callable[[RequestT], CheckedT], handler: _Handler[Any, CheckedT, ResponseT]
+) -> Callable[[Any, RequestT, grpc.ServicerContext], ResponseT]:
+    """A servicer method: ``check`` the request into its checked command (the one shape
+    check), hand that to the facade's method named like ``handler`` (the service protocol's
+    method, whose parameter is that checked type: tests/unit/test_request_checks.py reads
+    ``serve.check`` and ``serve.handler``), map errors."""
+    method = handler.__name__
+
+    def serve(self: _Servicer, request: RequestT, context: grpc.ServicerContext) -> ResponseT:
         try:
-            return _call(self.facade, method, check, request, _time_left(context))
+            checked = check(request)
+            response: ResponseT = getattr(self.facade, method)(
+                checked, timeout_s=_time_left(context)
+            )
+            return response
         except errors.RaftqError as error:
             abort(context, error)
         except Exception as exc:
             log.exception("%s failed", method)
             abort(context, errors.Internal(f"{method}: {exc!r}"))
 
-    handler.__name__ = method
-    return handler
+    serve.__name__ = method
+    serve.check = check  # type: ignore[attr-defined]
+    serve.handler = handler  # type: ignore[attr-defined]
+    return serve
 
 
 class _Servicer:
@@ -340,7 +326,7 @@ class _Servicer:
 
 
 class ProducerServicer(_Servicer, api_pb2_grpc.ProducerServicer):
-    Send = _unary("send", check_send)
+    Send = _unary(rc.check_send, ProducerApi.send)
 
     def __init__(self, facade: ProducerApi, max_streams: int = 32) -> None:
         super().__init__(facade)
@@ -396,7 +382,7 @@ def _pipelined(
 
     def one(request: api_pb2.SendRequest) -> None:
         try:
-            response = _call(facade, "send", check_send, request, _time_left(context))
+            response = facade.send(rc.check_send(request), timeout_s=_time_left(context))
         except Exception as exc:
             failed(request, exc)
             return
@@ -406,7 +392,7 @@ def _pipelined(
         if send_async is None:
             return False
         try:
-            checked = check_send(request)
+            checked = rc.check_send(request)
             taken: bool = send_async(checked, lambda response: answer(request, response))
         except Exception as exc:
             failed(request, exc)
@@ -475,9 +461,8 @@ class ConsumerServicer(_Servicer, api_pb2_grpc.ConsumerServicer):
     ) -> api_pb2.JoinGroupResponse:
         """The one call that passes the caller on: the member it creates is bound to it."""
         try:
-            check_join_group(request)
             response: api_pb2.JoinGroupResponse = self.facade.join_group(
-                request, timeout_s=_time_left(context), principal=auth.caller()
+                rc.check_join_group(request), timeout_s=_time_left(context), principal=auth.caller()
             )
             return response
         except errors.RaftqError as error:
@@ -486,20 +471,20 @@ class ConsumerServicer(_Servicer, api_pb2_grpc.ConsumerServicer):
             log.exception("join_group failed")
             abort(context, errors.Internal(f"join_group: {exc!r}"))
 
-    Heartbeat = _unary("heartbeat", check_heartbeat)
-    LeaveGroup = _unary("leave_group", check_leave_group)
-    Ack = _unary("ack", check_ack)
-    Nack = _unary("nack", check_nack)
-    ExtendLease = _unary("extend_lease", check_extend_lease)
+    Heartbeat = _unary(rc.check_heartbeat, ConsumerApi.heartbeat)
+    LeaveGroup = _unary(rc.check_leave_group, ConsumerApi.leave_group)
+    Ack = _unary(rc.check_ack, ConsumerApi.ack)
+    Nack = _unary(rc.check_nack, ConsumerApi.nack)
+    ExtendLease = _unary(rc.check_extend_lease, ConsumerApi.extend_lease)
 
     def Poll(self, request: api_pb2.PollRequest, context: grpc.ServicerContext) -> Any:
         """A unary long poll; it stops waiting when the caller cancels (transport/admission.py
         caps how many wait at once). An answer whose caller left meanwhile is taken back
         (``undeliver_poll``): nothing stays leased that was not delivered."""
         try:
-            check_poll(request)
+            checked = rc.check_poll(request)
             response = self.facade.poll(
-                request, timeout_s=_time_left(context), active=context.is_active
+                checked, timeout_s=_time_left(context), active=context.is_active
             )
         except errors.RaftqError as error:
             abort(context, error)
@@ -507,7 +492,7 @@ class ConsumerServicer(_Servicer, api_pb2_grpc.ConsumerServicer):
             log.exception("poll failed")
             abort(context, errors.Internal(f"poll: {exc!r}"))
         if not context.is_active():
-            self.facade.undeliver_poll(request, response)
+            self.facade.undeliver_poll(checked, response)
         return response
 
     def PollStream(
@@ -517,9 +502,7 @@ class ConsumerServicer(_Servicer, api_pb2_grpc.ConsumerServicer):
             first = next(request_iterator, None)
             if first is None or first.WhichOneof("kind") != "start":
                 raise bad("the first PollStream message must be start")
-            start = first.start
-            check_member(start.group, start.member_id, start.generation)
-            check_lease_ms(start)
+            start = rc.check_poll_start(first.start)
         except errors.RaftqError as error:
             abort(context, error)
         credits = _Credits()
@@ -535,16 +518,7 @@ class ConsumerServicer(_Servicer, api_pb2_grpc.ConsumerServicer):
                 if credits.closed:
                     return
                 continue
-            poll = api_pb2.PollRequest(
-                group=start.group,
-                member_id=start.member_id,
-                generation=start.generation,
-                max_records=wanted,
-                max_wait_ms=POLL_STREAM_WAIT_MS,
-                max_bytes=start.max_bytes,
-            )
-            if start.HasField("lease_ms"):
-                poll.lease_ms = start.lease_ms
+            poll = rc.stream_poll(start, wanted, POLL_STREAM_WAIT_MS)
             try:
                 response = self.facade.poll(poll, timeout_s=_time_left(context))
             except errors.RaftqError as error:
@@ -562,36 +536,36 @@ class ConsumerServicer(_Servicer, api_pb2_grpc.ConsumerServicer):
 
 
 class LogServicer(_Servicer, api_pb2_grpc.LogServicer):
-    Fetch = _unary("fetch", check_fetch)
-    ListOffsets = _unary("list_offsets", check_list_offsets)
-    ProducerState = _unary("producer_state", check_producer_state)
+    Fetch = _unary(rc.check_fetch, LogApi.fetch)
+    ListOffsets = _unary(rc.check_list_offsets, LogApi.list_offsets)
+    ProducerState = _unary(rc.check_producer_state, LogApi.producer_state)
 
 
 class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
-    CreateTopic = _unary("create_topic", check_create_topic)
-    DeleteTopic = _unary("delete_topic", check_topic_request)
-    ListTopics = _unary("list_topics", no_check)
-    DescribeTopic = _unary("describe_topic", check_topic_request)
-    AlterTopicConfig = _unary("alter_topic_config", check_alter_topic_config)
-    ListGroups = _unary("list_groups", no_check)
-    DescribeGroup = _unary("describe_group", check_describe_group)
-    DescribeCluster = _unary("describe_cluster", no_check)
-    UpdateRecord = _unary("update_record", check_update_record)
-    CancelRecord = _unary("cancel_record", check_cancel_record)
-    RemoveBroker = _unary("remove_broker", check_remove_broker)
-    CommitTxn = _unary("commit_txn", check_commit_txn)
-    GetTxn = _unary("get_txn", check_get_txn)
-    DeleteGroup = _unary("delete_group", check_describe_group)
-    SeekGroup = _unary("seek_group", check_seek_group)
-    PurgeTopic = _unary("purge_topic", check_purge_topic)
-    CreateSchedule = _unary("create_schedule", check_create_schedule)
-    ListSchedules = _unary("list_schedules", check_list_schedules)
-    PauseSchedule = _unary("pause_schedule", check_schedule_request)
-    DeleteSchedule = _unary("delete_schedule", check_schedule_request)
-    AddPartitions = _unary("add_partitions", check_add_partitions)
-    RebalanceLeaders = _unary("rebalance_leaders", no_check)
-    BackupMetadata = _unary("backup_metadata", no_check)
-    MovePartition = _unary("move_partition", check_move_partition)
+    CreateTopic = _unary(rc.check_create_topic, AdminApi.create_topic)
+    DeleteTopic = _unary(rc.check_delete_topic, AdminApi.delete_topic)
+    ListTopics = _unary(no_check, AdminApi.list_topics)
+    DescribeTopic = _unary(rc.check_describe_topic, AdminApi.describe_topic)
+    AlterTopicConfig = _unary(rc.check_alter_topic_config, AdminApi.alter_topic_config)
+    ListGroups = _unary(no_check, AdminApi.list_groups)
+    DescribeGroup = _unary(rc.check_describe_group, AdminApi.describe_group)
+    DescribeCluster = _unary(no_check, AdminApi.describe_cluster)
+    UpdateRecord = _unary(rc.check_update_record, AdminApi.update_record)
+    CancelRecord = _unary(rc.check_cancel_record, AdminApi.cancel_record)
+    RemoveBroker = _unary(rc.check_remove_broker, AdminApi.remove_broker)
+    CommitTxn = _unary(rc.check_commit_txn, AdminApi.commit_txn)
+    GetTxn = _unary(rc.check_get_txn, AdminApi.get_txn)
+    DeleteGroup = _unary(rc.check_delete_group, AdminApi.delete_group)
+    SeekGroup = _unary(rc.check_seek_group, AdminApi.seek_group)
+    PurgeTopic = _unary(rc.check_purge_topic, AdminApi.purge_topic)
+    CreateSchedule = _unary(rc.check_create_schedule, AdminApi.create_schedule)
+    ListSchedules = _unary(rc.check_list_schedules, AdminApi.list_schedules)
+    PauseSchedule = _unary(rc.check_pause_schedule, AdminApi.pause_schedule)
+    DeleteSchedule = _unary(rc.check_delete_schedule, AdminApi.delete_schedule)
+    AddPartitions = _unary(rc.check_add_partitions, AdminApi.add_partitions)
+    RebalanceLeaders = _unary(no_check, AdminApi.rebalance_leaders)
+    BackupMetadata = _unary(no_check, AdminApi.backup_metadata)
+    MovePartition = _unary(rc.check_move_partition, AdminApi.move_partition)
 
     def BackupPartition(
         self, request: api_pb2.BackupPartitionRequest, context: grpc.ServicerContext
@@ -600,8 +574,7 @@ class AdminServicer(_Servicer, api_pb2_grpc.AdminServicer):
         cancelled = threading.Event()
         context.add_callback(cancelled.set)
         try:
-            check_backup_partition(request)
-            yield from self.facade.backup_partition(request, cancelled)
+            yield from self.facade.backup_partition(rc.check_backup_partition(request), cancelled)
         except errors.RaftqError as error:
             abort(context, error)
         except Exception as exc:

@@ -11,7 +11,9 @@
                                                              seek, purge)
     transport/internal.py (authenticates a peer) ─────► internal.py    Internal
 
-Each handler takes the narrow collaborators it uses: the MetadataClient (broker/
+Each handler method takes its RPC's checked command (transport/request_checks.py: the request,
+its shape checked once at the edge) and asserts what the check guarantees; it refuses only what
+depends on state. Each handler takes the narrow collaborators it uses: the MetadataClient (broker/
 metadata_client.py: the table, metadata proposals, calls that run on the metadata leader),
 the Router (partition work on each partition's leader), the ReplicaSet, Releases (leases.py:
 taking leases back), and small values. ``RequestHandlers`` builds them all for a broker.

@@ -29,6 +29,26 @@ from raftq.metadata_client import LeaderCall
 from raftq.proto import api_pb2, errors, partition_pb2
 from raftq.replica_set import ReplicaSet
 from raftq.router import Router
+from raftq.transport import request_checks
+from raftq.transport.request_checks import (
+    CheckedAddPartitions,
+    CheckedAlterTopicConfig,
+    CheckedBackupPartition,
+    CheckedCancelRecord,
+    CheckedCommitTxn,
+    CheckedCreateSchedule,
+    CheckedCreateTopic,
+    CheckedDeleteSchedule,
+    CheckedDeleteTopic,
+    CheckedDescribeTopic,
+    CheckedGetTxn,
+    CheckedListSchedules,
+    CheckedMovePartition,
+    CheckedPauseSchedule,
+    CheckedPurgeTopic,
+    CheckedRemoveBroker,
+    CheckedUpdateRecord,
+)
 
 if TYPE_CHECKING:
     from raftq.metadata_client import MetadataClient
@@ -41,6 +61,11 @@ LEADER_WAIT_S = 10.0
 
 def _config_changes(update: api_pb2.TopicConfigUpdate) -> dict[str, int | str]:
     return {field.name: value for field, value in update.ListFields()}
+
+
+def described(name: str) -> CheckedDescribeTopic:
+    """The Describe that answers a create or alter of the topic ``name`` (a checked name)."""
+    return request_checks.check_describe_topic(api_pb2.DescribeTopicRequest(name=name))
 
 
 def _here(run: Callable[[Any, float], Any]) -> Callable[[Any, float, str], Any]:
@@ -90,7 +115,20 @@ class AdminHandler:
         self.describe_group = groups.describe_group
         self.delete_group = groups.delete_group
         self.seek_group = groups.seek_group
-        A = api_pb2
+        A, C = api_pb2, request_checks
+        # A client request forwarded to the leader is checked there again (LeaderCall.check);
+        # create_dead_letter_topic is broker code's only, the others carry no client input.
+        checks: dict[str, Callable[[Any], Any]] = {
+            "create_topic": C.check_create_topic,
+            "delete_topic": C.check_delete_topic,
+            "alter_topic_config": C.check_alter_topic_config,
+            "describe_topic": C.check_describe_topic,
+            "add_partitions": C.check_add_partitions,
+            "remove_broker": C.check_remove_broker,
+            "move_partition": C.check_move_partition,
+            "commit_txn": C.check_commit_txn,
+            "get_txn": C.check_get_txn,
+        }
         for method, request_type, response_type, run in (
             ("create_topic", A.CreateTopicRequest, A.TopicDescription, self._create_topic),
             ("delete_topic", A.DeleteTopicRequest, A.DeleteTopicResponse, self._delete_topic),
@@ -107,7 +145,8 @@ class AdminHandler:
             ("get_txn", A.GetTxnRequest, A.TxnState, self._get_txn),
             ("backup_metadata", A.BackupMetadataRequest, A.BackupMetadataResponse, self._backup),
         ):
-            metadata.register(method, LeaderCall(request_type, response_type, _here(run)))
+            call = LeaderCall(request_type, response_type, _here(run), check=checks.get(method))
+            metadata.register(method, call)
         metadata.register(
             "lead_preferred_here",
             LeaderCall(
@@ -124,13 +163,13 @@ class AdminHandler:
     # -- topics ------------------------------------------------------------------------------
 
     def create_topic(
-        self, request: api_pb2.CreateTopicRequest, *, timeout_s: float | None
+        self, request: CheckedCreateTopic, *, timeout_s: float | None
     ) -> api_pb2.TopicDescription:
         response: api_pb2.TopicDescription = self._call("create_topic", request, timeout_s)
         return response
 
     def _create_topic(
-        self, request: api_pb2.CreateTopicRequest, timeout_s: float
+        self, request: CheckedCreateTopic, timeout_s: float
     ) -> api_pb2.TopicDescription:
         spec = TopicSpec(
             name=request.name,
@@ -145,7 +184,7 @@ class AdminHandler:
         )
         self._metadata.propose(data, timeout_s)
         self.wait_for_leaders(request.name, min(timeout_s, LEADER_WAIT_S))
-        return self._describe_topic(api_pb2.DescribeTopicRequest(name=request.name), timeout_s)
+        return self._describe_topic(described(request.name), timeout_s)
 
     def create_dead_letter_topic(self, source: str, timeout_s: float) -> None:
         """Create ``source``'s dead-letter topic unless it exists, on the metadata leader: its
@@ -184,13 +223,13 @@ class AdminHandler:
         return False
 
     def delete_topic(
-        self, request: api_pb2.DeleteTopicRequest, *, timeout_s: float | None
+        self, request: CheckedDeleteTopic, *, timeout_s: float | None
     ) -> api_pb2.DeleteTopicResponse:
         response: api_pb2.DeleteTopicResponse = self._call("delete_topic", request, timeout_s)
         return response
 
     def _delete_topic(
-        self, request: api_pb2.DeleteTopicRequest, timeout_s: float
+        self, request: CheckedDeleteTopic, timeout_s: float
     ) -> api_pb2.DeleteTopicResponse:
         data = self._frontend.delete_topic(
             self._metadata.table, request.name, now_ms=self._metadata.now_ms()
@@ -199,13 +238,13 @@ class AdminHandler:
         return api_pb2.DeleteTopicResponse()
 
     def alter_topic_config(
-        self, request: api_pb2.AlterTopicConfigRequest, *, timeout_s: float | None
+        self, request: CheckedAlterTopicConfig, *, timeout_s: float | None
     ) -> api_pb2.TopicDescription:
         response: api_pb2.TopicDescription = self._call("alter_topic_config", request, timeout_s)
         return response
 
     def _alter(
-        self, request: api_pb2.AlterTopicConfigRequest, timeout_s: float
+        self, request: CheckedAlterTopicConfig, timeout_s: float
     ) -> api_pb2.TopicDescription:
         data = self._frontend.alter_topic_config(
             self._metadata.table,
@@ -214,16 +253,16 @@ class AdminHandler:
             now_ms=self._metadata.now_ms(),
         )
         self._metadata.propose(data, timeout_s)
-        return self._describe_topic(api_pb2.DescribeTopicRequest(name=request.name), timeout_s)
+        return self._describe_topic(described(request.name), timeout_s)
 
     def add_partitions(
-        self, request: api_pb2.AddPartitionsRequest, *, timeout_s: float | None
+        self, request: CheckedAddPartitions, *, timeout_s: float | None
     ) -> api_pb2.TopicDescription:
         response: api_pb2.TopicDescription = self._call("add_partitions", request, timeout_s)
         return response
 
     def _add_partitions(
-        self, request: api_pb2.AddPartitionsRequest, timeout_s: float
+        self, request: CheckedAddPartitions, timeout_s: float
     ) -> api_pb2.TopicDescription:
         """Grow the topic, wait for the new partitions' leaders, describe it. Raises
         UnknownTopic, InvalidArgument (metadata/frontend.py add_partitions)."""
@@ -236,7 +275,7 @@ class AdminHandler:
         )
         self._metadata.propose(data, timeout_s)
         self.wait_for_leaders(request.name, min(timeout_s, LEADER_WAIT_S))
-        return self._describe_topic(api_pb2.DescribeTopicRequest(name=request.name), timeout_s)
+        return self._describe_topic(described(request.name), timeout_s)
 
     def list_topics(
         self, request: api_pb2.ListTopicsRequest, *, timeout_s: float | None
@@ -254,13 +293,13 @@ class AdminHandler:
         )
 
     def describe_topic(
-        self, request: api_pb2.DescribeTopicRequest, *, timeout_s: float | None
+        self, request: CheckedDescribeTopic, *, timeout_s: float | None
     ) -> api_pb2.TopicDescription:
         response: api_pb2.TopicDescription = self._call("describe_topic", request, timeout_s)
         return response
 
     def _describe_topic(
-        self, request: api_pb2.DescribeTopicRequest, timeout_s: float
+        self, request: CheckedDescribeTopic, timeout_s: float
     ) -> api_pb2.TopicDescription:
         table = self._metadata.table
         info = self._metadata.topic(request.name)
@@ -285,7 +324,7 @@ class AdminHandler:
         return out
 
     def purge_topic(
-        self, request: api_pb2.PurgeTopicRequest, *, timeout_s: float | None
+        self, request: CheckedPurgeTopic, *, timeout_s: float | None
     ) -> api_pb2.PurgeTopicResponse:
         return admin_ops.purge_topic(
             self._metadata.table, self._router, request, timeout(timeout_s)
@@ -294,29 +333,29 @@ class AdminHandler:
     # -- recurring records (broker/handlers/schedules.py) -------------------------------------
 
     def create_schedule(
-        self, request: api_pb2.CreateScheduleRequest, *, timeout_s: float | None
+        self, request: CheckedCreateSchedule, *, timeout_s: float | None
     ) -> api_pb2.ScheduleResponse:
         return self._schedules.create_schedule(request, timeout(timeout_s))
 
     def list_schedules(
-        self, request: api_pb2.ListSchedulesRequest, *, timeout_s: float | None
+        self, request: CheckedListSchedules, *, timeout_s: float | None
     ) -> api_pb2.ListSchedulesResponse:
         return self._schedules.list_schedules(request, timeout(timeout_s))
 
     def pause_schedule(
-        self, request: api_pb2.PauseScheduleRequest, *, timeout_s: float | None
+        self, request: CheckedPauseSchedule, *, timeout_s: float | None
     ) -> api_pb2.ScheduleResponse:
         return self._schedules.pause_schedule(request, timeout(timeout_s))
 
     def delete_schedule(
-        self, request: api_pb2.DeleteScheduleRequest, *, timeout_s: float | None
+        self, request: CheckedDeleteSchedule, *, timeout_s: float | None
     ) -> api_pb2.DeleteScheduleResponse:
         return self._schedules.delete_schedule(request, timeout(timeout_s))
 
     # -- records -----------------------------------------------------------------------------
 
     def update_record(
-        self, request: api_pb2.UpdateRecordRequest, *, timeout_s: float | None
+        self, request: CheckedUpdateRecord, *, timeout_s: float | None
     ) -> api_pb2.UpdateRecordResponse:
         update = partition_pb2.UpdateRecord(offset=request.offset)
         if request.HasField("priority"):
@@ -332,7 +371,7 @@ class AdminHandler:
         return api_pb2.UpdateRecordResponse()
 
     def cancel_record(
-        self, request: api_pb2.CancelRecordRequest, *, timeout_s: float | None
+        self, request: CheckedCancelRecord, *, timeout_s: float | None
     ) -> api_pb2.CancelRecordResponse:
         command = partition_pb2.PartitionCommand(
             cancel_record=partition_pb2.CancelRecord(offset=request.offset)
@@ -396,7 +435,7 @@ class AdminHandler:
         return out
 
     def remove_broker(
-        self, request: api_pb2.RemoveBrokerRequest, *, timeout_s: float | None
+        self, request: CheckedRemoveBroker, *, timeout_s: float | None
     ) -> api_pb2.RemoveBrokerResponse:
         """Runs on the metadata leader in slices (a forwarded call is cut at the internal
         timeout); each slice resumes where the last one stopped (broker/membership.py)."""
@@ -413,13 +452,13 @@ class AdminHandler:
                 time.sleep(0.1)
 
     def _remove_broker(
-        self, request: api_pb2.RemoveBrokerRequest, timeout_s: float
+        self, request: CheckedRemoveBroker, timeout_s: float
     ) -> api_pb2.RemoveBrokerResponse:
         assert self.remove_broker_here is not None
         return self.remove_broker_here(request.broker_id, timeout_s)
 
     def move_partition(
-        self, request: api_pb2.MovePartitionRequest, *, timeout_s: float | None
+        self, request: CheckedMovePartition, *, timeout_s: float | None
     ) -> api_pb2.MovePartitionResponse:
         """On the metadata leader, in slices like remove_broker (broker/membership.py)."""
         deadline = time.monotonic() + timeout(timeout_s)
@@ -435,7 +474,7 @@ class AdminHandler:
                 time.sleep(0.1)
 
     def _move(
-        self, request: api_pb2.MovePartitionRequest, timeout_s: float
+        self, request: CheckedMovePartition, timeout_s: float
     ) -> api_pb2.MovePartitionResponse:
         assert self.move_partition_here is not None
         return self.move_partition_here(
@@ -523,7 +562,7 @@ class AdminHandler:
         return backup_source.metadata(self._metadata.table)
 
     def backup_partition(
-        self, request: api_pb2.BackupPartitionRequest, cancelled: threading.Event
+        self, request: CheckedBackupPartition, cancelled: threading.Event
     ) -> Iterator[api_pb2.BackupChunk]:
         """The BackupPartition stream, on the partition's leader (broker/backup_source.py)."""
         key = (request.topic, request.partition)
@@ -538,13 +577,11 @@ class AdminHandler:
 
     # -- Spark txn watermarks ----------------------------------------------------------------
 
-    def commit_txn(
-        self, request: api_pb2.CommitTxnRequest, *, timeout_s: float | None
-    ) -> api_pb2.TxnState:
+    def commit_txn(self, request: CheckedCommitTxn, *, timeout_s: float | None) -> api_pb2.TxnState:
         response: api_pb2.TxnState = self._call("commit_txn", request, timeout_s)
         return response
 
-    def _commit_txn(self, request: api_pb2.CommitTxnRequest, timeout_s: float) -> api_pb2.TxnState:
+    def _commit_txn(self, request: CheckedCommitTxn, timeout_s: float) -> api_pb2.TxnState:
         """Raise the app's watermark; a stale version is a no-op answering the current one."""
         data = self._frontend.commit_txn(
             self._metadata.table,
@@ -558,13 +595,11 @@ class AdminHandler:
             app_id=request.app_id, scope=request.scope, known=True, version=result.txn_version
         )
 
-    def get_txn(
-        self, request: api_pb2.GetTxnRequest, *, timeout_s: float | None
-    ) -> api_pb2.TxnState:
+    def get_txn(self, request: CheckedGetTxn, *, timeout_s: float | None) -> api_pb2.TxnState:
         response: api_pb2.TxnState = self._call("get_txn", request, timeout_s)
         return response
 
-    def _get_txn(self, request: api_pb2.GetTxnRequest, timeout_s: float) -> api_pb2.TxnState:
+    def _get_txn(self, request: CheckedGetTxn, timeout_s: float) -> api_pb2.TxnState:
         """On the metadata leader, whose table has applied every CommitTxn it answered (a
         leader elected moments ago may still lag; the Spark writer's producer ids cover that)."""
         version = self._metadata.table.txn_version(request.app_id, request.scope)

@@ -20,6 +20,14 @@ from raftq.metadata.table import GroupInfo
 from raftq.metadata_client import LeaderCall
 from raftq.proto import api_pb2, errors, internal_pb2, partition_pb2
 from raftq.router import Router
+from raftq.transport.request_checks import (
+    CheckedDeleteGroup,
+    CheckedDescribeGroup,
+    CheckedSeekGroup,
+    check_delete_group,
+    check_describe_group,
+    check_seek_group,
+)
 
 if TYPE_CHECKING:
     from raftq.metadata_client import MetadataClient
@@ -48,6 +56,7 @@ class GroupAdmin:
                 api_pb2.DescribeGroupRequest,
                 api_pb2.GroupDescription,
                 lambda request, left, _principal: self._describe_here(request, left),
+                check=check_describe_group,
             ),
         )
         metadata.register(
@@ -56,6 +65,7 @@ class GroupAdmin:
                 api_pb2.DeleteGroupRequest,
                 api_pb2.DeleteGroupResponse,
                 lambda request, left, _principal: self.delete_group_here(request.group, left),
+                check=check_delete_group,
             ),
         )
         metadata.register(
@@ -66,6 +76,7 @@ class GroupAdmin:
                 lambda request, left, _principal: admin_ops.seek_group(
                     self._metadata.table, self._router, request, left
                 ),
+                check=check_seek_group,
             ),
         )
 
@@ -88,7 +99,7 @@ class GroupAdmin:
         )
 
     def delete_group(
-        self, request: api_pb2.DeleteGroupRequest, *, timeout_s: float | None
+        self, request: CheckedDeleteGroup, *, timeout_s: float | None
     ) -> api_pb2.DeleteGroupResponse:
         response: api_pb2.DeleteGroupResponse = self._metadata.call(
             "delete_group", request, timeout(timeout_s)
@@ -157,7 +168,7 @@ class GroupAdmin:
         return out
 
     def seek_group(
-        self, request: api_pb2.SeekGroupRequest, *, timeout_s: float | None
+        self, request: CheckedSeekGroup, *, timeout_s: float | None
     ) -> api_pb2.SeekGroupResponse:
         response: api_pb2.SeekGroupResponse = self._metadata.call(
             "seek_group", request, timeout(timeout_s)
@@ -165,7 +176,7 @@ class GroupAdmin:
         return response
 
     def describe_group(
-        self, request: api_pb2.DescribeGroupRequest, *, timeout_s: float | None
+        self, request: CheckedDescribeGroup, *, timeout_s: float | None
     ) -> api_pb2.GroupDescription:
         response: api_pb2.GroupDescription = self._metadata.call(
             "describe_group", request, timeout(timeout_s)
@@ -173,7 +184,7 @@ class GroupAdmin:
         return response
 
     def _describe_here(
-        self, request: api_pb2.DescribeGroupRequest, timeout_s: float
+        self, request: CheckedDescribeGroup, timeout_s: float
     ) -> api_pb2.GroupDescription:
         table = self._metadata.table
         group = table.group(request.group)

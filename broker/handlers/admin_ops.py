@@ -18,6 +18,10 @@ import time
 from raftq.metadata.table import Table, TopicInfo
 from raftq.proto import api_pb2, errors, partition_pb2
 from raftq.router import Router
+from raftq.transport.request_checks import (
+    CheckedPurgeTopic,
+    CheckedSeekGroup,
+)
 
 logger = logging.getLogger("raftq.broker.admin_ops")
 
@@ -61,7 +65,7 @@ def _propose(
 
 
 def seek_group(
-    table: Table, router: Router, request: api_pb2.SeekGroupRequest, timeout_s: float
+    table: Table, router: Router, request: CheckedSeekGroup, timeout_s: float
 ) -> api_pb2.SeekGroupResponse:
     """On the metadata leader: move the group's position on the requested partitions.
 
@@ -108,7 +112,7 @@ def seek_group(
 
 
 def purge_topic(
-    table: Table, router: Router, request: api_pb2.PurgeTopicRequest, timeout_s: float
+    table: Table, router: Router, request: CheckedPurgeTopic, timeout_s: float
 ) -> api_pb2.PurgeTopicResponse:
     """Delete every record now in the topic's (or one partition's) log.
 

@@ -35,6 +35,12 @@ from raftq.handlers.leases import Releases, batch_refs
 from raftq.proto import api_pb2, errors, partition_pb2
 from raftq.proto.common_pb2 import ErrorCode
 from raftq.router import Router
+from raftq.transport.request_checks import (
+    CheckedAck,
+    CheckedExtendLease,
+    CheckedNack,
+    CheckedPoll,
+)
 
 logger = logging.getLogger("raftq.broker.consume")
 
@@ -120,7 +126,7 @@ class ConsumeHandler:
 
     def poll(
         self,
-        request: api_pb2.PollRequest,
+        request: CheckedPoll,
         *,
         timeout_s: float | None,
         active: Callable[[], bool] = lambda: True,
@@ -149,7 +155,7 @@ class ConsumeHandler:
 
     def _lease_round(
         self,
-        request: api_pb2.PollRequest,
+        request: CheckedPoll,
         partitions: Sequence[tuple[str, int]],
         start: int,
         deadline: float,
@@ -206,7 +212,7 @@ class ConsumeHandler:
             want = request.max_records - got
         return out
 
-    def _deliverable(self, request: api_pb2.PollRequest, out: Leased) -> api_pb2.PollResponse:
+    def _deliverable(self, request: CheckedPoll, out: Leased) -> api_pb2.PollResponse:
         """The poll's answer, within the gRPC message limit: a partition's leases that would
         not fit are taken back (never the first: the budget admits it), never left leased
         to a member that cannot receive them."""
@@ -217,7 +223,7 @@ class ConsumeHandler:
             response = poll_response(out, compact=request.compact)
         return response
 
-    def undeliver_poll(self, request: api_pb2.PollRequest, response: api_pb2.PollResponse) -> None:
+    def undeliver_poll(self, request: CheckedPoll, response: api_pb2.PollResponse) -> None:
         """A Poll's answer did not reach the client (it was gone when the answer was ready):
         take every delivery in it back (Release.undelivered), so none of them counts toward
         max_deliveries and the records are ready again at once."""
@@ -237,9 +243,7 @@ class ConsumeHandler:
 
     # -- settling ----------------------------------------------------------------------------
 
-    def ack(
-        self, request: api_pb2.AckRequest, *, timeout_s: float | None
-    ) -> api_pb2.SettleResponse:
+    def ack(self, request: CheckedAck, *, timeout_s: float | None) -> api_pb2.SettleResponse:
         if request.batches:
             return self._ack_batches(request, timeout(timeout_s))
 
@@ -250,9 +254,7 @@ class ConsumeHandler:
 
         return self._settle(request, command, timeout_s)
 
-    def nack(
-        self, request: api_pb2.NackRequest, *, timeout_s: float | None
-    ) -> api_pb2.SettleResponse:
+    def nack(self, request: CheckedNack, *, timeout_s: float | None) -> api_pb2.SettleResponse:
         """A retried Nack (an attempt failed UNAVAILABLE: a leader that stopped answering may
         have applied it) answers OUTCOME_UNKNOWN where the record's state is what that nack
         would have left (not leased, lease over, dead-lettered): never a wrong definite
@@ -268,7 +270,7 @@ class ConsumeHandler:
         return self._settle(request, command, timeout_s, ambiguous=NACK_AMBIGUOUS)
 
     def extend_lease(
-        self, request: api_pb2.ExtendLeaseRequest, *, timeout_s: float | None
+        self, request: CheckedExtendLease, *, timeout_s: float | None
     ) -> api_pb2.SettleResponse:
         def command(refs: list[partition_pb2.DeliveryRef]) -> partition_pb2.PartitionCommand:
             extend = partition_pb2.ExtendLease(
@@ -279,7 +281,7 @@ class ConsumeHandler:
         # Each extended lease is answered with its partition's deadline (set by _settle).
         return self._settle(request, command, timeout_s)
 
-    def _ack_batches(self, request: api_pb2.AckRequest, left: float) -> api_pb2.SettleResponse:
+    def _ack_batches(self, request: CheckedAck, left: float) -> api_pb2.SettleResponse:
         """The compact Ack: one Settle per partition with the packed offsets copied as they
         are; only the refs that failed are answered."""
         _, member = self._groups.member(request.group, request.member_id, request.generation)

@@ -22,6 +22,14 @@ from raftq.metadata.frontend import MetadataFrontend
 from raftq.metadata.table import GroupInfo, MemberInfo, Table
 from raftq.metadata_client import TABLE_CATCH_UP_S, LeaderCall
 from raftq.proto import api_pb2, errors
+from raftq.transport.request_checks import (
+    CheckedHeartbeat,
+    CheckedJoinGroup,
+    CheckedLeaveGroup,
+    check_heartbeat,
+    check_join_group,
+    check_leave_group,
+)
 
 if TYPE_CHECKING:
     from raftq.metadata_client import MetadataClient
@@ -58,7 +66,12 @@ class GroupHandler:
         self._heartbeat_interval_ms = heartbeat_interval_ms
         metadata.register(
             "join_group",
-            LeaderCall(api_pb2.JoinGroupRequest, api_pb2.JoinGroupResponse, self._join_here),
+            LeaderCall(
+                api_pb2.JoinGroupRequest,
+                api_pb2.JoinGroupResponse,
+                self._join_here,
+                check=check_join_group,
+            ),
         )
         metadata.register(
             "heartbeat",
@@ -66,6 +79,7 @@ class GroupHandler:
                 api_pb2.HeartbeatRequest,
                 api_pb2.HeartbeatResponse,
                 lambda request, left, _principal: self._heartbeat_here(request),
+                check=check_heartbeat,
             ),
         )
         metadata.register(
@@ -74,11 +88,12 @@ class GroupHandler:
                 api_pb2.LeaveGroupRequest,
                 api_pb2.LeaveGroupResponse,
                 lambda request, left, _principal: self._leave_here(request, left),
+                check=check_leave_group,
             ),
         )
 
     def join_group(
-        self, request: api_pb2.JoinGroupRequest, *, timeout_s: float | None, principal: str = ""
+        self, request: CheckedJoinGroup, *, timeout_s: float | None, principal: str = ""
     ) -> api_pb2.JoinGroupResponse:
         """Join as a new member (the broker issues its id, bound to ``principal``) or rejoin
         with a member id this principal was issued. Raises UnknownMember for a member id the
@@ -89,7 +104,7 @@ class GroupHandler:
         return response
 
     def _join_here(
-        self, request: api_pb2.JoinGroupRequest, timeout_s: float, principal: str
+        self, request: CheckedJoinGroup, timeout_s: float, principal: str
     ) -> api_pb2.JoinGroupResponse:
         before = self._metadata.table.group(request.group)
         if request.HasField("member_id"):
@@ -128,14 +143,14 @@ class GroupHandler:
         )
 
     def heartbeat(
-        self, request: api_pb2.HeartbeatRequest, *, timeout_s: float | None
+        self, request: CheckedHeartbeat, *, timeout_s: float | None
     ) -> api_pb2.HeartbeatResponse:
         response: api_pb2.HeartbeatResponse = self._metadata.call(
             "heartbeat", request, timeout(timeout_s)
         )
         return response
 
-    def _heartbeat_here(self, request: api_pb2.HeartbeatRequest) -> api_pb2.HeartbeatResponse:
+    def _heartbeat_here(self, request: CheckedHeartbeat) -> api_pb2.HeartbeatResponse:
         group = self._metadata.table.group(request.group)
         if group is None or request.member_id not in group.members:
             raise errors.UnknownMember(
@@ -154,7 +169,7 @@ class GroupHandler:
         )
 
     def leave_group(
-        self, request: api_pb2.LeaveGroupRequest, *, timeout_s: float | None
+        self, request: CheckedLeaveGroup, *, timeout_s: float | None
     ) -> api_pb2.LeaveGroupResponse:
         response: api_pb2.LeaveGroupResponse = self._metadata.call(
             "leave_group", request, timeout(timeout_s)
@@ -162,7 +177,7 @@ class GroupHandler:
         return response
 
     def _leave_here(
-        self, request: api_pb2.LeaveGroupRequest, timeout_s: float
+        self, request: CheckedLeaveGroup, timeout_s: float
     ) -> api_pb2.LeaveGroupResponse:
         group = self._metadata.table.group(request.group)
         if group is None or request.member_id not in group.members:

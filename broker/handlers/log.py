@@ -8,6 +8,11 @@ from typing import TYPE_CHECKING
 from raftq.handlers.common import ByteBudget, timeout
 from raftq.proto import api_pb2, internal_pb2
 from raftq.router import Router
+from raftq.transport.request_checks import (
+    CheckedFetch,
+    CheckedListOffsets,
+    CheckedProducerState,
+)
 
 if TYPE_CHECKING:
     from raftq.metadata_client import MetadataClient
@@ -21,9 +26,7 @@ class LogHandler:
         self._router = router
         self._budget = budget
 
-    def fetch(
-        self, request: api_pb2.FetchRequest, *, timeout_s: float | None
-    ) -> api_pb2.FetchResponse:
+    def fetch(self, request: CheckedFetch, *, timeout_s: float | None) -> api_pb2.FetchResponse:
         """Raises UnknownTopic, UnknownPartition, NotLeader, Unavailable, Timeout."""
         read = internal_pb2.ReadRequest(
             topic=request.topic,
@@ -40,7 +43,7 @@ class LogHandler:
         )
 
     def list_offsets(
-        self, request: api_pb2.ListOffsetsRequest, *, timeout_s: float | None
+        self, request: CheckedListOffsets, *, timeout_s: float | None
     ) -> api_pb2.ListOffsetsResponse:
         topic = self._metadata.topic(request.topic)
         out = api_pb2.ListOffsetsResponse()
@@ -53,7 +56,7 @@ class LogHandler:
         return out
 
     def producer_state(
-        self, request: api_pb2.ProducerStateRequest, *, timeout_s: float | None
+        self, request: CheckedProducerState, *, timeout_s: float | None
     ) -> api_pb2.ProducerStateResponse:
         """An idempotent producer's last applied batch per partition, read on each leader."""
         topic = self._metadata.topic(request.topic)

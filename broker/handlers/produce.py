@@ -19,14 +19,16 @@ from raftq.metadata.table import TopicInfo
 from raftq.partitions.machine import check_record, check_values
 from raftq.proto import api_pb2, errors, partition_pb2
 from raftq.router import Router
-from raftq.transport.request_checks import CheckedSend
+from raftq.transport.request_checks import (
+    CheckedSend,
+)
 
 if TYPE_CHECKING:
     from raftq.metadata_client import MetadataClient
 
 
 def values_answer(
-    request: api_pb2.SendRequest,
+    request: CheckedSend,
     partition: int,
     outcome: partition_pb2.CommandResult | None,
     error: errors.RaftqError | None,

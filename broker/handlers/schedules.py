@@ -22,6 +22,12 @@ from raftq.partitions.machine import check_record
 from raftq.partitions.schedule_ops import INT64_MAX_DIGITS, fired_record
 from raftq.partitions.schedules import check_schedule, next_slot
 from raftq.proto import api_pb2, common_pb2, errors, internal_pb2, partition_pb2
+from raftq.transport.request_checks import (
+    CheckedCreateSchedule,
+    CheckedDeleteSchedule,
+    CheckedListSchedules,
+    CheckedPauseSchedule,
+)
 
 logger = logging.getLogger("raftq.broker.schedules")
 
@@ -30,7 +36,7 @@ Propose = Callable[[str, int, partition_pb2.PartitionCommand, float], internal_p
 Read = Callable[[internal_pb2.ReadRequest, float], internal_pb2.ReadResponse]
 
 
-def home_partition(request: api_pb2.CreateScheduleRequest, partition_count: int) -> int:
+def home_partition(request: CheckedCreateSchedule, partition_count: int) -> int:
     """Where a new schedule lives and fires: see the module docstring."""
     if request.HasField("partition"):
         if not 0 <= request.partition < partition_count:
@@ -67,14 +73,13 @@ class ScheduleAdmin:
         self._read = read
 
     def create_schedule(
-        self, request: api_pb2.CreateScheduleRequest, timeout_s: float
+        self, request: CheckedCreateSchedule, timeout_s: float
     ) -> api_pb2.ScheduleResponse:
-        """Raises (normal): InvalidArgument, ScheduleExists, UnknownTopic, UnknownPartition,
-        RecordTooLarge, Unavailable, Timeout."""
+        """The definition was checked at the edge (check_create_schedule); the fired record's
+        size is judged here, by the topic's config. Raises (normal): ScheduleExists,
+        UnknownTopic, UnknownPartition, RecordTooLarge, Unavailable, Timeout."""
         deadline = time.monotonic() + timeout_s
-        problem = check_schedule(request.schedule)
-        if problem:
-            raise errors.InvalidArgument(problem)
+        assert check_schedule(request.schedule) is None, "check_create_schedule: a definition"
         info = self._topic(request.topic)
         biggest = fired_record(request.schedule, INT64_MAX_DIGITS)
         too_big = check_record(biggest, info.config)  # as the partition will judge it
@@ -100,7 +105,7 @@ class ScheduleAdmin:
         return api_pb2.ScheduleResponse(schedule=created)
 
     def list_schedules(
-        self, request: api_pb2.ListSchedulesRequest, timeout_s: float
+        self, request: CheckedListSchedules, timeout_s: float
     ) -> api_pb2.ListSchedulesResponse:
         """Raises (normal): UnknownTopic, Unavailable, Timeout."""
         deadline = time.monotonic() + timeout_s
@@ -110,7 +115,7 @@ class ScheduleAdmin:
         return api_pb2.ListSchedulesResponse(schedules=found)
 
     def pause_schedule(
-        self, request: api_pb2.PauseScheduleRequest, timeout_s: float
+        self, request: CheckedPauseSchedule, timeout_s: float
     ) -> api_pb2.ScheduleResponse:
         """Pause or resume. Raises (normal): UnknownSchedule, UnknownTopic, Unavailable."""
         deadline = time.monotonic() + timeout_s
@@ -123,7 +128,7 @@ class ScheduleAdmin:
         return api_pb2.ScheduleResponse(schedule=after)
 
     def delete_schedule(
-        self, request: api_pb2.DeleteScheduleRequest, timeout_s: float
+        self, request: CheckedDeleteSchedule, timeout_s: float
     ) -> api_pb2.DeleteScheduleResponse:
         """Raises (normal): UnknownSchedule, UnknownTopic, Unavailable, Timeout."""
         deadline = time.monotonic() + timeout_s
@@ -180,8 +185,7 @@ class ScheduleAdmin:
     def _existing(
         self, info: TopicInfo, name: str, deadline: float, partitions: list[int] | None = None
     ) -> common_pb2.Schedule:
-        if not name:
-            raise errors.InvalidArgument("name the schedule")
+        assert name, "check_pause_schedule, check_delete_schedule: a schedule name"
         found = self._find(info, name, deadline, partitions)
         if found is None:
             raise errors.UnknownSchedule(f"topic {info.name!r} has no schedule named {name!r}")
