@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 from google.protobuf.message import DecodeError
 
@@ -567,7 +568,7 @@ def _ordering(value: ConfigValue) -> common_pb2.Ordering:
         common_pb2.PRIORITY,
         common_pb2.FAIR,
     ):
-        return common_pb2.Ordering.Value(common_pb2.Ordering.Name(value))
+        return cast(common_pb2.Ordering, common_pb2.Ordering.Value(common_pb2.Ordering.Name(value)))
     raise errors.InvalidArgument(f"ordering {value!r} must be fifo, priority or fair")
 
 

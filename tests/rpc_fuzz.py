@@ -168,6 +168,7 @@ def scalar(fd: FieldDescriptor) -> st.SearchStrategy[Any]:
     if t == FieldDescriptor.TYPE_BYTES:
         return _bytes()
     if t == FieldDescriptor.TYPE_ENUM:
+        assert fd.enum_type is not None
         known = [v.number for v in fd.enum_type.values]
         return st.one_of(st.sampled_from(known), st.integers(-3, 1000))
     raise AssertionError(f"no strategy for field type {t} ({fd.full_name})")
@@ -200,7 +201,8 @@ def message(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[dict[st
     )
 
 
-def _repeated(fd: FieldDescriptor) -> bool:
+def _repeated(fd: Any) -> bool:
+    """``fd``: a FieldDescriptor (python's or upb's, distinct classes to the type stubs)."""
     return bool(fd.is_repeated)
 
 
@@ -244,6 +246,7 @@ def tame(method: str, msg: Message) -> None:
         if msg.name in PROTECTED_TOPICS:
             msg.name = SCRATCH_TOPIC
     elif method in ("DeleteTopic", "AlterTopicConfig"):
+        assert isinstance(msg, (api_pb2.DeleteTopicRequest, api_pb2.AlterTopicConfigRequest))
         if msg.name in PROTECTED_TOPICS:
             msg.name = SCRATCH_TOPIC
     elif method == "AddPartitions":
@@ -258,6 +261,14 @@ def tame(method: str, msg: Message) -> None:
             msg.topic = SCRATCH_TOPIC
     elif method in ("CreateSchedule", "PauseSchedule", "DeleteSchedule"):
         # schedules fire into the scratch topic only, and at most once a minute
+        assert isinstance(
+            msg,
+            (
+                api_pb2.CreateScheduleRequest,
+                api_pb2.PauseScheduleRequest,
+                api_pb2.DeleteScheduleRequest,
+            ),
+        )
         if msg.topic in PROTECTED_TOPICS:
             msg.topic = SCRATCH_TOPIC
         if isinstance(msg, api_pb2.CreateScheduleRequest) and msg.schedule.interval_ms:
@@ -460,8 +471,9 @@ def _mutate(
     return out
 
 
-def request_strategy(method: str, descriptor: Descriptor) -> st.SearchStrategy[dict[str, Any]]:
-    """Random requests of ``descriptor`` and mutations of the method's template."""
+def request_strategy(method: str, descriptor: Any) -> st.SearchStrategy[dict[str, Any]]:
+    """Random requests of ``descriptor`` (a Descriptor, python's or upb's) and mutations of
+    the method's template."""
     anything = message(descriptor)
     base = templates().get(method)
     if base is None:  # no fields worth a template (ListTopics...)

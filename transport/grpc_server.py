@@ -296,8 +296,8 @@ def _unary(
 ) -> Callable[[Any, RequestT, grpc.ServicerContext], ResponseT]:
     """A servicer method: ``check`` the request into its checked command (the one shape
     check), hand that to the facade's method named like ``handler`` (the service protocol's
-    method, whose parameter is that checked type: tests/unit/test_request_checks.py reads
-    ``serve.check`` and ``serve.handler``), map errors."""
+    method: mypy holds its parameter to the check's result; tests/unit/test_request_checks.py
+    reads ``serve.check`` and ``serve.handler``), map errors."""
     method = handler.__name__
 
     def serve(self: _Servicer, request: RequestT, context: grpc.ServicerContext) -> ResponseT:

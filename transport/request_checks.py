@@ -5,10 +5,10 @@ metadata machine's rules — one rule for topics and groups, one for ids — cou
 durations in range) and raises InvalidArgument with a message that says what to fix. It hands
 on the request as a checked command: a type of its own (``CheckedSend``, ``CheckedPoll``...,
 one per RPC that carries client input), the same object at run time (no copy on the hot
-path). Handlers take the checked types (mypy holds the
-edge to it: transport/grpc_server.py pairs each check with its handler's signature), so the
-layers behind ``assert`` what a check guarantees instead of checking it again; a handler never
-mutates a checked command. What is not shape stays with the layers that know it: does the
+path). Handlers take the checked types, and mypy refuses an unchecked request where a checked
+one is due (transport/grpc_server.py pairs each check with its protocol method), so the layers
+behind ``assert`` what a check guarantees instead of checking it again; a handler never mutates
+a checked command. What is not shape stays with the layers that know it: does the
 topic exist, is this broker the leader, is the generation current, a limit that depends on
 replicated state (a topic's max_record_bytes) or on the broker's settings (session timeout
 bounds).
@@ -42,11 +42,11 @@ REPLICATION_FACTOR_MAX = 7
 SHA256_BYTES = 32
 
 # The checked commands, one per RPC that carries client input (see the module docstring). For
-# mypy each is a subclass of its request; at run time a NewType over it (the object passed is
-# the request itself), a name of its own that tests/unit/test_request_checks.py reads from the
-# annotations: protobuf ships no type stubs, so to mypy every message class derives from Any
-# and is assignable anywhere; that test, not mypy, holds each edge check to the type its
-# handler takes.
+# mypy each is a subclass of its request (types-protobuf types the messages), so a request is
+# not a checked command until a check says so; at run time a NewType over it (the object passed
+# is the request itself), a name of its own tests/unit/test_request_checks.py reads from the
+# annotations to hold each handler's own signature to it (a handler taking the wider raw type
+# would still satisfy its protocol).
 if TYPE_CHECKING:
 
     class CheckedSend(api_pb2.SendRequest): ...

@@ -86,7 +86,9 @@ def _widen(fd: descriptor_pb2.FileDescriptorProto, narrow: set[str]) -> None:
         for field in m.field:
             target = field.type_name.lstrip(".")
             if field.type in _NARROW:
-                field.type = _NARROW[field.type][0]
+                field.type = descriptor_pb2.FieldDescriptorProto.Type.ValueType(
+                    _NARROW[field.type][0]
+                )
                 field.ClearField("type_name")
             elif not (field.type == _F.TYPE_MESSAGE and target in narrow):
                 continue  # nothing narrow inside: skipped as an unknown field
@@ -182,8 +184,9 @@ def _build(root: descriptor.FileDescriptor) -> dict[str, tuple[type[Any], Check]
                 steps.append((field.name, repeated, _NARROW[field.type][1:], ""))
             else:
                 sub_wide = wide.fields_by_name[field.name].message_type
-                sub = check_for(sub_wide, field.message_type)
-                steps.append((field.name, repeated, sub, field.message_type.full_name))
+                assert sub_wide is not None and entry is not None  # a message holding one
+                sub = check_for(sub_wide, entry)
+                steps.append((field.name, repeated, sub, entry.full_name))
         if all(isinstance(how, tuple) and not repeated for _, repeated, how, _ in steps):
             flat[name] = [(field, how[0], how[1]) for field, _, how, _ in steps]
         return run

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, cast
 
 from raftq.proto import api_pb2, common_pb2, errors, partition_pb2
 
@@ -271,7 +271,7 @@ def create_schedule(
         time_zone=time_zone,
         interval_ms=interval_ms or 0,
         template=template,
-        catch_up=common_pb2.CatchUp.Value(f"CATCH_UP_{catch_up.upper()}"),
+        catch_up=cast(common_pb2.CatchUp, common_pb2.CatchUp.Value(f"CATCH_UP_{catch_up.upper()}")),
     )
     request = api_pb2.CreateScheduleRequest(topic=topic, schedule=schedule)
     if partition is not None:

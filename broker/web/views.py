@@ -40,7 +40,8 @@ def b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
-def _value(field: FieldDescriptor, value: Any) -> Any:
+def _value(field: Any, value: Any) -> Any:
+    """``field``: a FieldDescriptor (python's or upb's, distinct classes to the type stubs)."""
     if field.type == FieldDescriptor.TYPE_MESSAGE:
         return proto_dict(value)
     if field.type == FieldDescriptor.TYPE_ENUM:

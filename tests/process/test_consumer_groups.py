@@ -176,7 +176,7 @@ def test_kill_a_consumer_process_then_add_members_no_loss_no_double_lease(
             produced = producer.stop()
             assert len(produced) > 500
             wait_until(lambda: set(produced) <= acked(procs.events()), 90, "every record acked")
-            lags = wait_until(  # acks reach DescribeGroup through each partition's leader
+            wait_until(  # acks reach DescribeGroup through each partition's leader
                 lambda: [p for p in admin.describe_group("workers").partitions if p.lag == 0],
                 30,
                 "lag 0",

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 import pytest
+from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
@@ -901,7 +902,7 @@ def random_command(rng: random.Random, table: Table) -> bytes:
     if kind in (1, 2):
         b = rng.randrange(0, 6)
         host = rng.choice([b, b, rng.randrange(6)])
-        msg = metadata_pb2.RegisterBroker(
+        msg: Message = metadata_pb2.RegisterBroker(
             broker_id=b,
             client_addr=f"h{host}:1",
             raft_addr=f"h{b}:2",

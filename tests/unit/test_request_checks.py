@@ -1,9 +1,11 @@
 """The checked commands (transport/request_checks.py): every RPC that carries client input is
 checked once at the edge into a type of its own, and each handler takes exactly that type.
 
-protobuf ships no type stubs, so to mypy every message class derives from Any and a raw request
-would pass wherever a checked one is expected: these tests hold the edge to the types instead,
-from the annotations (at run time each checked type is a ``NewType`` of its own).
+mypy refuses a raw request where a checked command is due and a check paired with the wrong
+protocol method; these tests add what it cannot see, from the annotations (at run time each
+checked type is a ``NewType`` of its own): each broker handler's own parameter is the checked
+type (a handler taking the wider raw type would still satisfy its protocol), each checked type
+is made by one check, and the RPCs that pass ``no_check`` carry no field.
 """
 
 from __future__ import annotations
