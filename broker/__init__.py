@@ -5,6 +5,7 @@ its subpackages: :mod:`raftq.partitions`, :mod:`raftq.metadata`, :mod:`raftq.ass
 :mod:`raftq.transport`, :mod:`raftq.proto`. Users import the clients from here::
 
     from raftq import Admin, Consumer, Producer
+    from raftq import TopicInfo, PartitionOffsets, GroupInfo  # what Admin answers
     from raftq.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
     from raftq.spark import register
 
@@ -19,6 +20,32 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from raftq.client import Admin, Consumer, Message, Producer, RecordMetadata, SendFuture
+    from raftq.client.types import (
+        BackupChunk,
+        BrokerInfo,
+        ClusterInfo,
+        FetchResult,
+        GroupDeletion,
+        GroupInfo,
+        GroupListing,
+        LeaderRebalance,
+        MemberInfo,
+        MetadataBackup,
+        PartitionInfo,
+        PartitionLag,
+        PartitionMove,
+        PartitionOffsets,
+        PartitionPurge,
+        PartitionSeek,
+        ProducerState,
+        RecordTemplate,
+        Schedule,
+        StoredRecord,
+        TopicConfig,
+        TopicInfo,
+        TopicListing,
+        TopicPartitions,
+    )
     from raftq.proto.errors import RaftqError
 
 _EXPORTS = {
@@ -29,16 +56,64 @@ _EXPORTS = {
     "RecordMetadata": "raftq.client",
     "SendFuture": "raftq.client",
     "RaftqError": "raftq.proto.errors",
+    "BackupChunk": "raftq.client.types",
+    "BrokerInfo": "raftq.client.types",
+    "ClusterInfo": "raftq.client.types",
+    "FetchResult": "raftq.client.types",
+    "GroupDeletion": "raftq.client.types",
+    "GroupInfo": "raftq.client.types",
+    "GroupListing": "raftq.client.types",
+    "LeaderRebalance": "raftq.client.types",
+    "MemberInfo": "raftq.client.types",
+    "MetadataBackup": "raftq.client.types",
+    "PartitionInfo": "raftq.client.types",
+    "PartitionLag": "raftq.client.types",
+    "PartitionMove": "raftq.client.types",
+    "PartitionOffsets": "raftq.client.types",
+    "PartitionPurge": "raftq.client.types",
+    "PartitionSeek": "raftq.client.types",
+    "ProducerState": "raftq.client.types",
+    "RecordTemplate": "raftq.client.types",
+    "Schedule": "raftq.client.types",
+    "StoredRecord": "raftq.client.types",
+    "TopicConfig": "raftq.client.types",
+    "TopicInfo": "raftq.client.types",
+    "TopicListing": "raftq.client.types",
+    "TopicPartitions": "raftq.client.types",
 }
 
 __all__ = [
     "Admin",
+    "BackupChunk",
+    "BrokerInfo",
+    "ClusterInfo",
     "Consumer",
+    "FetchResult",
+    "GroupDeletion",
+    "GroupInfo",
+    "GroupListing",
+    "LeaderRebalance",
+    "MemberInfo",
     "Message",
+    "MetadataBackup",
+    "PartitionInfo",
+    "PartitionLag",
+    "PartitionMove",
+    "PartitionOffsets",
+    "PartitionPurge",
+    "PartitionSeek",
     "Producer",
+    "ProducerState",
     "RaftqError",
     "RecordMetadata",
+    "RecordTemplate",
+    "Schedule",
     "SendFuture",
+    "StoredRecord",
+    "TopicConfig",
+    "TopicInfo",
+    "TopicListing",
+    "TopicPartitions",
 ]
 
 

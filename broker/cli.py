@@ -46,11 +46,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from google.protobuf import json_format
-from google.protobuf.message import Message as ProtoMessage
-
 from raftq import backup, cli_schedule, cli_server, inspector
-from raftq.client import Admin, Consumer, Message, Producer, SendFuture
+from raftq.client import (
+    Admin,
+    Consumer,
+    GroupListing,
+    Message,
+    Producer,
+    SendFuture,
+    TopicInfo,
+    types,
+)
 from raftq.client.redrive import REDRIVE_GROUP, RedriveProgress, redrive
 from raftq.config import ClientSettings
 from raftq.proto import api_pb2, errors
@@ -78,13 +84,9 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], out: TextIO) ->
         out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
 
 
-def to_dict(message: ProtoMessage) -> dict[str, Any]:
-    result: dict[str, Any] = json_format.MessageToDict(
-        message,
-        preserving_proto_field_name=True,
-        always_print_fields_with_no_presence=True,
-    )
-    return result
+def to_dict(answer: Any) -> Any:
+    """An Admin answer as JSON (the HTTP API's shape: :func:`raftq.client.types.to_dict`)."""
+    return types.to_dict(answer)
 
 
 def emit_json(value: Any, out: TextIO) -> None:
@@ -180,7 +182,7 @@ def _admin(args: argparse.Namespace) -> Admin:
 # --- topic ----------------------------------------------------------------------------------
 
 
-def _print_topic(description: api_pb2.TopicDescription, args: argparse.Namespace) -> None:
+def _print_topic(description: TopicInfo, args: argparse.Namespace) -> None:
     if args.json:
         emit_json(to_dict(description), sys.stdout)
         return
@@ -199,7 +201,7 @@ def _print_topic(description: api_pb2.TopicDescription, args: argparse.Namespace
                 p.leader or "-",
                 p.leader_addr or "-",
                 _ranges(p.replicas),
-                _ranges(p.in_sync),
+                _ranges(p.isr),
                 p.log_start,
                 p.end,
             )
@@ -473,14 +475,14 @@ def group_list(args: argparse.Namespace) -> int:
         emit_json([to_dict(g) for g in groups], sys.stdout)
     else:
         rows = (
-            (g.group, _group_state(g), g.generation, g.members, ",".join(g.topics) or "-")
+            (g.group_id, _group_state(g), g.generation, g.members, ",".join(g.topics) or "-")
             for g in groups
         )
         table(("GROUP", "STATE", "GENERATION", "MEMBERS", "TOPICS"), rows, sys.stdout)
     return 0
 
 
-def _group_state(group: api_pb2.GroupSummary) -> str:
+def _group_state(group: GroupListing) -> str:
     """Kafka's names: Stable (members), Empty (none: its offsets kept until
     groups.offsets_retention_ms), Deleting (a DeleteGroup under way)."""
     if group.deleting:
@@ -496,7 +498,8 @@ def group_describe(args: argparse.Namespace) -> int:
         return 0
     state = " (deleting)" if group.deleting else ""
     print(
-        f"group {group.group}: generation {group.generation}, {len(group.members)} members{state}"
+        f"group {group.group_id}: generation {group.generation}, "
+        f"{len(group.members)} members{state}"
     )
     table(
         ("MEMBER", "TOPICS", "ASSIGNMENT"),
@@ -612,9 +615,8 @@ def cluster_status(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(to_dict(cluster), sys.stdout)
         return 0
-    health = api_pb2.ClusterHealth.Name(cluster.health)
     print(
-        f"cluster {health}: metadata leader {cluster.metadata_leader or 'none'}, "
+        f"cluster {cluster.health}: metadata leader {cluster.metadata_leader or 'none'}, "
         f"{cluster.topics} topics, {cluster.partitions} partitions "
         f"({cluster.partitions_without_leader} without leader, "
         f"{cluster.under_replicated_partitions} under-replicated)"

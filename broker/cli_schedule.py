@@ -17,10 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from google.protobuf import json_format
-
-from raftq.client import Admin
-from raftq.proto import common_pb2
+from raftq.client import Admin, Schedule, types
 
 
 def schedule_create(args: argparse.Namespace) -> int:
@@ -78,23 +75,17 @@ def schedule_delete(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print(schedules: list[common_pb2.Schedule], args: argparse.Namespace) -> None:
+def _print(schedules: list[Schedule], args: argparse.Namespace) -> None:
     if args.json:
         for schedule in schedules:
-            _emit(
-                json_format.MessageToDict(
-                    schedule,
-                    preserving_proto_field_name=True,
-                    always_print_fields_with_no_presence=True,
-                )
-            )
+            _emit(types.to_dict(schedule))
         return
     for s in schedules:
         when = f"cron {s.cron!r} {s.time_zone or 'UTC'}" if s.cron else f"every {s.interval_ms} ms"
         state = "paused" if s.paused else f"next {_instant(s.next_slot_ms)}"
         print(
             f"{s.name}: {when}, partition {s.partition}, {state}, fired {s.fired}, "
-            f"missed {s.missed}, catch-up {common_pb2.CatchUp.Name(s.catch_up)[9:].lower()}"
+            f"missed {s.missed}, catch-up {s.catch_up[9:].lower()}"
         )
 
 

@@ -18,6 +18,9 @@ Import the clients from here. The package's modules:
 - :mod:`raftq.client.channels`: bootstrap parsing, one channel per broker address, trying
   brokers in turn, avoiding unanswering ones, TLS and token (``channel_security``).
 - :mod:`raftq.client.admin`: :class:`Admin`.
+- :mod:`raftq.client.types`: what Admin and AsyncAdmin answer: frozen, printable dataclasses
+  (:class:`TopicInfo`, :class:`PartitionOffsets`, :class:`GroupInfo`, :class:`ClusterInfo`...),
+  re-exported here and from :mod:`raftq`.
 - :mod:`raftq.client.producer`: :class:`Producer`: batching, ordering, retries, idempotence.
 - :mod:`raftq.client.consumer`: :class:`Consumer` and :class:`Message`: at-least-once
   delivery with leases, rebalances.
@@ -45,13 +48,63 @@ from raftq.client.producer import RETRY_BACKOFF_MAX_MS as RETRY_BACKOFF_MAX_MS
 from raftq.client.producer import RETRY_BACKOFF_MS as RETRY_BACKOFF_MS
 from raftq.client.producer import Producer
 from raftq.client.send_future import RecordMetadata, SendFuture
+from raftq.client.types import (
+    BackupChunk,
+    BrokerInfo,
+    ClusterInfo,
+    FetchResult,
+    GroupDeletion,
+    GroupInfo,
+    GroupListing,
+    LeaderRebalance,
+    MemberInfo,
+    MetadataBackup,
+    PartitionInfo,
+    PartitionLag,
+    PartitionMove,
+    PartitionOffsets,
+    PartitionPurge,
+    PartitionSeek,
+    ProducerState,
+    RecordTemplate,
+    Schedule,
+    StoredRecord,
+    TopicConfig,
+    TopicInfo,
+    TopicListing,
+    TopicPartitions,
+)
 
 __all__ = [
     "Admin",
+    "BackupChunk",
+    "BrokerInfo",
+    "ClusterInfo",
     "Consumer",
+    "FetchResult",
+    "GroupDeletion",
+    "GroupInfo",
+    "GroupListing",
+    "LeaderRebalance",
+    "MemberInfo",
     "Message",
+    "MetadataBackup",
+    "PartitionInfo",
+    "PartitionLag",
+    "PartitionMove",
+    "PartitionOffsets",
+    "PartitionPurge",
+    "PartitionSeek",
     "Producer",
+    "ProducerState",
     "RecordMetadata",
+    "RecordTemplate",
+    "Schedule",
     "SendFuture",
+    "StoredRecord",
+    "TopicConfig",
+    "TopicInfo",
+    "TopicListing",
+    "TopicPartitions",
     "parse_bootstrap",
 ]

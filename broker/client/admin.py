@@ -1,7 +1,8 @@
 """The raftq :class:`Admin` client: topics, groups, the cluster, records, transactions.
 
-Each call goes to any bootstrap broker (:meth:`_Channels.call_any`) and answers the API's
-protobufs (``proto/api.proto``); failures raise the typed :mod:`raftq.proto.errors`. What each call
+Each call goes to any bootstrap broker (:meth:`_Channels.call_any`) and answers frozen
+dataclasses of :mod:`raftq.client.types` (read from the API's protobufs, ``proto/api.proto``);
+failures raise the typed :mod:`raftq.proto.errors`. What each call
 sends and how its answer is read is :mod:`raftq.client.admin_calls`, shared with the asyncio
 :class:`raftq.client.aio.AsyncAdmin`. An Admin holds no threads: it pickles as its bootstrap
 (and security), and channels are re-created where it lands, so a Spark driver can ship one to
@@ -16,16 +17,18 @@ from typing import Any, TypeVar
 import grpc
 
 from raftq.client import admin_calls as calls
+from raftq.client import types
 from raftq.client.channels import _DEFAULTS, DEFAULT_BOOTSTRAP, _Channels, channel_security
-from raftq.proto import api_pb2, common_pb2
+from raftq.proto import api_pb2
 from raftq.transport.grpc_errors import from_rpc_error
 
 R = TypeVar("R")
 
 
 class Admin:
-    """Topic, group, cluster and record administration. Answers are the API's protobufs
-    (``proto/api.proto``); failures raise typed :mod:`raftq.proto.errors`."""
+    """Topic, group, cluster and record administration. Answers are frozen dataclasses of
+    :mod:`raftq.client.types` (``print`` shows their fields); failures raise typed
+    :mod:`raftq.proto.errors`."""
 
     def __init__(
         self,
@@ -53,7 +56,7 @@ class Admin:
         partitions: int | None = None,
         replication_factor: int | None = None,
         **config: Any,
-    ) -> api_pb2.TopicDescription:
+    ) -> types.TopicInfo:
         """Create a topic; absent settings take the broker's topic_defaults. TopicExists and
         InvalidArgument are normal failures."""
         return self._run(calls.create_topic(name, partitions, replication_factor, config))
@@ -61,16 +64,16 @@ class Admin:
     def delete_topic(self, name: str) -> None:
         self._run(calls.delete_topic(name))
 
-    def list_topics(self) -> list[api_pb2.TopicSummary]:
+    def list_topics(self) -> list[types.TopicListing]:
         return self._run(calls.list_topics())
 
-    def describe_topic(self, name: str) -> api_pb2.TopicDescription:
+    def describe_topic(self, name: str) -> types.TopicInfo:
         return self._run(calls.describe_topic(name))
 
-    def alter_topic_config(self, name: str, **config: Any) -> api_pb2.TopicDescription:
+    def alter_topic_config(self, name: str, **config: Any) -> types.TopicInfo:
         return self._run(calls.alter_topic_config(name, config))
 
-    def add_partitions(self, name: str, partitions: int) -> api_pb2.TopicDescription:
+    def add_partitions(self, name: str, partitions: int) -> types.TopicInfo:
         """Grow ``name`` to ``partitions`` partitions (Kafka's CreatePartitions); returns the
         topic with the new partitions' leaders. Keyed records go to murmur2(key) mod the new
         count from then on; subscribed groups rebalance onto the new partitions.
@@ -79,19 +82,19 @@ class Admin:
         the partition limit, fewer live brokers than the replication factor)."""
         return self._run(calls.add_partitions(name, partitions))
 
-    def rebalance_leaders(self) -> api_pb2.RebalanceLeadersResponse:
+    def rebalance_leaders(self) -> types.LeaderRebalance:
         """Move every partition's leadership to its preferred replica where that broker is
         live (Kafka's preferred leader election); answers how many moved and how many remain
         elsewhere (call again for those). Raises Unavailable (no metadata leader: retry)."""
         return self._run(calls.rebalance_leaders())
 
-    def list_groups(self) -> list[api_pb2.GroupSummary]:
+    def list_groups(self) -> list[types.GroupListing]:
         return self._run(calls.list_groups())
 
-    def describe_group(self, group: str) -> api_pb2.GroupDescription:
+    def describe_group(self, group: str) -> types.GroupInfo:
         return self._run(calls.describe_group(group))
 
-    def delete_group(self, group: str) -> api_pb2.DeleteGroupResponse:
+    def delete_group(self, group: str) -> types.GroupDeletion:
         """Delete an empty group and its delivery state on every partition.
 
         Raises (normal): UnknownGroup, GroupNotEmpty (members live), Unavailable (retry)."""
@@ -108,7 +111,7 @@ class Admin:
         earliest: bool = False,
         latest: bool = False,
         force: bool = False,
-    ) -> list[api_pb2.PartitionSeek]:
+    ) -> list[types.PartitionSeek]:
         """Move ``group``'s committed offset on ``topic`` (one partition, or all) to exactly one
         target: ``offset`` (clamped to the log), the first record at or after ``timestamp_ms``
         (none: the end), ``earliest`` or ``latest``. Records below count as acknowledged, those
@@ -120,7 +123,7 @@ class Admin:
             calls.seek_group(group, topic, partition, offset, timestamp_ms, earliest, latest, force)
         )
 
-    def purge_topic(self, topic: str, partition: int | None = None) -> list[api_pb2.PartitionPurge]:
+    def purge_topic(self, topic: str, partition: int | None = None) -> list[types.PartitionPurge]:
         """Delete every record now in ``topic`` (or one partition): each log start moves to
         its end offset. Returns each partition's new log start and records deleted.
 
@@ -142,7 +145,7 @@ class Admin:
         ttl_ms: int | None = None,
         partition: int | None = None,
         catch_up: str = "once",
-    ) -> common_pb2.Schedule:
+    ) -> types.Schedule:
         """Fire a record (``value``, ``key``, ``headers``, ``priority``, ``ttl_ms``) into
         ``topic`` at every slot of ``cron`` (5 fields or ``@hourly``...; in the IANA
         ``time_zone``, default UTC) or every ``interval_ms`` (≥ 1000) from now: exactly one
@@ -169,17 +172,17 @@ class Admin:
             )
         )
 
-    def list_schedules(self, topic: str, name: str = "") -> list[common_pb2.Schedule]:
+    def list_schedules(self, topic: str, name: str = "") -> list[types.Schedule]:
         """``topic``'s schedules (or the one named), by name, each with ``next_slot_ms``.
 
         Raises (normal): UnknownTopic, Unavailable."""
         return self._run(calls.list_schedules(topic, name))
 
-    def pause_schedule(self, topic: str, name: str) -> common_pb2.Schedule:
+    def pause_schedule(self, topic: str, name: str) -> types.Schedule:
         """Stop firing ``name`` until resumed. Raises (normal): UnknownSchedule, UnknownTopic."""
         return self._run(calls.pause_schedule(topic, name, True))
 
-    def resume_schedule(self, topic: str, name: str) -> common_pb2.Schedule:
+    def resume_schedule(self, topic: str, name: str) -> types.Schedule:
         """Fire ``name`` again from its first slot after now (the paused time is not caught
         up). Raises (normal): UnknownSchedule, UnknownTopic."""
         return self._run(calls.pause_schedule(topic, name, False))
@@ -189,7 +192,7 @@ class Admin:
         UnknownTopic."""
         self._run(calls.delete_schedule(topic, name))
 
-    def describe_cluster(self) -> api_pb2.ClusterDescription:
+    def describe_cluster(self) -> types.ClusterInfo:
         return self._run(calls.describe_cluster())
 
     def update_record(
@@ -213,12 +216,12 @@ class Admin:
         (not registered, no live broker can take a replica) is normal."""
         return self._run(calls.remove_broker(broker_id, timeout_s))
 
-    def list_offsets(self, topic: str) -> list[api_pb2.PartitionOffsets]:
+    def list_offsets(self, topic: str) -> list[types.PartitionOffsets]:
         return self._run(calls.list_offsets(topic))
 
     def fetch(
         self, topic: str, partition: int, offset: int, max_records: int = 500, max_bytes: int = 0
-    ) -> api_pb2.FetchResponse:
+    ) -> types.FetchResult:
         """Read the log without touching group state (replay, backfill): up to ``max_records``
         records and ``max_bytes`` record bytes (0: the broker's ``client.fetch_bytes_max``);
         at least one record when any exists at ``offset``, however large."""
@@ -226,7 +229,7 @@ class Admin:
 
     def producer_state(
         self, topic: str, producer_id: str, partitions: Sequence[int] = ()
-    ) -> dict[int, api_pb2.PartitionProducerState]:
+    ) -> dict[int, types.ProducerState]:
         """An idempotent producer's last applied batch per partition (all partitions when
         none are named): ``known``, ``last_sequence``, ``last_offsets``. Forgotten after the
         topic's ``dedup_window_ms``. UnknownTopic / UnknownPartition are normal."""
@@ -244,7 +247,7 @@ class Admin:
 
     def move_partition(
         self, topic: str, partition: int, replicas: Sequence[int], timeout_s: float = 300.0
-    ) -> api_pb2.MovePartitionResponse:
+    ) -> types.PartitionMove:
         """Move ``topic/partition`` to ``replicas`` (broker ids, the first the preferred
         leader; Kafka's partition reassignment) and return once its Raft group is exactly that
         set; producers and consumers carry on meanwhile. Raises (normal): UnknownTopic,
@@ -257,26 +260,27 @@ class Admin:
         def send(stubs: Any, _left_s: float) -> api_pb2.MovePartitionResponse:
             return stubs.admin.MovePartition(request, timeout=timeout_s)
 
-        return self._channels.call_any(send)
+        return calls.read_partition_move(self._channels.call_any(send))
 
-    def backup_metadata(self) -> api_pb2.BackupMetadataResponse:
+    def backup_metadata(self) -> types.MetadataBackup:
         """The metadata leader's table, whole, with its applied index and the cluster's id
         (``raftq backup``; broker/backup.py)."""
 
         def send(stubs: Any, timeout_s: float) -> api_pb2.BackupMetadataResponse:
             return stubs.admin.BackupMetadata(api_pb2.BackupMetadataRequest(), timeout=timeout_s)
 
-        return self._channels.call_any(send)
+        return calls.read_metadata_backup(self._channels.call_any(send))
 
     def backup_partition(
         self, address: str, request: api_pb2.BackupPartitionRequest, timeout_s: float
-    ) -> Iterator[api_pb2.BackupChunk]:
+    ) -> Iterator[types.BackupChunk]:
         """The BackupPartition stream of the broker at ``address`` (the partition's leader).
         Raises (normal): NotLeader with the leader's hint, Unavailable, UnknownTopic,
         UnknownPartition, InvalidArgument; mid-stream failures as well."""
         stream = self._channels.stubs(address).admin.BackupPartition(request, timeout=timeout_s)
         try:
-            yield from stream
+            for chunk in stream:
+                yield calls.read_backup_chunk(chunk)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
 

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import grpc
 
 from raftq.client import admin_calls as calls
-from raftq.client import steps
+from raftq.client import steps, types
 from raftq.client.channels import (
     _DEFAULTS,
     DEFAULT_BOOTSTRAP,
@@ -48,7 +48,7 @@ from raftq.client.member import (
 )
 from raftq.client.producer import Producer
 from raftq.client.send_future import RecordMetadata, SendFuture
-from raftq.proto import api_pb2, common_pb2, errors
+from raftq.proto import errors
 from raftq.proto.limits import CLIENT_MESSAGE_BYTES_MAX
 from raftq.transport.grpc_errors import from_rpc_error
 from raftq.transport.tls import ChannelSecurity, open_aio_channel
@@ -128,7 +128,8 @@ def _channels(
 
 
 class AsyncAdmin:
-    """:class:`raftq.client.Admin` for asyncio: the same calls, answers and errors."""
+    """:class:`raftq.client.Admin` for asyncio: the same calls, answers (the dataclasses of
+    :mod:`raftq.client.types`) and errors."""
 
     def __init__(
         self,
@@ -157,36 +158,36 @@ class AsyncAdmin:
         partitions: int | None = None,
         replication_factor: int | None = None,
         **config: Any,
-    ) -> api_pb2.TopicDescription:
+    ) -> types.TopicInfo:
         return await self._run(calls.create_topic(name, partitions, replication_factor, config))
 
     async def delete_topic(self, name: str) -> None:
         await self._run(calls.delete_topic(name))
 
-    async def list_topics(self) -> list[api_pb2.TopicSummary]:
+    async def list_topics(self) -> list[types.TopicListing]:
         return await self._run(calls.list_topics())
 
-    async def describe_topic(self, name: str) -> api_pb2.TopicDescription:
+    async def describe_topic(self, name: str) -> types.TopicInfo:
         return await self._run(calls.describe_topic(name))
 
-    async def alter_topic_config(self, name: str, **config: Any) -> api_pb2.TopicDescription:
+    async def alter_topic_config(self, name: str, **config: Any) -> types.TopicInfo:
         return await self._run(calls.alter_topic_config(name, config))
 
-    async def add_partitions(self, name: str, partitions: int) -> api_pb2.TopicDescription:
+    async def add_partitions(self, name: str, partitions: int) -> types.TopicInfo:
         """As Admin.add_partitions."""
         return await self._run(calls.add_partitions(name, partitions))
 
-    async def rebalance_leaders(self) -> api_pb2.RebalanceLeadersResponse:
+    async def rebalance_leaders(self) -> types.LeaderRebalance:
         """As Admin.rebalance_leaders."""
         return await self._run(calls.rebalance_leaders())
 
-    async def list_groups(self) -> list[api_pb2.GroupSummary]:
+    async def list_groups(self) -> list[types.GroupListing]:
         return await self._run(calls.list_groups())
 
-    async def describe_group(self, group: str) -> api_pb2.GroupDescription:
+    async def describe_group(self, group: str) -> types.GroupInfo:
         return await self._run(calls.describe_group(group))
 
-    async def delete_group(self, group: str) -> api_pb2.DeleteGroupResponse:
+    async def delete_group(self, group: str) -> types.GroupDeletion:
         return await self._run(calls.delete_group(group))
 
     async def seek_group(
@@ -200,7 +201,7 @@ class AsyncAdmin:
         earliest: bool = False,
         latest: bool = False,
         force: bool = False,
-    ) -> list[api_pb2.PartitionSeek]:
+    ) -> list[types.PartitionSeek]:
         """As :meth:`raftq.client.admin.Admin.seek_group`."""
         return await self._run(
             calls.seek_group(group, topic, partition, offset, timestamp_ms, earliest, latest, force)
@@ -208,7 +209,7 @@ class AsyncAdmin:
 
     async def purge_topic(
         self, topic: str, partition: int | None = None
-    ) -> list[api_pb2.PartitionPurge]:
+    ) -> list[types.PartitionPurge]:
         """As :meth:`raftq.client.admin.Admin.purge_topic`."""
         return await self._run(calls.purge_topic(topic, partition))
 
@@ -227,7 +228,7 @@ class AsyncAdmin:
         ttl_ms: int | None = None,
         partition: int | None = None,
         catch_up: str = "once",
-    ) -> common_pb2.Schedule:
+    ) -> types.Schedule:
         """As :meth:`raftq.client.admin.Admin.create_schedule`."""
         return await self._run(
             calls.create_schedule(
@@ -246,15 +247,15 @@ class AsyncAdmin:
             )
         )
 
-    async def list_schedules(self, topic: str, name: str = "") -> list[common_pb2.Schedule]:
+    async def list_schedules(self, topic: str, name: str = "") -> list[types.Schedule]:
         """As :meth:`raftq.client.admin.Admin.list_schedules`."""
         return await self._run(calls.list_schedules(topic, name))
 
-    async def pause_schedule(self, topic: str, name: str) -> common_pb2.Schedule:
+    async def pause_schedule(self, topic: str, name: str) -> types.Schedule:
         """As :meth:`raftq.client.admin.Admin.pause_schedule`."""
         return await self._run(calls.pause_schedule(topic, name, True))
 
-    async def resume_schedule(self, topic: str, name: str) -> common_pb2.Schedule:
+    async def resume_schedule(self, topic: str, name: str) -> types.Schedule:
         """As :meth:`raftq.client.admin.Admin.resume_schedule`."""
         return await self._run(calls.pause_schedule(topic, name, False))
 
@@ -262,15 +263,15 @@ class AsyncAdmin:
         """As :meth:`raftq.client.admin.Admin.delete_schedule`."""
         await self._run(calls.delete_schedule(topic, name))
 
-    async def describe_cluster(self) -> api_pb2.ClusterDescription:
+    async def describe_cluster(self) -> types.ClusterInfo:
         return await self._run(calls.describe_cluster())
 
-    async def list_offsets(self, topic: str) -> list[api_pb2.PartitionOffsets]:
+    async def list_offsets(self, topic: str) -> list[types.PartitionOffsets]:
         return await self._run(calls.list_offsets(topic))
 
     async def fetch(
         self, topic: str, partition: int, offset: int, max_records: int = 500, max_bytes: int = 0
-    ) -> api_pb2.FetchResponse:
+    ) -> types.FetchResult:
         return await self._run(calls.fetch(topic, partition, offset, max_records, max_bytes))
 
     async def update_record(

@@ -381,17 +381,16 @@ def _read(
     )
     while chunk := list(itertools.islice(stored, READ_BATCH_ROWS)):
         n = len(chunk)
-        records = [s.record for s in chunk]
         columns: list[list[Any]] = [
             [partition.topic] * n,
             [partition.partition] * n,
             [s.offset for s in chunk],
             [_us(s.timestamp_ms) for s in chunk],
-            [r.key if r.HasField("key") else None for r in records],
-            [r.value for r in records],
-            [list(r.headers.items()) for r in records],
-            [r.priority for r in records],
-            [_us(r.deliver_at_ms) for r in records],
+            [s.key for s in chunk],
+            [s.value for s in chunk],
+            [list(s.headers.items()) for s in chunk],
+            [s.priority for s in chunk],
+            [_us(s.deliver_at_ms) for s in chunk],
         ]
         arrays = [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)]
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)

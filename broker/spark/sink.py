@@ -42,7 +42,7 @@ from typing import Any, Literal
 import grpc
 
 from raftq.assignors.partitioner import partition_for
-from raftq.client import Admin
+from raftq.client import Admin, StoredRecord
 from raftq.client.streams import Refused
 from raftq.proto import api_pb2, common_pb2, errors
 from raftq.proto.common_pb2 import ErrorCode
@@ -536,7 +536,7 @@ class TaskSink:
         not deterministic: raises NondeterministicInput."""
         assert lane.resume is not None
         offsets = lane.resume.last_offsets
-        stored: dict[int, common_pb2.Record] = {}
+        stored: dict[int, StoredRecord] = {}
         if offsets:
             first, last = min(offsets), max(offsets)
             while first <= last:
@@ -546,11 +546,11 @@ class TaskSink:
                 if not response.records:
                     break
                 for r in response.records:
-                    stored[r.offset] = r.record
+                    stored[r.offset] = r
                 first = response.records[-1].offset + 1
         found = [stored.get(o) for o in offsets]
         same = len(found) == len(lane.tail) and all(
-            s is not None and s.key == key and s.value == value
+            s is not None and (s.key or b"") == key and s.value == value
             for s, (key, value) in zip(found, lane.tail, strict=True)
         )
         if not same:

@@ -14,8 +14,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftq.client import Admin
-from raftq.proto import common_pb2, errors
+from raftq.client import Admin, StoredRecord
+from raftq.proto import errors
 from raftq.spark.common import (
     SECURITY_OPTIONS,
     Security,
@@ -220,7 +220,7 @@ def ranges(start: Offsets, end: Offsets) -> list[Range]:
 
 def read_range(
     admin: Admin, r: Range, fail_on_data_loss: bool, max_bytes: int = FETCH_BYTES_DEFAULT
-) -> Iterator[common_pb2.StoredRecord]:
+) -> Iterator[StoredRecord]:
     """Every record of ``r`` in offset order (cancelled records leave gaps), fetched in
     answers of at most ``max_bytes`` (or one record, if it alone is larger). Records below
     the log start are gone (retention): DataLoss raises, or is logged and skipped."""

@@ -230,12 +230,12 @@ router = APIRouter(prefix="/api/v1")
 
 @router.get("/cluster", tags=["cluster"], summary="cluster health, brokers, problems")
 def get_cluster(gw: GatewayDep, token: Token) -> dict[str, Any]:
-    return views.proto_dict(gw.admin(token).describe_cluster())
+    return views.answer_dict(gw.admin(token).describe_cluster())
 
 
 @router.get("/brokers", tags=["cluster"], summary="the brokers and their liveness")
 def list_brokers(gw: GatewayDep, token: Token) -> list[dict[str, Any]]:
-    return [views.proto_dict(b) for b in gw.admin(token).describe_cluster().brokers]
+    return [views.answer_dict(b) for b in gw.admin(token).describe_cluster().brokers]
 
 
 @router.post(
@@ -244,12 +244,12 @@ def list_brokers(gw: GatewayDep, token: Token) -> list[dict[str, Any]]:
     summary="move leaderships to their preferred replicas",
 )
 def rebalance_leaders(gw: GatewayDep, token: Token) -> dict[str, Any]:
-    return views.proto_dict(gw.admin(token).rebalance_leaders())
+    return views.answer_dict(gw.admin(token).rebalance_leaders())
 
 
 @router.get("/topics", tags=["topics"], summary="topics the caller has a right on")
 def list_topics(gw: GatewayDep, token: Token) -> list[dict[str, Any]]:
-    return [views.proto_dict(t) for t in gw.admin(token).list_topics()]
+    return [views.answer_dict(t) for t in gw.admin(token).list_topics()]
 
 
 @router.post("/topics", tags=["topics"], status_code=201, summary="create a topic")
@@ -257,12 +257,12 @@ def create_topic(body: TopicIn, gw: GatewayDep, token: Token) -> dict[str, Any]:
     created = gw.admin(token).create_topic(
         body.name, body.partitions, body.replication_factor, **body.config
     )
-    return views.proto_dict(created)
+    return views.answer_dict(created)
 
 
 @router.get("/topics/{topic}", tags=["topics"], summary="partitions, leaders, offsets, config")
 def describe_topic(topic: str, gw: GatewayDep, token: Token) -> dict[str, Any]:
-    return views.proto_dict(gw.admin(token).describe_topic(topic))
+    return views.answer_dict(gw.admin(token).describe_topic(topic))
 
 
 @router.delete("/topics/{topic}", tags=["topics"], status_code=204, summary="delete a topic")
@@ -272,13 +272,13 @@ def delete_topic(topic: str, gw: GatewayDep, token: Token) -> None:
 
 @router.patch("/topics/{topic}", tags=["topics"], summary="change topic settings")
 def alter_topic(topic: str, body: TopicConfigIn, gw: GatewayDep, token: Token) -> dict[str, Any]:
-    return views.proto_dict(gw.admin(token).alter_topic_config(topic, **body.config))
+    return views.answer_dict(gw.admin(token).alter_topic_config(topic, **body.config))
 
 
 @router.post("/topics/{topic}/partitions", tags=["topics"], summary="grow the partition count")
 def add_partitions(topic: str, body: PartitionsIn, gw: GatewayDep, token: Token) -> dict[str, Any]:
     """Keyed records go to murmur2(key) mod the new count from then on (README)."""
-    return views.proto_dict(gw.admin(token).add_partitions(topic, body.partitions))
+    return views.answer_dict(gw.admin(token).add_partitions(topic, body.partitions))
 
 
 @router.post(
@@ -294,7 +294,7 @@ def move_partition(
     token: Token,
 ) -> dict[str, Any]:
     """TIMEOUT (504) while still moving after the request timeout: call again, it resumes."""
-    return views.proto_dict(gw.admin(token).move_partition(topic, partition, body.replicas))
+    return views.answer_dict(gw.admin(token).move_partition(topic, partition, body.replicas))
 
 
 @router.post("/topics/{topic}/purge", tags=["topics"], summary="delete every record now in it")
@@ -302,7 +302,7 @@ def purge_topic(
     topic: str, gw: GatewayDep, token: Token, body: Annotated[PurgeIn | None, Body()] = None
 ) -> dict[str, Any]:
     purged = gw.admin(token).purge_topic(topic, (body or PurgeIn()).partition)
-    return {"partitions": [views.proto_dict(p) for p in purged]}
+    return {"partitions": [views.answer_dict(p) for p in purged]}
 
 
 @router.post("/topics/{topic}/records", tags=["queue"], summary="enqueue records")
@@ -394,7 +394,7 @@ def redrive_dead_letters(
 
 @router.get("/topics/{topic}/schedules", tags=["schedules"], summary="recurring records")
 def list_schedules(topic: str, gw: GatewayDep, token: Token) -> list[dict[str, Any]]:
-    return [views.proto_dict(s) for s in gw.admin(token).list_schedules(topic)]
+    return [views.answer_dict(s) for s in gw.admin(token).list_schedules(topic)]
 
 
 @router.post(
@@ -420,12 +420,12 @@ def create_schedule(topic: str, body: ScheduleIn, gw: GatewayDep, token: Token) 
         partition=body.partition,
         catch_up=body.catch_up,
     )
-    return views.proto_dict(created)
+    return views.answer_dict(created)
 
 
 @router.post("/topics/{topic}/schedules/{name}/pause", tags=["schedules"], summary="pause")
 def pause_schedule(topic: str, name: str, gw: GatewayDep, token: Token) -> dict[str, Any]:
-    return views.proto_dict(gw.admin(token).pause_schedule(topic, name))
+    return views.answer_dict(gw.admin(token).pause_schedule(topic, name))
 
 
 @router.post(
@@ -434,7 +434,7 @@ def pause_schedule(topic: str, name: str, gw: GatewayDep, token: Token) -> dict[
     summary="resume at the next slot (the paused time is not caught up)",
 )
 def resume_schedule(topic: str, name: str, gw: GatewayDep, token: Token) -> dict[str, Any]:
-    return views.proto_dict(gw.admin(token).resume_schedule(topic, name))
+    return views.answer_dict(gw.admin(token).resume_schedule(topic, name))
 
 
 @router.delete(
@@ -449,19 +449,19 @@ def delete_schedule(topic: str, name: str, gw: GatewayDep, token: Token) -> None
 
 @router.get("/groups", tags=["groups"], summary="consumer groups the caller has a right on")
 def list_groups(gw: GatewayDep, token: Token) -> list[dict[str, Any]]:
-    return [views.proto_dict(g) for g in gw.admin(token).list_groups()]
+    return [views.answer_dict(g) for g in gw.admin(token).list_groups()]
 
 
 @router.get("/groups/{group}", tags=["groups"], summary="members and lag per partition")
 def describe_group(group: str, gw: GatewayDep, token: Token) -> dict[str, Any]:
     described, lag = gw.group_lag(token, group)
-    return {**views.proto_dict(described), "lag": lag}
+    return {**views.answer_dict(described), "lag": lag}
 
 
 @router.delete("/groups/{group}", tags=["groups"], summary="delete an empty group")
 def delete_group(group: str, gw: GatewayDep, token: Token) -> dict[str, Any]:
     """GROUP_NOT_EMPTY (409) while members live."""
-    return views.proto_dict(gw.admin(token).delete_group(group))
+    return views.answer_dict(gw.admin(token).delete_group(group))
 
 
 @router.post("/groups/{group}/seek", tags=["groups"], summary="move a group's position")
@@ -478,7 +478,7 @@ def seek_group(group: str, body: SeekIn, gw: GatewayDep, token: Token) -> dict[s
         latest=body.latest,
         force=body.force,
     )
-    return {"partitions": [views.proto_dict(p) for p in moved]}
+    return {"partitions": [views.answer_dict(p) for p in moved]}
 
 
 @router.post("/groups/{group}/dequeue", tags=["queue"], summary="lease ready records")

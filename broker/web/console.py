@@ -119,7 +119,7 @@ def overview(request: Request) -> Response:
         request,
         "overview.html",
         cluster=cluster,
-        health=views.proto_dict(cluster)["health"],
+        health=cluster.health,
         topics=topics,
         groups=groups,
         dead=dead,
@@ -160,8 +160,8 @@ def topic_page(request: Request, topic: str) -> Response:
         request,
         "topic.html",
         topic=described,
-        config=views.proto_dict(described.config),
-        schedules=[views.proto_dict(s) for s in schedules],
+        config=views.answer_dict(described.config),
+        schedules=[views.answer_dict(s) for s in schedules],
     )
 
 

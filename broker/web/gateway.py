@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftq.client import Admin, Consumer, Message, Producer
+from raftq.client import Admin, Consumer, GroupInfo, Message, Producer
 from raftq.client.redrive import REDRIVE_GROUP, redrive
-from raftq.proto import api_pb2, errors
+from raftq.proto import errors
 from raftq.web import views
 
 DEQUEUE_RECORDS_MAX = 1_000
@@ -408,7 +408,7 @@ class Gateway:
             "seconds": round(progress.seconds, 3),
         }
 
-    def group_lag(self, token: str | None, group: str) -> tuple[api_pb2.GroupDescription, int]:
+    def group_lag(self, token: str | None, group: str) -> tuple[GroupInfo, int]:
         described = self.admin(token).describe_group(group)
         return described, sum(p.lag for p in described.partitions)
 

@@ -1,7 +1,7 @@
 """What the HTTP API and the console show, as JSON-ready dicts (pure: no I/O).
 
-- :func:`proto_dict`: any API protobuf as a dict with the proto's field names, integers as
-  JSON numbers (not proto3 JSON's int64 strings), enums by name, bytes as base64.
+- :func:`answer_dict`: an Admin answer (:mod:`raftq.client.types`) as a dict with the API's
+  field names, integers as JSON numbers, enums by name, bytes as base64.
 - :func:`record_dict`: a stored record with its key and value both as text (``null`` when not
   UTF-8) and as base64, so nothing is lost or invented for binary values.
 - A dequeued record's id is ``topic/partition/offset/delivery_count`` (:func:`message_id`):
@@ -18,9 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf.descriptor import FieldDescriptor
-from google.protobuf.message import Message as ProtoMessage
-
+from raftq.client import types
 from raftq.proto import errors
 
 DLQ_HEADER_PREFIX = "raftq.dlq."
@@ -40,33 +38,10 @@ def b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
-def _value(field: Any, value: Any) -> Any:
-    """``field``: a FieldDescriptor (python's or upb's, distinct classes to the type stubs)."""
-    if field.type == FieldDescriptor.TYPE_MESSAGE:
-        return proto_dict(value)
-    if field.type == FieldDescriptor.TYPE_ENUM:
-        named = field.enum_type.values_by_number.get(value)
-        return named.name if named is not None else value
-    if field.type == FieldDescriptor.TYPE_BYTES:
-        return b64(value)
-    return value
-
-
-def proto_dict(message: ProtoMessage) -> dict[str, Any]:
-    """Every field of ``message`` (defaults included) under its proto name."""
-    out: dict[str, Any] = {}
-    for field in message.DESCRIPTOR.fields:
-        value = getattr(message, field.name)
-        if field.message_type is not None and field.message_type.GetOptions().map_entry:
-            value_field = field.message_type.fields_by_name["value"]
-            out[field.name] = {k: _value(value_field, v) for k, v in value.items()}
-        elif field.is_repeated:
-            out[field.name] = [_value(field, v) for v in value]
-        elif field.has_presence and not message.HasField(field.name):
-            out[field.name] = None
-        else:
-            out[field.name] = _value(field, value)
-    return out
+def answer_dict(answer: Any) -> Any:
+    """An Admin answer (a :mod:`raftq.client.types` dataclass, or a list of them) as JSON:
+    the API's field names, integers as JSON numbers, enums by name, bytes as base64."""
+    return types.to_dict(answer)
 
 
 def headers_dict(headers: Mapping[str, bytes]) -> dict[str, str]:
@@ -74,27 +49,27 @@ def headers_dict(headers: Mapping[str, bytes]) -> dict[str, str]:
     return {k: v.decode("utf-8", "backslashreplace") for k, v in sorted(headers.items())}
 
 
-def record_dict(stored: Any) -> dict[str, Any]:
-    """A ``StoredRecord`` (Fetch) as a dict."""
-    record = stored.record
-    key = record.key if record.HasField("key") else None
+def record_dict(stored: types.StoredRecord) -> dict[str, Any]:
+    """A fetched record as a dict."""
     return {
         "offset": stored.offset,
         "timestamp_ms": stored.timestamp_ms,
-        "key": text(key),
-        "key_b64": b64(key),
-        "value": text(record.value),
-        "value_b64": b64(record.value),
-        "value_bytes": len(record.value),
-        "headers": headers_dict(record.headers),
-        "priority": record.priority,
-        "deliver_at_ms": record.deliver_at_ms,
-        "ttl_ms": record.ttl_ms,
-        "idempotency_key": record.idempotency_key,
+        "key": text(stored.key),
+        "key_b64": b64(stored.key),
+        "value": text(stored.value),
+        "value_b64": b64(stored.value),
+        "value_bytes": len(stored.value),
+        "headers": headers_dict(stored.headers),
+        "priority": stored.priority,
+        "deliver_at_ms": stored.deliver_at_ms,
+        "ttl_ms": stored.ttl_ms,
+        "idempotency_key": stored.idempotency_key,
     }
 
 
-def dead_letter_dict(stored: Any, partition: int, redriven_below: int) -> dict[str, Any]:
+def dead_letter_dict(
+    stored: types.StoredRecord, partition: int, redriven_below: int
+) -> dict[str, Any]:
     """A record of a dead-letter topic with its origin and reason lifted from its headers.
     ``redriven`` is true below the redrive group's committed offset on that partition."""
     row = record_dict(stored)

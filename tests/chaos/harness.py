@@ -342,7 +342,7 @@ class Harness:
             try:
                 for topic in topics:
                     for p in admin.describe_topic(topic).partitions:
-                        if sorted(p.in_sync) != sorted(p.replicas):
+                        if sorted(p.isr) != sorted(p.replicas):
                             return False
             except errors.RaftqError:
                 return False
@@ -407,12 +407,12 @@ def read_log(admin: Admin, topic: str) -> dict[str, list[dict[str, Any]]]:
             if not batch.records:
                 break
             for r in batch.records:
-                rec = r.record
+                rec = r
                 records.append(
                     {
                         "offset": r.offset,
                         "value": rec.value.decode("utf-8", "replace"),
-                        "key": rec.key.decode("utf-8", "replace") if rec.HasField("key") else None,
+                        "key": rec.key.decode("utf-8", "replace") if rec.key is not None else None,
                         "priority": rec.priority,
                         "deliver_at_ms": rec.deliver_at_ms,
                         "headers": {

@@ -51,7 +51,7 @@ def log_of(admin: Admin, topic: str) -> dict[int, list[tuple[int, bytes, dict[st
         while offset < offsets.end:
             fetched = admin.fetch(topic, offsets.partition, offset, 500).records
             assert fetched, (topic, offsets.partition, offset)
-            rows += [(r.offset, r.record.value, dict(r.record.headers)) for r in fetched]
+            rows += [(r.offset, r.value, dict(r.headers)) for r in fetched]
             offset = fetched[-1].offset + 1
         out[offsets.partition] = rows
     return out

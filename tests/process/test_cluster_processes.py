@@ -90,7 +90,7 @@ def test_sigkill_every_broker_and_restart_loses_no_acknowledged_record(tmp_path:
                     break
                 offsets = [r.offset for r in fetched.records]
                 assert offsets == list(range(offset, offset + len(offsets))), "offsets not dense"
-                stored += [r.record.value for r in fetched.records]
+                stored += [r.value for r in fetched.records]
                 offset = offsets[-1] + 1
         assert acked <= set(stored), f"lost {len(acked - set(stored))} acknowledged records"
         assert len(stored) == len(set(stored)), "a record was applied twice"
@@ -179,7 +179,7 @@ def test_a_send_stream_to_the_leader_answers_values_like_send(tmp_path: Path) ->
         assert [(r.offset, r.error) for r in records.results] == [(2, 0)]
         assert (bad.error, list(bad.results)) == (errors.RecordTooLarge.kind.code, [])
         assert [(r.offset, r.count) for r in third.results] == [(3, 1)]
-        stored = [r.record.value for r in admin.fetch("s", 0, 0, 10).records]
+        stored = [r.value for r in admin.fetch("s", 0, 0, 10).records]
         assert stored == [b"a", b"b", b"r", b"c"]
 
 
@@ -232,5 +232,5 @@ def test_bare_values_through_a_follower_broker_land_once_with_dense_offsets(
             while len(got) < len(expected):
                 fetched = reader.fetch("bare", 0, len(got), max_records=500)
                 assert fetched.records, f"broker {broker}: nothing at offset {len(got)}"
-                got += [r.record.value for r in fetched.records]
+                got += [r.value for r in fetched.records]
             assert got == expected

@@ -61,7 +61,7 @@ def members(admin: Admin, group: str) -> set[str]:
 def generation(admin: Admin, group: str) -> int:
     """Cheap: ListGroups answers from the broker's copy of the table."""
     for g in admin.list_groups():
-        if g.group == group:
+        if g.group_id == group:
             return int(g.generation)
     return -1
 
@@ -181,7 +181,7 @@ def test_kill_a_consumer_process_then_add_members_no_loss_no_double_lease(
                 30,
                 "lag 0",
             )
-            lags = admin.describe_group("workers").partitions
+            lags = list(admin.describe_group("workers").partitions)
             assert len(lags) == 12 and all(p.lag == 0 and p.leased == 0 for p in lags), lags
         finally:
             procs.stop_all()

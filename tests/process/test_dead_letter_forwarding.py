@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from raftq.client import Admin, Consumer, Producer
-from raftq.proto import api_pb2, errors
+from raftq.client import Admin, Consumer, Producer, TopicInfo
+from raftq.proto import errors
 from raftq.server import Broker
 from tests.cluster import InProcessCluster, ProcessCluster
 from tests.helpers import wait_until
@@ -30,7 +30,7 @@ def fetch_all(admin: Admin, topic: str, partition: int) -> list[bytes]:
         fetched = admin.fetch(topic, partition, offset, 1000)
         if not fetched.records:
             return values
-        values += [r.record.value for r in fetched.records]
+        values += [r.value for r in fetched.records]
         offset = fetched.records[-1].offset + 1
 
 
@@ -71,7 +71,7 @@ def test_a_dead_letter_topic_created_through_a_partition_leader_that_is_not_the_
         with Consumer(cluster.bootstrap, "workers", ["jobs"]) as consumer:
             nack_all(consumer, 1)
 
-        def dead_letter_topic() -> api_pb2.TopicDescription | None:
+        def dead_letter_topic() -> TopicInfo | None:
             try:
                 described = admin.describe_topic("jobs.dlq")
             except errors.UnknownTopic:

@@ -84,7 +84,7 @@ def read_log(cluster: ProcessCluster) -> dict[bytes, tuple[int, int]]:
             offsets = [r.offset for r in fetched.records]
             assert offsets == list(range(offset, offset + len(offsets))), "offsets not dense"
             for r in fetched.records:
-                value = r.record.value
+                value = r.value
                 assert value not in stored, f"{value!r} stored twice: {stored[value]}, {partition}"
                 stored[value] = (partition, r.offset)
             offset = offsets[-1] + 1
@@ -197,7 +197,7 @@ def run_e2e(tmp_path: Path, records: int, *, restart: bool) -> None:
         )
         if restart:  # the restarted broker caught up: every replica in sync again
             wait_until(
-                lambda: all(victim in p.in_sync for p in admin.describe_topic(TOPIC).partitions),
+                lambda: all(victim in p.isr for p in admin.describe_topic(TOPIC).partitions),
                 60,
                 f"broker {victim} back in sync",
             )

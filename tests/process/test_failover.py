@@ -52,8 +52,8 @@ def test_writes_resume_after_three_leader_kills_and_no_acknowledged_record_is_lo
                 offsets = [r.offset for r in fetched.records]
                 assert offsets == list(range(offset, offset + len(offsets))), "offsets not dense"
                 for r in fetched.records:
-                    assert r.record.value not in stored, f"{r.record.value!r} stored twice"
-                    stored[r.record.value] = r.offset
+                    assert r.value not in stored, f"{r.value!r} stored twice"
+                    stored[r.value] = r.offset
                 offset = offsets[-1] + 1
             lost = {v: o for v, o in sender.acked.items() if stored.get(v) != o}
             assert not lost, f"{len(lost)} acknowledged records lost or moved: {list(lost)[:5]}"

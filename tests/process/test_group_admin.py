@@ -98,7 +98,7 @@ def test_group_delete_refused_while_members_live_then_forgets_offsets_on_every_r
         assert sum(p.lag for p in described.partitions) == 4
         assert sum(p.pending for p in described.partitions) == 4
         assert sum(p.end for p in described.partitions) == RECORDS
-        (summary,) = [g for g in admin.list_groups() if g.group == "g"]
+        (summary,) = [g for g in admin.list_groups() if g.group_id == "g"]
         assert list(summary.topics) == [TOPIC] and summary.members == 0
         code, out, _ = run_cli(forwarder, capsys, "group", "describe", "g")
         assert code == 0 and "0 members" in out and out.count(f"{TOPIC} ") == 2, out
@@ -127,7 +127,7 @@ def test_group_delete_refused_while_members_live_then_forgets_offsets_on_every_r
         code, out, err = run_cli(forwarder, capsys, "group", "delete", "g")
         assert code == 0, err
         assert out == "deleted group g: 2 partitions forgot it (4 pending records)\n", out
-        assert "g" not in {g.group for g in admin.list_groups()}
+        assert "g" not in {g.group_id for g in admin.list_groups()}
         with pytest.raises(errors.UnknownGroup):
             admin.describe_group("g")
         with pytest.raises(errors.UnknownGroup):
@@ -157,12 +157,12 @@ def test_an_empty_group_expires_after_offsets_retention_and_a_live_one_does_not(
         with Consumer(cluster.bootstrap, "kept", [TOPIC], session_timeout_ms=SESSION_MS) as kept:
             consume(kept, RECORDS)
             wait_until(
-                lambda: "gone" not in {g.group for g in admin.list_groups()},
+                lambda: "gone" not in {g.group_id for g in admin.list_groups()},
                 40,
                 "the empty group expired",
             )
             assert time.monotonic() - left >= 3.0 - 0.5  # never before the retention
-            assert "kept" in {g.group for g in admin.list_groups()}  # it has a member
+            assert "kept" in {g.group_id for g in admin.list_groups()}  # it has a member
         wait_until(
             lambda: not any("gone" in groups_in(f) for f in replica_files(cluster)),
             30,

@@ -72,8 +72,8 @@ def test_producer_and_consumer_move_off_a_hung_partition_leader(tmp_path: Path) 
             if not fetched.records:
                 break
             for r in fetched.records:
-                assert r.record.value not in stored, f"{r.record.value!r} stored twice"
-                stored[r.record.value] = r.offset
+                assert r.value not in stored, f"{r.value!r} stored twice"
+                stored[r.value] = r.offset
             offset = fetched.records[-1].offset + 1
         lost = {v: o for v, o in sender.acked.items() if stored.get(v) != o}
         assert not lost, f"{len(lost)} acknowledged records lost or moved: {list(lost)[:5]}"

@@ -135,16 +135,16 @@ def test_fetch_of_large_records_stays_within_the_budget_through_any_broker(
         offset = 0
         while offset < len(expected):
             answer = admin.fetch("replay", 0, offset, max_records=500)  # max_bytes: default
-            sizes = [len(r.record.value) for r in answer.records]
+            sizes = [len(r.value) for r in answer.records]
             assert sizes, f"fetch at {offset} answered nothing"
             assert len(sizes) == 1 or sum(sizes) <= FETCH_BUDGET, sizes  # one record may be over
-            got.update((r.offset, r.record.value) for r in answer.records)
+            got.update((r.offset, r.value) for r in answer.records)
             offset = answer.records[-1].offset + 1
         assert got == expected
         small = admin.fetch("replay", 0, 0, max_records=500, max_bytes=250_000)
         assert [r.offset for r in small.records] == [0, 1]  # 2 x 100 KB within 250 KB
         lone = admin.fetch("replay", 0, 60, max_records=500, max_bytes=1)
-        assert [len(r.record.value) for r in lone.records] == [RECORD_MAX]  # Kafka's rule
+        assert [len(r.value) for r in lone.records] == [RECORD_MAX]  # Kafka's rule
 
 
 def test_large_dead_letters_are_forwarded_in_batches_that_fit(cluster: ProcessCluster) -> None:
@@ -175,9 +175,9 @@ def test_large_dead_letters_are_forwarded_in_batches_that_fit(cluster: ProcessCl
             while offset < p.end:
                 records = admin.fetch("fragile.dlq", p.partition, offset).records
                 for r in records:
-                    origin = int(r.record.headers["raftq.dlq.offset"])
+                    origin = int(r.headers["raftq.dlq.offset"])
                     assert origin not in out, f"dead letter {origin} forwarded twice"
-                    out[origin] = r.record.value
+                    out[origin] = r.value
                 offset = records[-1].offset + 1
         return out
 

@@ -62,7 +62,7 @@ def read_all(admin: Admin, topic: str, partitions: int) -> set[tuple[int, int, b
             records = admin.fetch(topic, partition, offset, max_records=500).records
             if not records:
                 break
-            out |= {(partition, r.offset, r.record.value) for r in records}
+            out |= {(partition, r.offset, r.value) for r in records}
             offset = records[-1].offset + 1
     return out
 
@@ -93,7 +93,7 @@ def test_a_broker_joins_gets_replicas_of_new_topics_and_rejoins_after_restart(
         acked = produce(cluster.bootstrap, "after-join", [b"a%d" % i for i in range(200)])
         wait_until(  # the joined broker's replicas follow the leaders
             lambda: all(
-                joiner in p.in_sync
+                joiner in p.isr
                 for p in admin.describe_topic("after-join").partitions
                 if p.partition in holders
             ),
@@ -109,7 +109,7 @@ def test_a_broker_joins_gets_replicas_of_new_topics_and_rejoins_after_restart(
         wait_until(lambda: meta_members(cluster, joiner) == (members, learner), 30, "its view")
         wait_until(
             lambda: all(
-                joiner in p.in_sync
+                joiner in p.isr
                 for p in admin.describe_topic("after-join").partitions
                 if p.partition in holders
             ),
@@ -170,7 +170,7 @@ def test_removing_a_broker_moves_its_replicas_first(tmp_path: Path) -> None:
         cluster.wait_leaders("moving")
         wait_until(
             lambda: all(
-                set(p.in_sync) == set(p.replicas)
+                set(p.isr) == set(p.replicas)
                 for p in live_admin.describe_topic("moving").partitions
             ),
             30,

@@ -123,7 +123,7 @@ def assert_log_once(admin: Admin, count: int) -> None:
     while len(values) < count:
         fetched = admin.fetch(TOPIC, 0, offset, 1000).records
         assert fetched, (offset, len(values), count)
-        values += [r.record.value for r in fetched]
+        values += [r.value for r in fetched]
         offset = fetched[-1].offset + 1
     assert len(values) == len(set(values)) == count
 
@@ -164,4 +164,4 @@ def test_move_a_single_replica_to_another_broker(tmp_path: Path) -> None:
         moved = admin.move_partition("solo", 0, [new], timeout_s=120)
         assert (list(moved.replicas), moved.leader) == ([new], new)
         records = admin.fetch("solo", 0, 0, 100).records
-        assert [r.record.value for r in records] == [b"s%d" % i for i in range(20)]
+        assert [r.value for r in records] == [b"s%d" % i for i in range(20)]

@@ -77,6 +77,10 @@ def test_the_tour_runs_as_written(dev_cluster: tuple[DevUp, str]) -> None:
     lines = printed.getvalue().splitlines()
     offsets = [line for line in lines if re.fullmatch(r"\[\d+, \d+, \d+\]", line)]
     assert len(offsets) == 1, lines
+    # Admin's answers print as dataclasses (issue 18), partition 0 first with its end offset
+    listed = [line for line in lines if line.startswith("[PartitionOffsets(partition=0, ")]
+    assert len(listed) == 1 and re.search(r"log_start=0, end=\d+\)", listed[0]), lines
+    assert any(line.startswith("FetchResult(records=(StoredRecord(offset=0, ") for line in lines)
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

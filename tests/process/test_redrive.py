@@ -27,7 +27,7 @@ def redriven_copies(admin: Admin, topic: str, partitions: int) -> Counter[bytes]
     copies: Counter[bytes] = Counter()
     for partition in range(partitions):
         for stored in admin.fetch(topic, partition, 0, 1000).records:
-            headers = stored.record.headers
+            headers = stored.headers
             if "raftq.redrive.from" in headers:
                 assert headers["raftq.redrive.reason"]  # why it was dead-lettered
                 assert "raftq.dlq.topic" not in headers

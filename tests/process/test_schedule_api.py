@@ -14,7 +14,7 @@ import pytest
 from raftq import cli
 from raftq.client import Admin
 from raftq.client.aio import AsyncAdmin
-from raftq.proto import common_pb2, errors
+from raftq.proto import errors
 from tests.cluster import Cluster
 
 
@@ -39,12 +39,12 @@ def test_create_list_pause_resume_delete(server: str) -> None:
         )
         assert nightly.cron == "0 3 * * *" and nightly.time_zone == "Europe/Berlin"
         assert nightly.next_slot_ms > nightly.created_ms and not nightly.paused
-        assert nightly.catch_up == common_pb2.CATCH_UP_ONCE
+        assert nightly.catch_up == "CATCH_UP_ONCE"
         keyed = admin.create_schedule(
             "jobs", "ping", b"p", interval_ms=1000, key=b"host-1", catch_up="skip"
         )
         assert keyed.next_slot_ms == keyed.created_ms + 1000
-        assert keyed.catch_up == common_pb2.CATCH_UP_SKIP
+        assert keyed.catch_up == "CATCH_UP_SKIP"
         pinned = admin.create_schedule("jobs", "pinned", b"x", interval_ms=5000, partition=3)
         assert pinned.partition == 3
         # the same key always lands in the same partition, as a Producer would send it
@@ -131,7 +131,7 @@ def test_cli(server: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "nightly: cron '0 3 * * *' Europe/Berlin" in out, out
     code, out = run("schedule", "create", "jobs", "tick", "--interval-ms", "1000", "--json")
     created = json.loads(out)
-    assert created["interval_ms"] == "1000" and created["catch_up"] == "CATCH_UP_ONCE"
+    assert created["interval_ms"] == 1000 and created["catch_up"] == "CATCH_UP_ONCE"
     code, out = run("schedule", "pause", "jobs", "tick")
     assert code == 0 and "paused" in out
     code, out = run("schedule", "list", "jobs", "--json")

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from raftq.client import Admin
+from raftq.client import Admin, StoredRecord
 from raftq.partitions.schedules import SCHEDULE_HEADER, SLOT_HEADER
-from raftq.proto import common_pb2
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 
@@ -29,13 +28,13 @@ def cluster(tmp_path: Path) -> Iterator[ProcessCluster]:
         yield cluster
 
 
-def fired(admin: Admin, topic: str) -> list[common_pb2.StoredRecord]:
+def fired(admin: Admin, topic: str) -> list[StoredRecord]:
     records = list(admin.fetch(topic, 0, 0, max_records=10_000).records)
-    return [r for r in records if r.record.headers.get(SCHEDULE_HEADER) == b"tick"]
+    return [r for r in records if r.headers.get(SCHEDULE_HEADER) == b"tick"]
 
 
-def slot(record: common_pb2.StoredRecord) -> int:
-    return int(record.record.headers[SLOT_HEADER])
+def slot(record: StoredRecord) -> int:
+    return int(record.headers[SLOT_HEADER])
 
 
 def test_a_schedule_fires_each_slot_once_across_a_leader_kill(cluster: ProcessCluster) -> None:

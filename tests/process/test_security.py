@@ -204,7 +204,7 @@ class Secured:
         """Everything a refused call might have changed, read as the admin."""
         with self.admin() as admin:
             topics = sorted(t.name for t in admin.list_topics())
-            groups = sorted(g.group for g in admin.list_groups())
+            groups = sorted(g.group_id for g in admin.list_groups())
             offsets = {name: [str(o) for o in admin.list_offsets(name)] for name in topics}
             described = {g: str(admin.describe_group(g)) for g in groups}
         return {"topics": topics, "groups": groups, "offsets": offsets, "described": described}

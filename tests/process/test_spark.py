@@ -24,8 +24,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from raftq.assignors.partitioner import partition_for
-from raftq.client import Admin, Producer
-from raftq.proto import common_pb2
+from raftq.client import Admin, Producer, StoredRecord
 from tests.cluster import ProcessCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,7 +77,7 @@ def make_topic(cluster: ProcessCluster, admin: Admin, name: str, partitions: int
     return name
 
 
-def read_all(admin: Admin, topic: str) -> list[tuple[int, common_pb2.StoredRecord]]:
+def read_all(admin: Admin, topic: str) -> list[tuple[int, StoredRecord]]:
     """Every record of ``topic`` as (partition, record), through Fetch."""
     out = []
     for bounds in admin.list_offsets(topic):
@@ -105,7 +104,7 @@ def produce(cluster: ProcessCluster, topic: str, n: int) -> list[tuple[bytes, by
 
 def values_once(admin: Admin, topic: str, expected: list[bytes]) -> None:
     """Each expected value is in ``topic`` exactly once, and nothing else is."""
-    seen = collections.Counter(r.record.value for _, r in read_all(admin, topic))
+    seen = collections.Counter(r.value for _, r in read_all(admin, topic))
     duplicated = sorted(v for v, c in seen.items() if c > 1)
     missing = sorted(set(expected) - set(seen))
     extra = sorted(set(seen) - set(expected))
@@ -136,8 +135,8 @@ def test_batch_read_equals_what_was_produced_and_write_partitions_by_murmur2(
     assert len(got) == len(rows) == len(stored)
     for row in got:
         record = stored[(row.partition, row.offset)]
-        assert (row.key, row.value) == (record.record.key, record.record.value)
-        assert row.headers == {"h": row.key} and row.priority == record.record.priority
+        assert (row.key, row.value) == (record.key, record.value)
+        assert row.headers == {"h": row.key} and row.priority == record.priority
         assert row.topic == src and row.timestamp is not None and row.deliver_at is None
     assert sorted((r.key, r.value) for r in got) == sorted(rows)
     ranged = (
@@ -158,10 +157,10 @@ def test_batch_read_equals_what_was_produced_and_write_partitions_by_murmur2(
         .save()
     )
     copied = read_all(admin, out)
-    assert sorted((r.record.key, r.record.value) for _, r in copied) == sorted(rows)
+    assert sorted((r.key, r.value) for _, r in copied) == sorted(rows)
     for partition, r in copied:
-        assert partition == partition_for(r.record.key, 3, 0)
-        assert r.record.headers["h"] == r.record.key
+        assert partition == partition_for(r.key or b"", 3, 0)
+        assert r.headers["h"] == r.key
 
 
 def test_streaming_read_honours_max_offsets_per_trigger(

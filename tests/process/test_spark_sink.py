@@ -56,7 +56,7 @@ def values(admin: Admin, name: str) -> collections.Counter[bytes]:
         offset = bounds.log_start
         while offset < bounds.end:
             fetched = admin.fetch(name, bounds.partition, offset, 1000)
-            seen.update(r.record.value for r in fetched.records)
+            seen.update(r.value for r in fetched.records)
             offset = fetched.records[-1].offset + 1
     return seen
 
@@ -452,7 +452,7 @@ def test_the_source_reads_a_range_in_answers_of_at_most_fetch_max_bytes(
     write(cluster, options(cluster, name), None, data)
     got = list(source.read_range(admin, source.Range(name, 0, 0, 41), True, max_bytes=3000))
     assert [r.offset for r in got] == list(range(41))
-    assert [r.record.value for r in got] == [v for _, v in data]
+    assert [r.value for r in got] == [v for _, v in data]
     budgets: list[int] = []
     real_fetch = admin.fetch
 

@@ -20,9 +20,9 @@ import pytest
 
 from raftq import cli
 from raftq.assignors.partitioner import partition_for
-from raftq.client import Admin, Consumer, Producer
+from raftq.client import Admin, Consumer, LeaderRebalance, Producer
 from raftq.client.aio import AsyncAdmin
-from raftq.proto import api_pb2, errors
+from raftq.proto import errors
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 
@@ -162,7 +162,7 @@ def test_rebalance_leaders_moves_leadership_back_to_the_preferred_replicas(
         admin.create_topic(TOPIC, partitions=6, replication_factor=3)
         cluster.wait_leaders(TOPIC)
 
-        def rebalanced(via: Admin) -> api_pb2.RebalanceLeadersResponse | None:
+        def rebalanced(via: Admin) -> LeaderRebalance | None:
             """Call until nothing remains (a restarted replica may not have caught up)."""
             result = via.rebalance_leaders()
             moved.append(result.moved)
@@ -196,10 +196,10 @@ def test_rebalance_leaders_moves_leadership_back_to_the_preferred_replicas(
         assert code == 0, err
         assert re.match(r"\d+ partitions moved to their preferred leader; \d+ still led", out)
 
-        async def aio_rebalance() -> api_pb2.RebalanceLeadersResponse:
+        async def aio_rebalance() -> LeaderRebalance:
             async with AsyncAdmin(cluster.bootstrap) as aio:
                 return await aio.rebalance_leaders()
 
         answer = asyncio.run(aio_rebalance())
-        assert isinstance(answer, api_pb2.RebalanceLeadersResponse)
+        assert isinstance(answer, LeaderRebalance)
         assert answer.moved + answer.remaining <= 6

@@ -86,7 +86,7 @@ def test_expired_records_are_never_delivered_and_dead_lettered_on_request(
                 records = admin.fetch("perish.dlq", 0, 0, 10).records
             except Exception:  # the dead-letter topic is created on demand
                 return None
-            return [dict(r.record.headers) for r in records] or None
+            return [dict(r.headers) for r in records] or None
 
         letters = wait_until(dead_lettered, 60, "the expired record in perish.dlq")
         assert letters is not None and len(letters) == 1

@@ -215,5 +215,5 @@ def test_console_login_topic_produce_lag_and_redrive(browser: WebDriver, tmp_pat
         visit.shot("redriven")
         end = cluster.admin().list_offsets("orders")[0].end
         back = cluster.admin().fetch("orders", 0, end - 1, max_records=1).records[0]
-        assert back.record.value == b"poison" and back.offset == 200
+        assert back.value == b"poison" and back.offset == 200
         assert len(visit.taken) == 7
