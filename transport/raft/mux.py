@@ -111,8 +111,10 @@ class MuxConfig:
     reconnect_max_s: float = 1.0
     housekeeping_interval_s: float = 0.1
     # A poll reads each readable link until its socket is empty, or this much (then the next
-    # poll goes on): a late driver delivers a peer's whole backlog before it ticks any group.
-    read_bytes_per_poll_max: int = 64 * 1024 * 1024
+    # poll goes on): a late driver delivers a peer's backlog (a second of a busy stream) before
+    # it ticks any group, and a round stays bounded, so this broker's own leaders still
+    # heartbeat between the pieces of a larger one.
+    read_bytes_per_poll_max: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if not self.ping_interval_s < self.silent_after_s < self.dead_after_s:
