@@ -31,6 +31,7 @@ BENCHMARKS = [
     "bench.http_api",
     "bench.backup",
     "bench.contention",
+    "bench.admin_answers",
 ]
 
 
