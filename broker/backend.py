@@ -38,12 +38,12 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from raftq.clock import SYSTEM_CLOCK, Clock
 from raftq.config import RECORD_FRAMING_BYTES
 from raftq.dead_letters import dead_letter_partition, dead_letter_record
 from raftq.metadata.machine import EXPIRE_TXNS_MAX
@@ -146,11 +146,13 @@ class Backend:
         on_open: Callable[[PartitionReplica], None],
         background: Executor,
         interval_s: float = 0.1,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """``handlers``: the calls the backend makes as any client would (dead letters sent,
         their topic created, sessions expired, groups deleted, txns expired) and the
         ``new_records`` a replica's apply wakes; ``on_open``: a new replica (metrics attach
-        their hook); ``background``: the broker's small pool for deletions and expiries."""
+        their hook); ``background``: the broker's small pool for deletions and expiries;
+        ``clock``: the time its duties and the replicas it opens read, and how it waits."""
         self.broker_id = broker_id
         self._config = config
         self._data_dir = Path(config.broker.data_dir)
@@ -171,6 +173,7 @@ class Backend:
         self._background = background
         self.draining = False
         self.interval_s = interval_s
+        self._clock = clock
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="raftq-backend", daemon=True)
@@ -208,24 +211,24 @@ class Backend:
                 self.step()
             except Exception:
                 logger.exception("[broker=%d] backend step failed; retrying", self.broker_id)
-            self._wake.wait(self.interval_s)
+            self._clock.wait_s(self._wake, self.interval_s)
             self._wake.clear()
 
     def _report_run(self) -> None:
         """Report every REPORT_INTERVAL_S on a fixed cadence, whatever the backend step does."""
-        next_at = time.monotonic()
+        next_at = self._clock.monotonic_s()
         while not self._stop.is_set():
             try:
-                self._report()
+                self.report()
             except errors.RaftqError as exc:
                 logger.info("[broker=%d] report: %s (will retry)", self.broker_id, exc)
             except Exception:
                 logger.exception("[broker=%d] report failed; retrying", self.broker_id)
-            next_at = max(next_at + REPORT_INTERVAL_S, time.monotonic())
-            self._stop.wait(next_at - time.monotonic())
+            next_at = max(next_at + REPORT_INTERVAL_S, self._clock.monotonic_s())
+            self._clock.wait_s(self._stop, next_at - self._clock.monotonic_s())
 
     def _every(self, key: str, interval_s: float) -> bool:
-        now = time.monotonic()
+        now = self._clock.monotonic_s()
         if now < self._due.get(key, 0.0):
             return False
         self._due[key] = now + interval_s
@@ -334,10 +337,10 @@ class Backend:
                 continue
             self._remove(key, replica)
         self._sweep_deleted_topics(table)
-        started = time.monotonic()
+        started = self._clock.monotonic_s()
         for key, (topic_id, addrs) in wanted.items():
             if key not in self._replicas:
-                if time.monotonic() - started > OPEN_BUDGET_S:
+                if self._clock.monotonic_s() - started > OPEN_BUDGET_S:
                     self._reconciled_table = None  # open the rest in the next step,
                     self._wake.set()  # after its report
                     break
@@ -368,6 +371,8 @@ class Backend:
             max_inflight_entries=self._config.raft.max_inflight_entries_per_partition,
             max_clock_skew_ms=self._config.raft.max_clock_skew_ms,
             timings=self._partition_timings,
+            clock=self._clock.wall_s,
+            monotonic=self._clock.monotonic_s,
             standby=standby,
         )
         replica.on_applied = self._handlers.new_records.notify
@@ -413,7 +418,7 @@ class Backend:
             logger.info("[broker=%d] removed %s: its topic was deleted", self.broker_id, name)
         self._swept = None if failed else swept
 
-    def _report(self) -> None:
+    def report(self) -> None:
         report = internal_pb2.BrokerReport(
             broker_id=self.broker_id, sent_ms=self._metadata.now_ms()
         )
@@ -464,7 +469,7 @@ class Backend:
         ):
             replica.propose(partition_pb2.PartitionCommand(retain=partition_pb2.Retain()), 5.0)
             self._retained_at[replica.name] = replica.node.applied_index
-            self._due[f"idle retain {replica.name}"] = time.monotonic() + idle_s
+            self._due[f"idle retain {replica.name}"] = self._clock.monotonic_s() + idle_s
         if self._every(f"dlq {replica.name}", DLQ_INTERVAL_S):
             self._forward_dead_letters(replica, table)
         self._fire_schedules(replica)

@@ -59,6 +59,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from raftq.clock import SYSTEM_CLOCK, Clock
 from raftq.metadata.machine import check_addr
 from raftq.metadata.table import Table
 from raftq.proto import api_pb2, errors, internal_pb2, metadata_pb2
@@ -179,11 +180,13 @@ class Membership:
         reports: BrokerReports,
         live: LiveBrokers,
         joining: bool,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """``meta``: this broker's metadata replica (its raft node: members, learners,
         membership changes); ``metadata``: proposals and the leader's address; ``live``: the
-        brokers that may take replicas."""
+        brokers that may take replicas; ``clock``: how long moves and removals wait."""
         self.broker_id = broker_id
+        self._clock = clock
         self._config = config
         self._meta = meta
         self._metadata = metadata
@@ -372,7 +375,7 @@ class Membership:
         )
         if target is None:
             return False
-        now = time.monotonic()
+        now = self._clock.monotonic_s()
         if now - self._last_transfer.get(replica.name, 0.0) < 1.0:
             return True
         self._last_transfer[replica.name] = now
@@ -402,11 +405,12 @@ class Membership:
             for addr in [a for a in desired if a in learners]:
                 # caught up: it acknowledged the whole log up to now (and beyond)
                 target = node.commit_index
-                deadline = time.monotonic() + 60.0
+                deadline = self._clock.monotonic_s() + 60.0
                 while not node.caught_up(addr, index=target):
-                    if time.monotonic() > deadline or self._stop.is_set() or not node.is_leader():
+                    late = self._clock.monotonic_s() > deadline
+                    if late or self._stop.is_set() or not node.is_leader():
                         return  # the next round looks again
-                    time.sleep(0.05)
+                    self._clock.sleep_s(0.05)
                 node.change_membership("promote", addr, CHANGE_TIMEOUT_S)
                 logger.info("%s replica %s caught up and votes", where, addr)
                 return
@@ -432,7 +436,7 @@ class Membership:
     def keep_orphan(self, key: tuple[str, int], replica: PartitionReplica) -> bool:
         """Whether a replica the table no longer places here must stay open: its group still
         includes it (a leader reached it within ``orphan_quiet_s``, or it leads)."""
-        now = time.monotonic()
+        now = self._clock.monotonic_s()
         if replica.is_leader() or replica.leader() is not None:
             self._orphan_heard[key] = now
             return True
@@ -458,7 +462,7 @@ class Membership:
         """See the module docstring. Normal errors: InvalidArgument (not registered, or some
         replica has nowhere to go), NotLeader (this broker is the one removed: leadership was
         handed over, call again), Timeout (call again: it resumes), Unavailable."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self._clock.monotonic_s() + timeout_s
         info = self._meta.table.broker(broker_id)
         if info is None:
             raise errors.InvalidArgument(f"broker {broker_id} is not registered (removed already?)")
@@ -492,12 +496,12 @@ class Membership:
                 pending = self._moves_pending(table, broker_id, info.raft_addr, moved_keys)
                 if not pending:
                     break
-                if time.monotonic() >= deadline:
+                if self._clock.monotonic_s() >= deadline:
                     raise errors.Timeout(
                         f"broker {broker_id}: replicas still moving ({', '.join(pending[:5])}); "
                         "call RemoveBroker again to keep waiting"
                     )
-                time.sleep(0.2)
+                self._clock.sleep_s(0.2)
             if info.raft_addr in self._meta.node.members():
                 self._meta.node.change_membership("remove", info.raft_addr, self._left(deadline))
                 logger.info("[group=meta] broker %d (%s) removed", broker_id, info.raft_addr)
@@ -516,16 +520,15 @@ class Membership:
     def _wait_for_reports(self, broker_id: int, deadline: float) -> None:
         """A metadata leader elected moments ago has no reports yet and would see every other
         broker as dead: give the others one liveness window to report before planning."""
-        until = min(deadline, time.monotonic() + self._reports.alive_s + 1.0)
-        while time.monotonic() < until:
+        until = min(deadline, self._clock.monotonic_s() + self._reports.alive_s + 1.0)
+        while self._clock.monotonic_s() < until:
             others = set(self._meta.table.brokers) - {broker_id}
             if others <= self._live_brokers() | self.draining:
                 return
-            time.sleep(0.1)
+            self._clock.sleep_s(0.1)
 
-    @staticmethod
-    def _left(deadline: float) -> float:
-        left = deadline - time.monotonic()
+    def _left(self, deadline: float) -> float:
+        left = deadline - self._clock.monotonic_s()
         if left <= 0:
             raise errors.Timeout("RemoveBroker ran out of time: call it again to resume")
         return left
@@ -552,7 +555,7 @@ class Membership:
         adds it must be one of them. Normal errors: UnknownTopic, UnknownPartition,
         InvalidArgument (frontend.reassign_partition), Timeout (still moving: call again, it
         resumes), Unavailable."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self._clock.monotonic_s() + timeout_s
         current = self._meta.table.replicas(topic, partition)
         if current is not None and not set(current) & set(replicas):
             self._reassign_and_wait(topic, partition, [*replicas, *current], deadline)
@@ -574,7 +577,7 @@ class Membership:
                 now_ms=self._metadata.now_ms(),
             )
             before = table.replicas(topic, partition)
-            self._metadata.propose(data, max(deadline - time.monotonic(), 0.1))
+            self._metadata.propose(data, max(deadline - self._clock.monotonic_s(), 0.1))
             logger.info(
                 "[topic/partition=%s/%d] replicas %s -> %s (move)",
                 topic,
@@ -592,12 +595,12 @@ class Membership:
             leader = self._moved_leader(table, topic, partition)
             if leader is not None:
                 return leader
-            if time.monotonic() >= deadline:
+            if self._clock.monotonic_s() >= deadline:
                 raise errors.Timeout(
                     f"{topic}/{partition} is still moving to {replicas}: call again to keep "
                     "waiting (it goes on meanwhile)"
                 )
-            time.sleep(0.1)
+            self._clock.sleep_s(0.1)
 
     def _moved_leader(self, table: Table, topic: str, partition: int) -> int | None:
         """The broker leading ``topic/partition`` with exactly the table's replicas as voters
@@ -654,9 +657,9 @@ class Membership:
         meta = self._meta
         if meta.is_leader():
             meta.node.transfer_leadership()
-            until = min(deadline, time.monotonic() + 5.0)
-            while meta.is_leader() and time.monotonic() < until:
-                time.sleep(0.05)
+            until = min(deadline, self._clock.monotonic_s() + 5.0)
+            while meta.is_leader() and self._clock.monotonic_s() < until:
+                self._clock.sleep_s(0.05)
         raise errors.NotLeader(
             "this broker is being removed: the metadata leadership moved, retry there",
             leader_hint=self._metadata.leader_addr(),

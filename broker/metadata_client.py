@@ -81,11 +81,17 @@ class MetadataClient:
         internal: InternalClient,
         client_addr: str,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        """``clock``: the wall clock commands are planned with; ``monotonic`` and ``sleep``:
+        how the retry loop of a proposal waits for a metadata leader."""
         self._meta = meta
         self._internal = internal
         self.client_addr = client_addr
         self._clock = clock
+        self._monotonic = monotonic
+        self._sleep = sleep
         self._calls: dict[str, LeaderCall] = {}
 
     # -- this broker's copy -------------------------------------------------------------------
@@ -153,9 +159,9 @@ class MetadataClient:
         """``local(left_s)`` if this broker leads the metadata group, else ``remote(address,
         left_s)`` at the leader; ``retry`` errors (leadership moved, leader died) look again
         until the deadline while the survivors elect a new metadata leader."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self._monotonic() + timeout_s
         while True:
-            left = deadline - time.monotonic()
+            left = deadline - self._monotonic()
             if self._meta.is_leader():
                 return local(max(left, 0.001))
             target = self.leader_addr()
@@ -166,7 +172,7 @@ class MetadataClient:
                     pass
             if left <= 0:
                 raise errors.Unavailable("no metadata leader: the cluster has no quorum")
-            time.sleep(min(0.05, max(left, 0.0)))
+            self._sleep(min(0.05, max(left, 0.0)))
 
     def propose(self, command_bytes: bytes, timeout_s: float) -> metadata_pb2.MetaResult:
         """Propose planned MetaCommand bytes on the metadata leader (here or forwarded).

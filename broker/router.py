@@ -55,8 +55,13 @@ class Router:
         internal: InternalClient,
         topic: Callable[[str], TopicInfo | None] | None = None,
         hung: Callable[[str], bool] = lambda _client_addr: False,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        """``monotonic`` and ``sleep``: how a call's retries wait for a partition leader."""
         self.broker_id = broker_id
+        self._monotonic = monotonic
+        self._sleep = sleep
         self.client_addr = client_addr
         self._table = table
         # a topic by name (None = unknown); the service's also covers a table copy still behind
@@ -127,12 +132,12 @@ class Router:
         retrying NOT_LEADER / UNAVAILABLE until the deadline. ``on_unknown`` is called when an
         attempt failed UNAVAILABLE before another one: that attempt may have been applied
         (a leader that committed the command and stopped answering before its reply)."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self._monotonic() + timeout_s
         attempt = 0
         last: errors.RaftqError = errors.Unavailable(f"no leader known for {topic}/{partition}")
         while True:
             self.check_partition(topic, partition)
-            left = deadline - time.monotonic()
+            left = deadline - self._monotonic()
             if left <= 0:
                 raise last
             replica = self.local_leader(topic, partition)
@@ -158,7 +163,7 @@ class Router:
                     on_unknown()
             pause = RETRY_PAUSE_S[min(attempt, len(RETRY_PAUSE_S) - 1)]
             attempt += 1
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            self._sleep(min(pause, max(0.0, deadline - self._monotonic())))
 
     def _other_replica(self, topic: str, partition: int, hung: str, attempt: int) -> str:
         """The client address of a replica of the partition other than ``hung`` and this

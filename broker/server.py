@@ -27,6 +27,7 @@ from pathlib import Path
 import grpc
 
 from raftq.backend import Backend
+from raftq.clock import SYSTEM_CLOCK, Clock
 from raftq.config import BrokerConfig, raft_frame_bytes_max
 from raftq.coordinator import BrokerReports, LiveBrokers, SessionTable
 from raftq.handlers import RequestHandlers
@@ -39,11 +40,12 @@ from raftq.metrics import BrokerMetrics, MetricSources
 from raftq.replica_set import ReplicaSet
 from raftq.router import Router
 from raftq.security import BrokerSecurity
-from raftq.transport.admission import AdmissionInterceptor
+from raftq.transport.admission import AdmissionInterceptor, Capacity
 from raftq.transport.grpc_server import ApiHandlers, Health, serve
 from raftq.transport.internal import InternalClient, InternalServicer, add_internal_service
 from raftq.transport.raft import RaftTimings
 from raftq.transport.raft.driver import RaftDriver
+from raftq.transport.raft.group_transport import BrokerEndpoint
 from raftq.transport.raft.mux import OUT_BUFFER_BYTES_MAX_DEFAULT, MuxConfig, MuxEndpoint
 from raftq.transport.tls import message_size_options
 
@@ -71,12 +73,29 @@ class Broker:
     """Raises (constructor): ``errors.Unavailable`` when a port cannot be bound.
 
     ``interceptors``: more gRPC server interceptors on the client port, run after the broker's
-    own (metrics, admission, auth); tests record or fail calls with them."""
+    own (metrics, admission, auth); tests record or fail calls with them.
+
+    Built from injected collaborators (the simulation tier, tests/sim/brokers.py, passes its
+    own; production takes the defaults): ``endpoint``, the raft endpoint (default: a
+    `MuxEndpoint` on ``broker.raft_addr``); ``clock``, the wall and monotonic time, sleep and
+    waits of the broker's duties, replicas and retry loops (default: the system's);
+    ``internal``, the client of other brokers' Internal service (default: gRPC);
+    ``raft_thread=False``: no driver thread, the caller runs ``driver.run_once``;
+    ``serve_clients=False``: no gRPC server, ``handlers`` are the API."""
 
     def __init__(
-        self, config: BrokerConfig, *, interceptors: Sequence[grpc.ServerInterceptor] = ()
+        self,
+        config: BrokerConfig,
+        *,
+        interceptors: Sequence[grpc.ServerInterceptor] = (),
+        endpoint: BrokerEndpoint | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        internal: InternalClient | None = None,
+        raft_thread: bool = True,
+        serve_clients: bool = True,
     ) -> None:
         self.config = config
+        self.clock = clock
         self.id = config.broker.id
         self.data_dir = Path(config.broker.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -91,18 +110,22 @@ class Broker:
         # A frame carries at least one whole entry (raft.max_entry_bytes), and a link's unsent
         # bytes hold a few frames before the peer counts as too slow.
         frame_bytes_max = raft_frame_bytes_max(config.raft.max_entry_bytes)
-        self.endpoint = MuxEndpoint(
+        self.endpoint: BrokerEndpoint = endpoint or MuxEndpoint(
             config.broker.raft_addr,
             secret.encode(),
             config=MuxConfig(
                 frame_bytes_max=frame_bytes_max,
                 out_buffer_bytes_max=max(OUT_BUFFER_BYTES_MAX_DEFAULT, 4 * frame_bytes_max),
             ),
+            clock=clock.monotonic_s,
         )
         # Every round asks every group "due?" (1,000 groups x 50 rounds/s was 40 % of an idle
         # broker's CPU); received messages and proposals tick their group at once anyway.
         self.driver = RaftDriver(
-            self.endpoint, tick_interval_s=DRIVER_ROUND_S, sync_threads=DRIVER_SYNC_THREADS
+            self.endpoint,
+            tick_interval_s=DRIVER_ROUND_S,
+            sync_threads=DRIVER_SYNC_THREADS,
+            clock=clock.monotonic_s,
         )
         # Seeds bootstrap the metadata group; any other broker joins it (broker/membership.py).
         members, learners, joining = initial_voters(config, self.data_dir / "meta")
@@ -116,6 +139,7 @@ class Broker:
             fsync=config.raft.fsync,
             standby=joining,
             max_clock_skew_ms=config.raft.max_clock_skew_ms,
+            clock=clock.wall_s,
         )
         self.frontend = MetadataFrontend(
             topic_defaults=TopicDefaults.from_settings(config.topic_defaults),
@@ -126,14 +150,19 @@ class Broker:
         self.replicas = ReplicaSet()
         # Client-port TLS, tokens and ACLs; TLS on broker-to-broker calls (broker/security.py).
         self.security = BrokerSecurity.from_config(config, lambda: self.meta.table)
-        self.internal = InternalClient(
+        self.internal = internal or InternalClient(
             secret, broker_id=self.id, channel_factory=self.security.channel
         )
-        self.sessions = SessionTable()
-        self.reports = BrokerReports()
+        self.sessions = SessionTable(clock_s=clock.monotonic_s, wall_ms=clock.wall_ms)
+        self.reports = BrokerReports(clock_s=clock.monotonic_s)
         self.live = LiveBrokers(self.id, self.reports, self.heard_brokers)
         self.metadata_client = MetadataClient(
-            meta=self.meta, internal=self.internal, client_addr=config.broker.client_addr
+            meta=self.meta,
+            internal=self.internal,
+            client_addr=config.broker.client_addr,
+            clock=clock.wall_s,
+            monotonic=clock.monotonic_s,
+            sleep=clock.sleep_s,
         )
         self.router = Router(
             broker_id=self.id,
@@ -143,6 +172,8 @@ class Broker:
             internal=self.internal,
             topic=self.metadata_client.known_topic,
             hung=self.hung,
+            monotonic=clock.monotonic_s,
+            sleep=clock.sleep_s,
         )
         # Lease releases, group deletions, txn expiry: off the calling (or backend) thread.
         self.background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="raftq-background")
@@ -174,6 +205,7 @@ class Broker:
             reports=self.reports,
             live=self.live,
             joining=joining,
+            clock=clock,
         )
         self.live.draining = lambda: self.membership.draining
         self.handlers.internal.membership = self.membership
@@ -208,36 +240,14 @@ class Broker:
             refresh_health=lambda: self.health.refresh(),  # the backend starts after health
             on_open=metrics.attach if metrics is not None else lambda _replica: None,
             background=self.background,
+            clock=clock,
         )
         self.handlers.admin.prefer_leader = self.backend.prefer_leader
         self.meta.on_change(self.backend.wake)
-        internal = InternalServicer(
-            self.handlers.internal,
-            secret,
-            default_timeout_s=10.0,
-            own_addresses=(config.broker.client_addr,),
-        )
-        self.driver.start()
-        chain: list[grpc.ServerInterceptor] = []
-        if self.metrics is not None:
-            chain.append(self.metrics.interceptor)
-        chain.append(self.admission)  # after metrics: refusals are timed too
-        if self.security.interceptor is not None:
-            chain.append(self.security.interceptor)
-        chain += interceptors
+        if raft_thread:
+            self.driver.start()
         self.health = Health(self.not_ready)
-        h = self.handlers
-        self.grpc = serve(
-            ApiHandlers(h.produce, h.consume, h.log, h.admin),
-            config.broker.client_addr,
-            max_workers=capacity.workers,
-            max_streams=capacity.send_streams_max,
-            interceptors=chain,
-            extra_services=[lambda server: add_internal_service(server, internal)],
-            credentials=self.security.credentials,
-            health_servicer=self.health,
-            options=message_size_options(config.message_bytes_max),
-        )
+        self.grpc = self._serve_clients(interceptors, capacity) if serve_clients else None
         self.backend.start()
         self.membership.start()
         self._stopped = threading.Event()
@@ -248,6 +258,37 @@ class Broker:
             config.broker.raft_addr,
             self.metrics_addr or "(off)",
             self.data_dir,
+        )
+
+    def _serve_clients(
+        self, interceptors: Sequence[grpc.ServerInterceptor], capacity: Capacity
+    ) -> grpc.Server:
+        """The gRPC server on ``broker.client_addr``: the API services and Internal."""
+        config = self.config
+        internal = InternalServicer(
+            self.handlers.internal,
+            config.broker.cluster_secret,
+            default_timeout_s=10.0,
+            own_addresses=(config.broker.client_addr,),
+        )
+        chain: list[grpc.ServerInterceptor] = []
+        if self.metrics is not None:
+            chain.append(self.metrics.interceptor)
+        chain.append(self.admission)  # after metrics: refusals are timed too
+        if self.security.interceptor is not None:
+            chain.append(self.security.interceptor)
+        chain += interceptors
+        h = self.handlers
+        return serve(
+            ApiHandlers(h.produce, h.consume, h.log, h.admin),
+            config.broker.client_addr,
+            max_workers=capacity.workers,
+            max_streams=capacity.send_streams_max,
+            interceptors=chain,
+            extra_services=[lambda server: add_internal_service(server, internal)],
+            credentials=self.security.credentials,
+            health_servicer=self.health,
+            options=message_size_options(config.message_bytes_max),
         )
 
     def _metric_sources(self) -> MetricSources:
@@ -310,7 +351,8 @@ class Broker:
             return
         self._stopped.set()
         self.health.shutdown()  # NOT_SERVING while the in-flight calls finish
-        self.grpc.stop(grace_s).wait(grace_s + 1)
+        if self.grpc is not None:
+            self.grpc.stop(grace_s).wait(grace_s + 1)
         if self.metrics is not None:
             self.metrics.stop()
         self.membership.stop()

@@ -8,10 +8,12 @@ flushes after the groups' journal sync, `sendable_before_sync` marks what may go
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from pysyncobj.transport import Transport
+
+from raftq.transport.raft.driver import DriverEndpoint
 
 # Bulk bytes (snapshot chunks) a link takes per driver round, counting what it has not yet
 # written: the heartbeats of every other group never queue behind more than this.
@@ -61,6 +63,20 @@ class ViewHost(Protocol):
     def view_destroyed(self, group: str, view: GroupTransport) -> None: ...
 
     def add_peer(self, peer: str) -> None: ...
+
+
+class BrokerEndpoint(ViewHost, DriverEndpoint, Protocol):
+    """A broker's whole raft endpoint: what its groups' views, its driver and the broker
+    itself (liveness, metrics, shutdown) use. `MuxEndpoint` over TCP, `HubEndpoint` in the
+    simulation; both pass tests/contract/test_endpoint_contract.py."""
+
+    def transport_class(
+        self, group: str
+    ) -> Callable[[Any, Any, Iterable[Any]], GroupTransport]: ...
+
+    def statistics(self) -> dict[str, int]: ...
+
+    def close(self) -> None: ...
 
 
 class GroupTransport(Transport):
