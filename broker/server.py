@@ -194,6 +194,7 @@ class Broker:
             budget=ByteBudget(config.client.fetch_bytes_max, config.message_bytes_max),
             heartbeat_interval_ms=config.groups.heartbeat_interval_ms,
             backup_dir=backup_dir,
+            clock=clock,
         )
         self.membership = Membership(
             broker_id=self.id,

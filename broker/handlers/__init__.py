@@ -25,6 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
 
+from raftq.clock import SYSTEM_CLOCK, Clock
 from raftq.coordinator import BrokerReports, LiveBrokers, SessionTable
 from raftq.handlers.admin import AdminHandler
 from raftq.handlers.admin_groups import GroupAdmin
@@ -63,6 +64,7 @@ class RequestHandlers:
         budget: ByteBudget,
         heartbeat_interval_ms: int,
         backup_dir: Path,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.new_records = NewRecords()
         self.releases = Releases(router, lambda: metadata.table, background)
@@ -80,10 +82,16 @@ class RequestHandlers:
             releases=self.releases,
             new_records=self.new_records,
             budget=budget,
+            monotonic=clock.monotonic_s,
         )
         self.log = LogHandler(metadata=metadata, router=router, budget=budget)
         self.group_admin = GroupAdmin(
-            metadata=metadata, frontend=frontend, router=router, sessions=sessions
+            metadata=metadata,
+            frontend=frontend,
+            router=router,
+            sessions=sessions,
+            monotonic=clock.monotonic_s,
+            sleep=clock.sleep_s,
         )
         self.admin = AdminHandler(
             broker_id=broker_id,
@@ -96,6 +104,8 @@ class RequestHandlers:
             voters=voters,
             groups=self.group_admin,
             backup_dir=backup_dir,
+            monotonic=clock.monotonic_s,
+            sleep=clock.sleep_s,
         )
         self.internal = InternalHandler(
             broker_id=broker_id,

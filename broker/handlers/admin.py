@@ -93,8 +93,12 @@ class AdminHandler:
         voters: Callable[[], list[str]],
         groups: GroupAdmin,
         backup_dir: Path,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """``backup_dir``: where copies of partitions being backed up are written."""
+        self._monotonic = monotonic  # deadlines of waits and retries (the broker's Clock)
+        self._sleep = sleep
         self._broker_id = broker_id
         self._metadata = metadata
         self._frontend = frontend
@@ -104,7 +108,9 @@ class AdminHandler:
         self._replicas = replicas
         self._voters = voters
         self._backup_dir = backup_dir
-        self._schedules = ScheduleAdmin(lambda: metadata.table, router.propose, router.read)
+        self._schedules = ScheduleAdmin(
+            lambda: metadata.table, router.propose, router.read, monotonic=monotonic
+        )
         self.prefer_leader: Callable[[PartitionReplica, Table], bool] = lambda r, t: False
         self.remove_broker_here: Callable[[int, float], api_pb2.RemoveBrokerResponse] | None = None
         # membership's: move a partition's replicas (topic, partition, replicas, timeout_s)
@@ -207,8 +213,8 @@ class AdminHandler:
 
     def wait_for_leaders(self, topic: str, timeout_s: float) -> bool:
         """Wait (on the metadata leader) until every partition of ``topic`` reports a leader."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        deadline = self._monotonic() + timeout_s
+        while self._monotonic() < deadline:
             table = self._metadata.table
             info = table.topic(topic)
             if info is None:
@@ -219,7 +225,7 @@ class AdminHandler:
                 for p in range(info.partition_count)
             ):
                 return True
-            time.sleep(0.05)
+            self._sleep(0.05)
         return False
 
     def delete_topic(
@@ -439,17 +445,17 @@ class AdminHandler:
     ) -> api_pb2.RemoveBrokerResponse:
         """Runs on the metadata leader in slices (a forwarded call is cut at the internal
         timeout); each slice resumes where the last one stopped (broker/membership.py)."""
-        deadline = time.monotonic() + timeout(timeout_s)
+        deadline = self._monotonic() + timeout(timeout_s)
         while True:
             try:
                 response: api_pb2.RemoveBrokerResponse = self._metadata.call(
-                    "remove_broker", request, timeout(deadline - time.monotonic())
+                    "remove_broker", request, timeout(deadline - self._monotonic())
                 )
                 return response
             except (errors.Timeout, errors.NotLeader):
-                if time.monotonic() >= deadline - 0.1:
+                if self._monotonic() >= deadline - 0.1:
                     raise
-                time.sleep(0.1)
+                self._sleep(0.1)
 
     def _remove_broker(
         self, request: CheckedRemoveBroker, timeout_s: float
@@ -461,17 +467,17 @@ class AdminHandler:
         self, request: CheckedMovePartition, *, timeout_s: float | None
     ) -> api_pb2.MovePartitionResponse:
         """On the metadata leader, in slices like remove_broker (broker/membership.py)."""
-        deadline = time.monotonic() + timeout(timeout_s)
+        deadline = self._monotonic() + timeout(timeout_s)
         while True:
             try:
                 response: api_pb2.MovePartitionResponse = self._metadata.call(
-                    "move_partition", request, timeout(deadline - time.monotonic())
+                    "move_partition", request, timeout(deadline - self._monotonic())
                 )
                 return response
             except (errors.Timeout, errors.NotLeader):
-                if time.monotonic() >= deadline - 0.1:
+                if self._monotonic() >= deadline - 0.1:
                     raise
-                time.sleep(0.1)
+                self._sleep(0.1)
 
     def _move(
         self, request: CheckedMovePartition, timeout_s: float
@@ -508,12 +514,12 @@ class AdminHandler:
         hands it over (``lead_preferred_here``), then the reports are awaited (within the call,
         at most LEADER_WAIT_S). Raises Timeout/Unavailable only when no broker was reached."""
         # a second of the call's time is left for the answer to travel back (forwarded calls)
-        deadline = time.monotonic() + max(0.1, min(timeout_s - 1.0, LEADER_WAIT_S))
+        deadline = self._monotonic() + max(0.1, min(timeout_s - 1.0, LEADER_WAIT_S))
         table = self._metadata.table
         before = self._off_preferred(table)
         views = self._reports.partitions(table)
         for broker_id in sorted({views[key].leader for key in before}):
-            left = max(deadline - time.monotonic(), 0.001)
+            left = max(deadline - self._monotonic(), 0.001)
             try:
                 if broker_id == self._broker_id:
                     self.lead_preferred_here(request, left)
@@ -522,8 +528,8 @@ class AdminHandler:
             except errors.RaftqError as exc:  # that broker's partitions stay: counted remaining
                 logger.info("rebalance leaders: broker %d: %s", broker_id, exc)
         remaining = before
-        while remaining and time.monotonic() < deadline:
-            time.sleep(0.05)
+        while remaining and self._monotonic() < deadline:
+            self._sleep(0.05)
             table = self._metadata.table
             views = self._reports.partitions(table)
             # moved = reported led by the preferred replica (no leader mid-transfer is not)

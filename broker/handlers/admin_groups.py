@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from raftq.coordinator import SessionTable
@@ -45,7 +46,11 @@ class GroupAdmin:
         frontend: MetadataFrontend,
         router: Router,
         sessions: SessionTable,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        self._monotonic = monotonic  # deadlines of waits and retries (the broker's Clock)
+        self._sleep = sleep
         self._metadata = metadata
         self._frontend = frontend
         self._router = router
@@ -116,7 +121,7 @@ class GroupAdmin:
         Raises (normal): UnknownGroup, GroupNotEmpty, Unavailable (a partition did not answer:
         call again; the group stays deleting and the backend finishes it), Timeout.
         """
-        deadline = time.monotonic() + timeout_s
+        deadline = self._monotonic() + timeout_s
         group = self._metadata.table.group(name)
         if group is None:
             raise errors.UnknownGroup(f"group {name!r} does not exist")
@@ -127,14 +132,14 @@ class GroupAdmin:
                 now_ms=self._metadata.now_ms(),
                 empty_since_ms=empty_since_ms,
             )
-            self._metadata.propose(data, max(0.001, deadline - time.monotonic()))
+            self._metadata.propose(data, max(0.001, deadline - self._monotonic()))
             group = self._metadata.table.group(name)
             assert group is not None and group.deleting, f"group {name!r} not marked deleting"
         out = self._forget_group(group, deadline)
         data = self._frontend.delete_group(
             self._metadata.table, name, now_ms=self._metadata.now_ms(), finish=True
         )
-        self._metadata.propose(data, max(0.001, deadline - time.monotonic()))
+        self._metadata.propose(data, max(0.001, deadline - self._monotonic()))
         logger.info(
             "[group=%s] deleted: %d partitions forgot it (%d pending rows)",
             name,
@@ -153,7 +158,7 @@ class GroupAdmin:
         for topic in table.state_topics(group):
             info = table.topics[topic]
             for partition in range(info.partition_count):
-                left = max(0.001, deadline - time.monotonic())
+                left = max(0.001, deadline - self._monotonic())
                 try:
                     response = self._router.propose(topic, partition, command, left)
                 except errors.RaftqError as exc:
@@ -204,7 +209,7 @@ class GroupAdmin:
                 session_timeout_ms=member.session_timeout_ms,
                 last_heartbeat_ms=self._sessions.last_heartbeat_ms(group.name, member_id),
             )
-        deadline = time.monotonic() + timeout_s
+        deadline = self._monotonic() + timeout_s
         for topic_name in group.topics:  # members or not: every topic it holds state on
             info = table.topic(topic_name)
             if info is None:
@@ -223,7 +228,7 @@ class GroupAdmin:
         )
         out = api_pb2.PartitionLag(topic=topic, partition=partition)
         try:
-            response = self._router.read(read, max(0.2, deadline - time.monotonic()))
+            response = self._router.read(read, max(0.2, deadline - self._monotonic()))
         except errors.RaftqError as exc:
             logger.info("[topic/partition=%s/%d] lag unavailable: %s", topic, partition, exc)
             return out

@@ -111,7 +111,9 @@ class ConsumeHandler:
         releases: Releases,
         new_records: NewRecords,
         budget: ByteBudget,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._monotonic = monotonic  # a long poll's deadline (the broker's Clock)
         self._groups = groups
         self._router = router
         self._releases = releases
@@ -137,7 +139,7 @@ class ConsumeHandler:
         Fenced, Unavailable."""
         _, member = self._groups.member(request.group, request.member_id, request.generation)
         partitions = list(member.assignment)
-        now = time.monotonic()
+        now = self._monotonic()
         deadline = now + min(request.max_wait_ms / 1000, timeout(timeout_s))
         outcome_deadline = now + min(LEASE_OUTCOME_WAIT_S, max(0.5, timeout(timeout_s) - 0.5))
         start = next(self._start)
@@ -145,9 +147,9 @@ class ConsumeHandler:
             out = self._lease_round(
                 request, partitions, start, max(deadline, outcome_deadline), member.start_from
             )
-            if out or time.monotonic() >= deadline:
+            if out or self._monotonic() >= deadline:
                 return self._deliverable(request, out)
-            self._new_records.wait(min(POLL_SLICE_S, max(0.0, deadline - time.monotonic())))
+            self._new_records.wait(min(POLL_SLICE_S, max(0.0, deadline - self._monotonic())))
             if not active():
                 return poll_response([], compact=request.compact)
             _, member = self._groups.member(request.group, request.member_id, request.generation)
@@ -188,7 +190,7 @@ class ConsumeHandler:
                     topic,
                     partition,
                     partition_pb2.PartitionCommand(lease=lease),
-                    max(0.5, deadline - time.monotonic()),
+                    max(0.5, deadline - self._monotonic()),
                     skip_if_idle=True,
                 )
             except errors.RaftqError as exc:

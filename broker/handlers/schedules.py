@@ -67,7 +67,15 @@ def with_next_slot(schedule: common_pb2.Schedule) -> common_pb2.Schedule:
 class ScheduleAdmin:
     """The four RPCs over a metadata table, a partition proposer and a partition reader."""
 
-    def __init__(self, table: Callable[[], Table], propose: Propose, read: Read) -> None:
+    def __init__(
+        self,
+        table: Callable[[], Table],
+        propose: Propose,
+        read: Read,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._monotonic = monotonic  # deadlines of the calls' steps
         self._table = table
         self._propose = propose
         self._read = read
@@ -78,7 +86,7 @@ class ScheduleAdmin:
         """The definition was checked at the edge (check_create_schedule); the fired record's
         size is judged here, by the topic's config. Raises (normal): ScheduleExists,
         UnknownTopic, UnknownPartition, RecordTooLarge, Unavailable, Timeout."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self._monotonic() + timeout_s
         assert check_schedule(request.schedule) is None, "check_create_schedule: a definition"
         info = self._topic(request.topic)
         biggest = fired_record(request.schedule, INT64_MAX_DIGITS)
@@ -108,7 +116,7 @@ class ScheduleAdmin:
         self, request: CheckedListSchedules, timeout_s: float
     ) -> api_pb2.ListSchedulesResponse:
         """Raises (normal): UnknownTopic, Unavailable, Timeout."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self._monotonic() + timeout_s
         info = self._topic(request.topic)
         found = self._read_all(info, request.name, deadline)
         found.sort(key=_name)
@@ -118,7 +126,7 @@ class ScheduleAdmin:
         self, request: CheckedPauseSchedule, timeout_s: float
     ) -> api_pb2.ScheduleResponse:
         """Pause or resume. Raises (normal): UnknownSchedule, UnknownTopic, Unavailable."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self._monotonic() + timeout_s
         info = self._topic(request.topic)
         schedule = self._existing(info, request.name, deadline)
         pause = partition_pb2.PauseSchedule(name=request.name, paused=request.paused)
@@ -131,7 +139,7 @@ class ScheduleAdmin:
         self, request: CheckedDeleteSchedule, timeout_s: float
     ) -> api_pb2.DeleteScheduleResponse:
         """Raises (normal): UnknownSchedule, UnknownTopic, Unavailable, Timeout."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self._monotonic() + timeout_s
         info = self._topic(request.topic)
         schedule = self._existing(info, request.name, deadline)
         command = partition_pb2.PartitionCommand(
@@ -156,7 +164,7 @@ class ScheduleAdmin:
         command: partition_pb2.PartitionCommand,
         deadline: float,
     ) -> partition_pb2.CommandResult:
-        left = max(0.001, deadline - time.monotonic())
+        left = max(0.001, deadline - self._monotonic())
         result = self._propose(info.name, partition, command, left).result
         if result.error:
             raise errors.error_for(result.error, result.message)
@@ -172,7 +180,7 @@ class ScheduleAdmin:
                 partition=partition,
                 schedules=internal_pb2.SchedulesRead(name=name),
             )
-            left = max(0.001, deadline - time.monotonic())
+            left = max(0.001, deadline - self._monotonic())
             found.extend(with_next_slot(s) for s in self._read(request, left).schedules)
         return found
 
