@@ -11,8 +11,9 @@ before, for the stall the loaded machine shows without a snapshot).
 
 Reported: how long the snapshots took (first pin to last journal compaction), the longest
 the probe waited for a driver during that time (the driver stall), and how many groups
-changed term or leader. ``--snap-sync`` takes the snapshot on the driver thread as before
-(the group's ``capture`` is removed), for the comparison.
+changed term or leader during it; the same stall and count over the 5 s before it (no
+snapshot) give the loaded machine's own noise. ``--snap-sync`` takes the snapshot on the
+driver thread as before (the group's ``capture`` is removed), for the comparison.
 
 ``--snap-install`` measures the follower's side instead: once every replica has snapshotted,
 one follower of the big partition is stopped, its files deleted and started again empty, so it
@@ -206,6 +207,9 @@ def measure(
         quiet_end = time.monotonic() + BASELINE_S  # the stall without a snapshot, for scale
         _wait(lambda: time.monotonic() > quiet_end, BASELINE_S + 1, "baseline window")
         baseline_s, probe.longest_s = probe.longest_s, 0.0
+        quiet = _leaders_and_terms(everyone)  # the load's own churn, without a snapshot
+        baseline_changed = {k.split("@")[0] for k in before if before[k] != quiet[k]}
+        before = quiet
         snap_started = time.monotonic()
         if install:
             restarted = _start_big(addr, addrs, drivers[addrs.index(addr)], data_dir, sync)
@@ -232,6 +236,7 @@ def measure(
             "stall_s": probe.longest_s,
             "baseline_stall_s": baseline_s,
             "changed": float(len(changed)),
+            "baseline_changed": float(len(baseline_changed)),
         }
     finally:
         for r in big + replicas:
@@ -268,6 +273,12 @@ def run(options: argparse.Namespace) -> list[Result]:
             figures["baseline_stall_s"],
             "s",
             note="the same probe before the snapshot: the loaded machine's own noise",
+        ),
+        Result(
+            "no snapshot: groups that changed term or leader (5 s before it)",
+            figures["baseline_changed"],
+            "groups",
+            note="the same count before the snapshot: the loaded machine's own churn",
         ),
         Result(
             f"{kind}: groups that changed term or leader",
