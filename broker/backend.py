@@ -82,6 +82,11 @@ LEAD_INTERVAL_S = 0.5
 # Replicas are reconciled on every table change and, for retries, this often.
 RECONCILE_INTERVAL_S = 1.0
 BALANCE_INTERVAL_S = 5.0
+# A leadership an election moved off its preferred replica is handed back on its own only
+# after its new leader has held it this long (a new group's first leader at once): when the
+# preferred broker lost it by being slow (CPU contention), handing it straight back made it
+# lose it again, an election every few seconds (issue 16). Kafka checks every 300 s.
+PREFER_LEADER_AFTER_S = 30.0
 # Seconds one step may spend opening replicas; the rest open in the next steps, so a broker
 # given hundreds of new partitions still reports (stays alive for the metadata leader).
 OPEN_BUDGET_S = 0.5
@@ -554,14 +559,19 @@ class Backend:
 
     def _prefer_leader(self, replica: PartitionReplica, table: Table) -> None:
         if self._config.broker.auto_leader_rebalance:
-            self.prefer_leader(replica, table)
+            self.prefer_leader(replica, table, settle_s=PREFER_LEADER_AFTER_S)
 
-    def prefer_leader(self, replica: PartitionReplica, table: Table) -> bool:
+    def prefer_leader(
+        self, replica: PartitionReplica, table: Table, *, settle_s: float = 0.0
+    ) -> bool:
         """Hand a replica this broker leads to its preferred leader when that broker is
-        connected and a voter of the group (not mid-move); True when a transfer started."""
+        connected and a voter of the group (not mid-move), and this broker has led it for
+        `settle_s` (a new group's first leader at once); True when a transfer started."""
         replicas = table.replicas(replica.topic, replica.partition) or ()
         if not replicas or replicas[0] == self.broker_id:
             return False
+        if replica.node.term > 1 and replica.node.led_for_s() < settle_s:
+            return False  # an election moved it here: let it settle (PREFER_LEADER_AFTER_S)
         preferred = table.broker(replicas[0])
         if preferred is None or preferred.raft_addr not in self._connected_peers():
             return False

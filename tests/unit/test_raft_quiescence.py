@@ -28,6 +28,7 @@ import pytest
 from raftq.transport.raft import FailReason, RaftNode, RaftTimings
 from raftq.transport.raft.driver import RaftDriver
 from raftq.transport.raft.hub import Hub
+from raftq.transport.raft.membership import TRANSFER_LAG_ENTRIES_MAX
 from raftq.transport.raft.quiescence import QUIESCE_AFTER_HEARTBEATS
 
 STEP_S = 0.01
@@ -512,5 +513,32 @@ def test_a_leadership_transfer_under_a_stream_of_proposals_takes_one_term(
         c.step(1.0)
         assert len(outcomes) == len(made), "every proposal is answered"
         assert outcomes.count(FailReason.SUCCESS) >= len(made) // 2, Counter(outcomes)
+
+    run(tmp_path, _seed(), scenario)
+
+
+def test_a_transfer_to_a_follower_far_behind_is_refused_and_holds_nothing(tmp_path: Path) -> None:
+    """A target more than TRANSFER_LAG_ENTRIES_MAX entries behind is refused at once (holding
+    appends while it catches up would stall the group); proposals keep committing."""
+
+    def scenario(c: Cluster) -> None:
+        settle_quiet(c)
+        old = led(c, "g0")
+        target = next(a for a in ADDRS if a != old)
+        leader = c.nodes[old, "g0"]
+        c.frozen.add(target)
+        for i in range(TRANSFER_LAG_ENTRIES_MAX + 8):
+            leader.propose(f"x{i}".encode())
+            c.step()
+        answered: list[int] = []
+        leader.transfer_leadership(target, lambda _r, err: answered.append(err))
+        before = leader.commit_index
+        leader.propose(b"after")
+        c.step(2 * DRIVER_ROUND_S)
+        assert answered == [FailReason.REQUEST_DENIED]
+        assert leader.commit_index > before and leader.is_leader()
+        assert leader.led_for_s() > 0
+        c.frozen.discard(target)
+        c.until(lambda: c.settled(ADDRS), max_s=10.0)
 
     run(tmp_path, _seed(), scenario)

@@ -97,6 +97,7 @@ class HardenedSyncObj(DurableLog, Snapshots, Quiescence, Membership, SyncObj):
         self._votes_from: set[Any] = set()  # candidate: the voters that granted this term
         self._transfer = None  # leader: a leadership transfer holding appends (membership.py)
         self._leader_heard_at: float | None = None  # follower: the leader's last append_entries
+        self.led_since = -math.inf  # raft time this replica last became leader
         # The last success ack sent: (leader node, term, verified index, raft time).
         self._last_ack: tuple[Any, int, int, float] | None = None
         # Quiescence (see the class docstring). Set up for real after SyncObj built the transport.

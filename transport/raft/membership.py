@@ -29,6 +29,12 @@ from raftq.transport.raft.pinned import LEADER, monotonic_time
 logger = logging.getLogger(__name__)
 
 
+# A transfer holds appends only for a target this close to the leader's last entry (a
+# healthy follower lags by the entries in flight); one further behind is refused at once, as
+# stock pysyncobj refuses any target not caught up, and the caller may ask again later.
+TRANSFER_LAG_ENTRIES_MAX = 64
+
+
 @dataclass
 class _Transfer:
     """A leadership transfer under way (the leader holds new appends meanwhile)."""
@@ -49,6 +55,7 @@ class Membership(SyncObj):
     _votes_from: set[Any]  # candidate: the voters that granted this term
     _transfer: _Transfer | None  # leader: a leadership transfer holding new appends
     _leader_heard_at: float | None  # follower: raft time of the leader's last append_entries
+    led_since: float  # raft time this replica last became leader
     _SyncObj__raftElectionDeadline: float
     _SyncObj__raftLeader: Any
     _SyncObj__transferInProgress: bool
@@ -145,7 +152,9 @@ class Membership(SyncObj):
         lost the vote and the term moved twice). The hold ends when leadership moves, or
         after ``raftMinTimeout`` without it (appends resume; the callback gets
         ``REQUEST_DENIED`` if the target never caught up). Never to a learner (it would not
-        campaign). ``callback(None, SUCCESS)`` once TimeoutNow is sent."""
+        campaign) nor to a target more than ``TRANSFER_LAG_ENTRIES_MAX`` entries behind
+        (refused at once: holding appends while it catches up would stall the group).
+        ``callback(None, SUCCESS)`` once TimeoutNow is sent."""
         if self._SyncObj__raftState != LEADER:
             if callback is not None:
                 callback(None, FAIL_REASON.NOT_LEADER)
@@ -157,11 +166,13 @@ class Membership(SyncObj):
             node = max(candidates)[2] if candidates else None
         elif not hasattr(node, "id"):
             node = self._SyncObj__nodeClass(node)
+        last = self._SyncObj__raftLog[-1][1]
         if (
             node is None
             or node in self._learners
             or node not in self._SyncObj__otherNodes
             or self._transfer is not None
+            or last - self._SyncObj__raftMatchIndex.get(node, 0) > TRANSFER_LAG_ENTRIES_MAX
         ):
             if callback is not None:
                 callback(None, FAIL_REASON.REQUEST_DENIED)
@@ -257,6 +268,8 @@ class Membership(SyncObj):
                 monotonic_time() + self._SyncObj__generateRaftTimeout()
             )
             self._end_transfer()
+        elif newState == LEADER and self._SyncObj__raftState != LEADER:
+            self.led_since = monotonic_time()
         SyncObj._SyncObj__setState(self, newState)
 
     def _on_vote(self, node: Any, message: dict[str, Any]) -> None:

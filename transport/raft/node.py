@@ -653,6 +653,12 @@ class RaftNode:
         node = self._obj._getLeader()
         return None if node is None else str(node.id)
 
+    def led_for_s(self) -> float:
+        """Seconds this replica has led its group (0 when it does not lead)."""
+        if not self._obj._isLeader():
+            return 0.0
+        return max(0.0, monotonic_time() - self._obj.led_since)
+
     def hint(self) -> str:
         return self.leader() or ""
 
