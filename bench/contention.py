@@ -10,7 +10,9 @@ Counted per phase: records acknowledged and consumed per second, the elections (
 every Raft group, metadata included, of how far its term moved: one per election, failed or
 not; read from each broker's ``/metrics``), and errors the clients saw, retriable (a timeout,
 a leader change) and not (the goal: none for a valid request). Goals: no election, no
-non-retriable error, and contended throughput >= 50 % of quiet.
+non-retriable error, and contended throughput >= 50 % of quiet. At the end the brokers' log
+lines saying why each term moved are printed to stderr (``term change: ...``, in time order,
+after the phases' start times), so every election counted can be traced to its cause.
 
     python -m bench contention [--hogs 4] [--quiet-seconds 60] [--contention-seconds 300]
     python -m bench contention --quick        (10 s + 10 s)
@@ -167,6 +169,7 @@ def measure(cluster: ProcessCluster, load: Load, name: str, seconds: float) -> P
     phase = Phase(name)
     before = terms(cluster)
     started = time.monotonic()
+    print(f"phase {name!r} starts at {time.strftime('%H:%M:%S')}", file=sys.stderr)
     load.count_into(phase)
     time.sleep(seconds)
     load.count_into(Phase("between"))
@@ -207,6 +210,23 @@ def run_phases(root: Path, hogs: int, quiet_s: float, contended_s: float) -> tup
     return quiet, contended
 
 
+# What the brokers log when a term moves or a leader steps down (transport/raft), and why.
+TERM_CHANGE = re.compile(r"standing for term|stepping down|closed: election within")
+TERM_CHANGES_SHOWN_MAX = 100
+
+
+def term_changes(root: Path) -> list[str]:
+    """Every broker's log lines saying why a term moved (a timer and how late, when the leader
+    was last heard; a transfer; a closed link; leader fallback), in time order, so each
+    election a run counts can be told apart."""
+    lines = []
+    for path in sorted(root.glob("broker-*.log")):
+        with path.open(errors="replace") as handle:
+            lines += [f"{path.stem}: {row.strip()}" for row in handle if TERM_CHANGE.search(row)]
+    lines.sort(key=lambda row: row.split(": ", 1)[1])
+    return lines[:TERM_CHANGES_SHOWN_MAX]
+
+
 def _rate(phase: Phase) -> float:
     return (phase.acked + phase.consumed) / max(phase.seconds, 1e-9)
 
@@ -217,6 +237,8 @@ def run(options: argparse.Namespace) -> list[Result]:
     hogs = getattr(options, "hogs", 4)
     with tempfile.TemporaryDirectory(prefix="raftq-contention-") as tmp:
         quiet, contended = run_phases(Path(tmp), hogs, quiet_s, contended_s)
+        for line in term_changes(Path(tmp)):
+            print(f"term change: {line}", file=sys.stderr)
     ratio = _rate(contended) / max(_rate(quiet), 1e-9)
     final = sum(contended.final.values()) + sum(quiet.final.values())
     shown = dict(contended.final) or dict(quiet.final)

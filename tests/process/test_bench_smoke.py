@@ -73,3 +73,5 @@ def test_contention_quick_run_prints_the_table() -> None:
     assert done.returncode == 0, done.stderr
     assert "contention: contended / quiet" in done.stdout
     assert "contention: elections under contention" in done.stdout
+    # why each term moved (here at least the groups' first elections), from the brokers' logs
+    assert "term change:" in done.stderr and "standing for term 1" in done.stderr, done.stderr
