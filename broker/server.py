@@ -52,7 +52,6 @@ from raftq.transport.tls import message_size_options
 logger = logging.getLogger("raftq.broker")
 DRIVER_ROUND_S = 0.05  # how often the raft driver checks every group's timers
 PARTITION_COMMIT_PUSH_S = 0.01  # a partition commit waits this long for an append to ride on
-DRIVER_SYNC_THREADS = 4  # journals the raft driver fsyncs side by side (driver.py _sync_all)
 
 
 def raft_timings(config: BrokerConfig) -> RaftTimings:
@@ -122,10 +121,7 @@ class Broker:
         # Every round asks every group "due?" (1,000 groups x 50 rounds/s was 40 % of an idle
         # broker's CPU); received messages and proposals tick their group at once anyway.
         self.driver = RaftDriver(
-            self.endpoint,
-            tick_interval_s=DRIVER_ROUND_S,
-            sync_threads=DRIVER_SYNC_THREADS,
-            clock=clock.monotonic_s,
+            self.endpoint, tick_interval_s=DRIVER_ROUND_S, clock=clock.monotonic_s
         )
         # Seeds bootstrap the metadata group; any other broker joins it (broker/membership.py).
         members, learners, joining = initial_voters(config, self.data_dir / "meta")

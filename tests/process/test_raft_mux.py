@@ -10,7 +10,6 @@ import pickle
 import random
 import socket
 import struct
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -613,48 +612,6 @@ def test_deferred_driver_tasks_run_after_the_rounds_flush() -> None:
     log.clear()
     d.run_once(0.0)  # a round without ticks runs nothing deferred twice
     assert "deferred" not in log
-
-
-class _BarrierNode(_FakeNode):
-    """A group whose journal has writes to make durable; its sync waits for `barrier`, which
-    only opens once every such group's sync is running at the same time."""
-
-    def __init__(self, name: str, ep: _FakeEndpoint, barrier: threading.Barrier, **kw: Any):
-        super().__init__(name, ep, **kw)
-        self.barrier = barrier
-        self.threads: list[str] = []
-
-    def sync_pending(self) -> bool:
-        return True
-
-    def sync(self) -> None:
-        self.threads.append(threading.current_thread().name)
-        self.barrier.wait(timeout=5)  # serial syncs would break it: BrokenBarrierError
-        super().sync()
-
-
-def test_driver_fsyncs_the_dirty_journals_side_by_side_before_the_flush() -> None:
-    """With sync_threads, the groups with writes to make durable are synced at the same time
-    on the driver's fsync threads (the round waits for the slowest journal, not the sum:
-    issue 16, fsyncs slow down under CPU contention), all before the flush; a failed sync
-    still discards only its own group's messages."""
-    log: list[str] = []
-    ep = _FakeEndpoint(log)
-    barrier = threading.Barrier(3)
-    d = RaftDriver(ep, tick_interval_s=10.0, full_tick_interval_s=10.0, sync_threads=4)
-    nodes = [_BarrierNode(n, ep, barrier, fail_sync=n == "c") for n in ("a", "b", "c")]
-    for node in nodes:
-        d.register(node.name, node)
-    try:
-        d.run_once(0.0)
-    finally:
-        d.stop()
-    assert log[:4] == ["poll", "tick a", "tick b", "tick c"]
-    assert log[4] == "flush_early"
-    assert sorted(log[5:8]) == ["sync a", "sync b", "sync c"]
-    assert log[8:] == ["flush [('a', 1), ('b', 1)]"]  # c's failed: its messages never leave
-    assert d.stats["sync_errors"] == 1 and d.stats["syncs"] == 3
-    assert all(t.startswith("raft-driver-fsync") for n in nodes for t in n.threads)
 
 
 def test_kill9_broker_process_groups_reelect() -> None:

@@ -59,7 +59,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -145,7 +145,6 @@ class _Group:
     node: Any
     tick: Callable[[float], Any]
     sync: Callable[[], Any] | None
-    sync_pending: Callable[[], bool] | None  # True: sync() has writes to make durable
     deadline: Callable[[], float] | None  # None: tick every round
     next_full_tick: float  # driver clock; pushed out by every tick of the group
     failures: int = 0
@@ -168,7 +167,6 @@ class RaftDriver:
         quiet_full_tick_interval_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         name: str = "raft-driver",
-        sync_threads: int = 0,
     ) -> None:
         if quiet_full_tick_interval_s is None:  # quiesced groups: 5 s by default
             quiet_full_tick_interval_s = 5 * full_tick_interval_s
@@ -201,9 +199,6 @@ class RaftDriver:
         self._seq = 0
         self._thread: threading.Thread | None = None
         self._stopping = False
-        # Journals with writes to make durable are fsync'd side by side (`_sync_all`).
-        self._sync_threads = sync_threads
-        self._sync_pool: ThreadPoolExecutor | None = None
         self.sync_seconds = 0.0  # wall time inside group syncs (journal fsyncs), for metrics
         self.stats: dict[str, int] = dict.fromkeys(
             (
@@ -270,14 +265,12 @@ class RaftDriver:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         thread = self._thread
-        if thread is not None:
-            self._stopping = True
-            self.endpoint.wake()
-            thread.join(timeout_s)
-            self._thread = None
-        pool, self._sync_pool = self._sync_pool, None
-        if pool is not None:
-            pool.shutdown(wait=False)
+        if thread is None:
+            return
+        self._stopping = True
+        self.endpoint.wake()
+        thread.join(timeout_s)
+        self._thread = None
 
     @property
     def group_names(self) -> list[str]:
@@ -320,7 +313,10 @@ class RaftDriver:
         if touched:
             # Answers first: a follower's ack waits for its fsync only, not for the ticks
             # below, which apply committed entries to the state machine.
-            self._sync_all([self._groups[n] for n in sorted(touched) if n in self._groups])
+            for name in sorted(touched):
+                group_or_none = self._groups.get(name)
+                if group_or_none is not None:
+                    self._sync(group_or_none)
             self.endpoint.flush()
         now = self._clock()
         raft_time = raft_now()
@@ -365,7 +361,8 @@ class RaftDriver:
         # A leader's append_entries go out now, so the followers' round trip overlaps the
         # leader's own fsync below; acks and votes wait for their group's fsync (step 5).
         self.endpoint.flush_early()
-        self._sync_all(ticked)  # groups only delivered to were synced after the poll
+        for group in ticked:  # groups only delivered to were synced after the poll
+            self._sync(group)
         self.endpoint.flush()
         if self._deferred:  # housekeeping the groups put off until their messages were out
             deferred, self._deferred = self._deferred, []
@@ -509,15 +506,7 @@ class RaftDriver:
         deadline = getattr(node, "tick_deadline", None) or syncobj_tick_deadline(node)
         # Stagger the full ticks over one interval so they do not come in bursts.
         offset = (len(self._groups) * 0.618034 % 1.0) * self.full_tick_interval_s
-        group = _Group(
-            name,
-            node,
-            tick,
-            getattr(node, "sync", None),
-            getattr(node, "sync_pending", None),
-            deadline,
-            0.0,
-        )
+        group = _Group(name, node, tick, getattr(node, "sync", None), deadline, 0.0)
         group.next_full_tick = self._clock() + offset
         self._groups[name] = group
         self._seq += 1
@@ -538,32 +527,6 @@ class RaftDriver:
             if group.failures <= 3 or group.failures % 1000 == 0:
                 logger.exception("[group=%s] tick failed (%d times)", group.name, group.failures)
 
-    def _sync_all(self, groups: list[_Group]) -> None:
-        """Sync `groups` (the group-commit fsyncs), all before any of their messages leave.
-        With `sync_threads`, the groups that have writes to make durable are fsync'd side by
-        side on that many threads (``os.fsync`` releases the GIL): the round waits for the
-        slowest journal, not for the sum, which matters when fsyncs slow down (CPU contention
-        delays the kernel's journal threads and every wake-up of this one)."""
-        if self._sync_threads > 1 and len(groups) > 1:
-            jobs = [
-                (g, sync)
-                for g in groups
-                if (sync := g.sync) is not None and g.sync_pending is not None and g.sync_pending()
-            ]
-            if len(jobs) > 1:
-                pool = self._sync_pool
-                if pool is None:
-                    pool = self._sync_pool = ThreadPoolExecutor(
-                        self._sync_threads, thread_name_prefix=f"{self._name}-fsync"
-                    )
-                futures = [(g, pool.submit(_timed, sync)) for g, sync in jobs]
-                for group, future in futures:
-                    self._settle_sync(group, future)
-                done = {id(g) for g, _sync in jobs}
-                groups = [g for g in groups if id(g) not in done]
-        for group in groups:
-            self._sync(group)
-
     def _sync(self, group: _Group) -> None:
         if group.sync is None:
             return
@@ -573,28 +536,11 @@ class RaftDriver:
             group.sync()
             self.sync_seconds += time.perf_counter() - started
         except Exception:
-            self._sync_failed(group)
-
-    def _settle_sync(self, group: _Group, future: Future[float]) -> None:
-        self.stats["syncs"] += 1
-        try:
-            self.sync_seconds += future.result()
-        except Exception:
-            self._sync_failed(group)
-
-    def _sync_failed(self, group: _Group) -> None:
-        """Driver thread, inside an ``except``: the group's acks must not leave."""
-        self.stats["sync_errors"] += 1
-        dropped = self.endpoint.discard_pending(group.name)
-        logger.exception(
-            "[group=%s] sync failed; discarded %d unsent messages", group.name, dropped
-        )
-
-
-def _timed(fn: Callable[[], Any]) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
+            self.stats["sync_errors"] += 1
+            dropped = self.endpoint.discard_pending(group.name)
+            logger.exception(
+                "[group=%s] sync failed; discarded %d unsent messages", group.name, dropped
+            )
 
 
 # ------------------------------------------------------------------------------------------------

@@ -301,11 +301,6 @@ class RaftNode:
         """fsync journal (and due meta) if anything changed since the last call: group commit."""
         self.journal.sync()
 
-    def sync_pending(self) -> bool:
-        """True when :meth:`sync` has writes to make durable (the driver syncs such groups
-        side by side, driver.py)."""
-        return self.journal.dirty
-
     # -------------------------------------------------------------- proposing
     def propose(self, data: bytes, callback: Callback | None = None) -> None:
         """Replicate ``data``; ``callback(result, err)`` runs on the tick thread when known.
