@@ -74,7 +74,6 @@ from raftq.transport.raft.handshake import SEAL_OVERHEAD_BYTES, should_dial
 logger = logging.getLogger("raftq.transport.raft.mux")
 
 OUT_BUFFER_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
-READ_CHUNK_BYTES = 256 * 1024  # one recv()
 # Accepted connections still in the handshake: at most this many in all, and per remote host.
 # A new connection is always accepted; over a limit the oldest handshake of the same host (or,
 # over the total, of the host holding the most) is closed, so a flood of idle connections
@@ -110,11 +109,6 @@ class MuxConfig:
     reconnect_min_s: float = 0.05
     reconnect_max_s: float = 1.0
     housekeeping_interval_s: float = 0.1
-    # A poll reads each readable link until its socket is empty, or this much (then the next
-    # poll goes on): a late driver delivers a peer's backlog (a second of a busy stream) before
-    # it ticks any group, and a round stays bounded, so this broker's own leaders still
-    # heartbeat between the pieces of a larger one.
-    read_bytes_per_poll_max: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if not self.ping_interval_s < self.silent_after_s < self.dead_after_s:
@@ -525,36 +519,18 @@ class MuxEndpoint:
     # -- reading -------------------------------------------------------------------------------
 
     def _on_readable(self, conn: Conn, touched: set[str]) -> None:
-        """Read and deliver everything `conn` has buffered (up to ``read_bytes_per_poll_max``),
-        not one read's worth: after the driver thread was late (not scheduled, a long round)
-        a peer's backlog is delivered whole before any group's timers are judged, so a
-        follower never stands for election while its leader's heartbeats wait unread in its
-        socket, and a follower that fell behind the stream catches up in one poll."""
-        budget = self.config.read_bytes_per_poll_max
-        while budget > 0:
-            try:
-                data = conn.sock.recv(READ_CHUNK_BYTES)
-            except (
-                BlockingIOError,
-                InterruptedError,
-                ssl.SSLWantReadError,
-                ssl.SSLWantWriteError,
-            ):
-                return  # drained
-            except OSError as exc:
-                self._close(conn, f"recv failed: {exc}")
-                return
-            if not data:
-                self._close(conn, "closed by peer")
-                return
-            budget -= len(data)
-            conn.last_recv = self._clock()
-            self.stats["bytes_received"] += len(data)
-            if not self._deliver_bytes(conn, data, touched):
-                return
-
-    def _deliver_bytes(self, conn: Conn, data: bytes, touched: set[str]) -> bool:
-        """Decode and handle the frames `data` completes; False once `conn` is closed."""
+        try:
+            data = conn.sock.recv(256 * 1024)
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return
+        except OSError as exc:
+            self._close(conn, f"recv failed: {exc}")
+            return
+        if not data:
+            self._close(conn, "closed by peer")
+            return
+        conn.last_recv = self._clock()
+        self.stats["bytes_received"] += len(data)
         try:
             frames = conn.decoder.feed(data)
             while frames:
@@ -562,13 +538,11 @@ class MuxEndpoint:
                     self.stats["frames_received"] += 1
                     self._on_frame(conn, kind, body, touched)
                     if conn.state == ConnState.CLOSED:
-                        return False
+                        return
                 frames = conn.decoder.feed(b"")
         except FrameError as exc:
             self.stats["protocol_errors"] += 1
             self._close(conn, f"protocol error: {exc}")
-            return False
-        return True
 
     def _on_frame(self, conn: Conn, kind: int, body: bytes, touched: set[str]) -> None:
         if conn.rx is not None:
