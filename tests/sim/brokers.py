@@ -60,18 +60,33 @@ class SimTime:
         self._cond = threading.Condition()
         self.stopping = False
 
+    def now(self) -> float:
+        """The brokers' monotonic clock. After teardown every reading moves it on a little:
+        a thread waiting out a simulated deadline on a real event still gets there."""
+        if self.stopping:
+            with self._cond:
+                self.clock.advance(STEP_S)
+        return self.clock.now()
+
     def advance(self, seconds: float) -> None:
         with self._cond:
             self.clock.advance(seconds)
             self._cond.notify_all()
 
     def sleep(self, seconds: float) -> None:
+        if self.stopping:  # after teardown a sleeper moves time itself: its loops end
+            with self._cond:
+                self.clock.advance(max(0.0, seconds))
+            return
         until = self.clock.now() + max(0.0, seconds)
         with self._cond:
             while not self.stopping and self.clock.now() < until:
                 self._cond.wait(0.5)
 
     def wait(self, event: threading.Event, seconds: float) -> bool:
+        if self.stopping:
+            self.sleep(seconds)
+            return event.is_set()
         until = self.clock.now() + max(0.0, seconds)
         with self._cond:
             while not event.is_set() and not self.stopping and self.clock.now() < until:
@@ -79,8 +94,9 @@ class SimTime:
         return event.is_set()
 
     def stop(self) -> None:
-        """Teardown: every sleep and wait returns at once from now on, and a day passes, so
-        every retry loop on a simulated deadline ends (the clock no longer advances)."""
+        """Teardown: a day passes, so every retry loop on a simulated deadline ends, and from
+        now on a sleep or wait returns at once, advancing the clock by its length itself (a
+        call started after this still reaches its deadline)."""
         with self._cond:
             self.stopping = True
             self.clock.advance(TEARDOWN_S)
@@ -88,8 +104,8 @@ class SimTime:
 
     def broker_clock(self, offset_s: Callable[[], float]) -> Clock:
         return Clock(
-            wall_s=lambda: WALL_EPOCH_S + self.clock.now() + offset_s(),
-            monotonic_s=self.clock,
+            wall_s=lambda: WALL_EPOCH_S + self.now() + offset_s(),
+            monotonic_s=self.now,
             sleep_s=self.sleep,
             wait_s=self.wait,
         )

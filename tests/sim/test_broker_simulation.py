@@ -222,7 +222,7 @@ class Workload:
         self, member: Member, leased: api_pb2.LeasedRecord, started_ms: int, answered_ms: int
     ) -> None:
         """No acknowledged record leased again; no record leased while its earlier lease still
-        runs by the true clock, unless that member's generation moved on (a rebalance
+        runs by the true clock, unless the grant is of a later generation (a rebalance
         released it)."""
         key = (leased.partition, leased.offset)
         assert leased.topic == TOPIC and leased.record.value in self.sent, (
@@ -230,15 +230,13 @@ class Workload:
         )
         assert key not in self.settled, f"acknowledged record {key} leased again"
         before = self.leases.get(key)
-        if before is not None:
-            same_generation = any(
-                m.name == before.member and m.generation == before.generation for m in self.members
+        # A rebalance (a later generation) revoked and released an earlier lease; within one
+        # generation a partition has one owner and its leases run out first.
+        if before is not None and member.generation == before.generation:
+            assert before.deadline_ms <= answered_ms, (
+                f"{key} leased to {member.name} while {before.member}'s lease runs until "
+                f"{before.deadline_ms} (true clock {started_ms}..{answered_ms} ms)"
             )
-            if same_generation:
-                assert before.deadline_ms <= answered_ms, (
-                    f"{key} leased to {member.name} while {before.member}'s lease runs until "
-                    f"{before.deadline_ms} (true clock {started_ms}..{answered_ms} ms)"
-                )
         self.leases[key] = Lease(member.name, member.generation, leased.lease_deadline_ms)
         self.granted += 1
 
