@@ -59,6 +59,7 @@ class SendStream:
         self._answered = False
         self._timed_out = False
         self.broken = False
+        self.error: errors.RaftqError | None = None  # why it broke, once it has
         self._call = open_call(iter(self._requests.get, _END))
         self._reader = threading.Thread(
             target=self._read, name=f"raftq-send-stream-{address}", daemon=True
@@ -107,7 +108,7 @@ class SendStream:
         except grpc.RpcError as exc:
             error = self._error_of(exc)
         with self._lock:
-            self.broken = True
+            self.broken, self.error = True, error
             waiting_all = list(self._waiting.values())
             self._waiting.clear()
         self._requests.put(_END)  # lets gRPC's request thread finish
@@ -164,6 +165,9 @@ class SendStreams:
                 if time.monotonic() + timeout_s < self._next_sweep_s:
                     self._wake.set()  # a deadline before the sweeper's next look
                 return True
+            if isinstance(stream.error, Refused):  # refused before this request was queued
+                self.refused(address)
+                return False
         return False
 
     def refused(self, address: str) -> None:
