@@ -39,12 +39,13 @@ proto: $(STAMP)
 # which fails once a long-lived process holds more than 1024 file descriptors.
 SPARK_TESTS := tests/process/test_spark.py
 
+# The slowest tests are listed at the end of each run (--durations), to keep make test in budget.
 test: $(STAMP) tools
-	$(PY) -m pytest -q -m "not slow" --ignore=$(SPARK_TESTS) $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow" --ignore=$(SPARK_TESTS) --durations=25 $(PYTEST_ARGS)
 	$(PY) -m pytest -q -m "not slow" $(SPARK_TESTS) $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow --ignore=$(SPARK_TESTS) $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m slow --ignore=$(SPARK_TESTS) --durations=10 $(PYTEST_ARGS)
 	$(PY) -m pytest -q -m slow $(SPARK_TESTS) $(PYTEST_ARGS)
 
 ## Chaos: 3 brokers under load with seeded faults, then the offline checker (tests/chaos/).

@@ -49,7 +49,7 @@ from typing import Any
 
 from raftq.client import Admin
 from raftq.partitions.sqlite_store import copy_position
-from raftq.proto import api_pb2, errors, metadata_pb2
+from raftq.proto import errors, metadata_pb2
 from raftq.replica import group_name
 from raftq.transport.raft.node import seed_snapshot
 
@@ -236,9 +236,7 @@ def _backup_partition(
     ``deadline``: (manifest entry, bytes received, bytes newly stored)."""
     before = previous.get((topic_id, partition), [])
     have = [bytes.fromhex(c) if _chunk_path(directory, c).exists() else MISSING for c in before]
-    request = api_pb2.BackupPartitionRequest(
-        topic=topic, partition=partition, topic_id=topic_id, chunk_bytes=CHUNK_BYTES, have=have
-    )
+    copy = _Copy(topic, topic_id, partition, have)
     address = ""
     while True:
         left = deadline - time.monotonic()
@@ -248,7 +246,7 @@ def _backup_partition(
                 address = described.leader_addr
                 if not address:
                     raise errors.Unavailable(f"{topic}/{partition} has no leader yet")
-            return _receive(admin, directory, address, request, before, left)
+            return _receive(admin, directory, address, copy, before, left)
         except errors.NotLeader as exc:
             address = exc.leader_hint
             error: errors.RaftqError = exc
@@ -259,15 +257,33 @@ def _backup_partition(
         time.sleep(0.2)
 
 
+@dataclass(frozen=True)
+class _Copy:
+    """One partition's copy asked for: which incarnation, and the chunks already held."""
+
+    topic: str
+    topic_id: int
+    partition: int
+    have: list[bytes]
+
+
 def _receive(
     admin: Admin,
     directory: Path,
     address: str,
-    request: api_pb2.BackupPartitionRequest,
+    copy: _Copy,
     before: list[str],
     timeout_s: float,
 ) -> tuple[dict[str, Any], int, int]:
-    stream = admin.backup_partition(address, request, max(timeout_s, 1.0))
+    stream = admin.backup_partition(
+        address,
+        copy.topic,
+        copy.partition,
+        topic_id=copy.topic_id,
+        chunk_bytes=CHUNK_BYTES,
+        have=copy.have,
+        timeout_s=max(timeout_s, 1.0),
+    )
     head = next(iter(stream), None)
     if head is None:
         raise errors.Unavailable(f"{address} ended the backup stream before it began")
@@ -282,9 +298,9 @@ def _receive(
     if "" in chunks:  # a chunk beyond the previous copy that was not sent
         raise errors.Unavailable(f"{address} left chunks of the copy out: take the backup again")
     entry = {
-        "topic": request.topic,
-        "topic_id": request.topic_id,
-        "partition": request.partition,
+        "topic": copy.topic,
+        "topic_id": copy.topic_id,
+        "partition": copy.partition,
         "applied_index": head.applied_index,
         "next_offset": head.next_offset,
         "size_bytes": head.size_bytes,

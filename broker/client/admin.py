@@ -19,7 +19,6 @@ import grpc
 from raftq.client import admin_calls as calls
 from raftq.client import types
 from raftq.client.channels import _DEFAULTS, DEFAULT_BOOTSTRAP, _Channels, channel_security
-from raftq.proto import api_pb2
 from raftq.transport.grpc_errors import from_rpc_error
 
 R = TypeVar("R")
@@ -253,30 +252,30 @@ class Admin:
         set; producers and consumers carry on meanwhile. Raises (normal): UnknownTopic,
         UnknownPartition, InvalidArgument (no, repeated, unknown or dead brokers), Timeout
         (still moving after ``timeout_s``: call again, it resumes)."""
-        request = api_pb2.MovePartitionRequest(
-            topic=topic, partition=partition, replicas=list(replicas)
-        )
-
-        def send(stubs: Any, _left_s: float) -> api_pb2.MovePartitionResponse:
-            return stubs.admin.MovePartition(request, timeout=timeout_s)
-
-        return calls.read_partition_move(self._channels.call_any(send))
+        return self._run(calls.move_partition(topic, partition, replicas, timeout_s))
 
     def backup_metadata(self) -> types.MetadataBackup:
         """The metadata leader's table, whole, with its applied index and the cluster's id
         (``raftq backup``; broker/backup.py)."""
-
-        def send(stubs: Any, timeout_s: float) -> api_pb2.BackupMetadataResponse:
-            return stubs.admin.BackupMetadata(api_pb2.BackupMetadataRequest(), timeout=timeout_s)
-
-        return calls.read_metadata_backup(self._channels.call_any(send))
+        return self._run(calls.backup_metadata())
 
     def backup_partition(
-        self, address: str, request: api_pb2.BackupPartitionRequest, timeout_s: float
+        self,
+        address: str,
+        topic: str,
+        partition: int,
+        *,
+        topic_id: int = 0,
+        chunk_bytes: int = 0,
+        have: Sequence[bytes] = (),
+        timeout_s: float = 300.0,
     ) -> Iterator[types.BackupChunk]:
-        """The BackupPartition stream of the broker at ``address`` (the partition's leader).
-        Raises (normal): NotLeader with the leader's hint, Unavailable, UnknownTopic,
-        UnknownPartition, InvalidArgument; mid-stream failures as well."""
+        """The BackupPartition stream of the broker at ``address`` (the partition's leader):
+        a head (``chunks``, ``size_bytes``, ``applied_index``) then the chunks not in ``have``
+        (SHA-256 per chunk of a previous copy). ``topic_id`` names the incarnation (0: the one
+        that exists); ``chunk_bytes`` 0 is 65,536. Raises (normal): NotLeader with the leader's
+        hint, Unavailable, UnknownTopic, UnknownPartition, InvalidArgument; mid-stream too."""
+        request = calls.backup_partition_request(topic, partition, topic_id, chunk_bytes, have)
         stream = self._channels.stubs(address).admin.BackupPartition(request, timeout=timeout_s)
         try:
             for chunk in stream:

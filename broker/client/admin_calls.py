@@ -370,6 +370,32 @@ def producer_state(
 
 
 @_typed
+def move_partition(
+    topic: str, partition: int, replicas: Sequence[int], timeout_s: float
+) -> Call[types.PartitionMove]:
+    request = api_pb2.MovePartitionRequest(
+        topic=topic, partition=partition, replicas=list(replicas)
+    )
+    return Call("admin", "MovePartition", request, read_partition_move, timeout_s)
+
+
+@_typed
+def backup_metadata() -> Call[types.MetadataBackup]:
+    request = api_pb2.BackupMetadataRequest()
+    return Call("admin", "BackupMetadata", request, read_metadata_backup)
+
+
+def backup_partition_request(
+    topic: str, partition: int, topic_id: int, chunk_bytes: int, have: Sequence[bytes]
+) -> api_pb2.BackupPartitionRequest:
+    """BackupPartition's request (a server stream, so no :class:`Call`): ``have`` holds the
+    SHA-256 of each chunk of a previous copy, whose unchanged chunks are not sent again."""
+    return api_pb2.BackupPartitionRequest(
+        topic=topic, partition=partition, topic_id=topic_id, chunk_bytes=chunk_bytes, have=have
+    )
+
+
+@_typed
 def commit_txn(app_id: str, version: int, scope: str) -> Call[int]:
     request = api_pb2.CommitTxnRequest(app_id=app_id, version=version, scope=scope)
     return Call("admin", "CommitTxn", request, lambda state: int(state.version))

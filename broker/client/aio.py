@@ -288,6 +288,55 @@ class AsyncAdmin:
     async def cancel_record(self, topic: str, partition: int, offset: int) -> None:
         await self._run(calls.cancel_record(topic, partition, offset))
 
+    async def remove_broker(self, broker_id: int, timeout_s: float = 300.0) -> int:
+        """As Admin.remove_broker: the number of replicas moved off ``broker_id``."""
+        return await self._run(calls.remove_broker(broker_id, timeout_s))
+
+    async def move_partition(
+        self, topic: str, partition: int, replicas: Sequence[int], timeout_s: float = 300.0
+    ) -> types.PartitionMove:
+        """As Admin.move_partition."""
+        return await self._run(calls.move_partition(topic, partition, replicas, timeout_s))
+
+    async def producer_state(
+        self, topic: str, producer_id: str, partitions: Sequence[int] = ()
+    ) -> dict[int, types.ProducerState]:
+        """As Admin.producer_state."""
+        return await self._run(calls.producer_state(topic, producer_id, partitions))
+
+    async def commit_txn(self, app_id: str, version: int, scope: str = "") -> int:
+        """As Admin.commit_txn."""
+        return await self._run(calls.commit_txn(app_id, version, scope))
+
+    async def get_txn(self, app_id: str, scope: str = "") -> int | None:
+        """As Admin.get_txn."""
+        return await self._run(calls.get_txn(app_id, scope))
+
+    async def backup_metadata(self) -> types.MetadataBackup:
+        """As Admin.backup_metadata."""
+        return await self._run(calls.backup_metadata())
+
+    async def backup_partition(
+        self,
+        address: str,
+        topic: str,
+        partition: int,
+        *,
+        topic_id: int = 0,
+        chunk_bytes: int = 0,
+        have: Sequence[bytes] = (),
+        timeout_s: float = 300.0,
+    ) -> AsyncIterator[types.BackupChunk]:
+        """As Admin.backup_partition: the head, then the chunks, from the broker at
+        ``address``."""
+        request = calls.backup_partition_request(topic, partition, topic_id, chunk_bytes, have)
+        stream = self._channels.stubs(address).admin.BackupPartition(request, timeout=timeout_s)
+        try:
+            async for chunk in stream:
+                yield calls.read_backup_chunk(chunk)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+
     async def close(self) -> None:
         await self._channels.close()
 

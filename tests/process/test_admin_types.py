@@ -16,7 +16,6 @@ from google.protobuf.message import Message as ProtoMessage
 
 from raftq.client import Admin, Consumer, Producer, types
 from raftq.client.aio import AsyncAdmin
-from raftq.proto import api_pb2
 from tests.cluster import Cluster, make_cluster
 from tests.helpers import wait_until
 
@@ -27,7 +26,8 @@ PLAIN = (int, str, bytes, bool, float, type(None))
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with make_cluster(tmp_path_factory.mktemp("admin-types"), brokers=3) as built:
+    # four: the AsyncAdmin test removes broker 4, the Admin test (last) broker 3
+    with make_cluster(tmp_path_factory.mktemp("admin-types"), brokers=4) as built:
         built.wait_ready()
         yield built
 
@@ -134,6 +134,21 @@ def test_every_async_admin_method_answers_frozen_dataclasses(cluster: Cluster) -
             answers["delete_schedule"] = None  # answers nothing
             answers["purge_topic"] = await a.purge_topic("typed-aio", 0)
             answers["delete_group"] = await a.delete_group("typed-aio-g")
+            answers["producer_state"] = await a.producer_state("typed-aio", "nobody", [0])
+            answers["commit_txn"] = await a.commit_txn("typed-aio-app", 4, scope="typed-aio")
+            answers["get_txn"] = await a.get_txn("typed-aio-app", scope="typed-aio")
+            answers["backup_metadata"] = await a.backup_metadata()
+            partition = (await a.describe_topic("typed-aio")).partitions[1]
+            answers["backup_partition"] = [
+                chunk
+                async for chunk in a.backup_partition(
+                    partition.leader_addr, "typed-aio", 1, timeout_s=60
+                )
+            ]
+            elsewhere = next(b for b in (1, 2, 3) if b not in partition.replicas)
+            target = [partition.replicas[0], elsewhere]
+            answers["move_partition"] = await a.move_partition("typed-aio", 1, target, 120)
+            answers["remove_broker"] = await a.remove_broker(4, 120)
             answers["describe_cluster"] = await a.describe_cluster()
             await a.delete_topic("typed-aio-2")
             answers["delete_topic"] = None  # answers nothing
@@ -150,6 +165,11 @@ def test_every_async_admin_method_answers_frozen_dataclasses(cluster: Cluster) -
     assert [(p.partition, p.log_start) for p in answers["purge_topic"]] == [(0, 3)]
     assert answers["describe_group"].group_id == "typed-aio-g"
     assert answers["alter_topic_config"].config.lease_ms == 9
+    assert answers["commit_txn"] == 4 and answers["get_txn"] == 4
+    assert not answers["producer_state"][0].known
+    assert answers["backup_metadata"].cluster_id and answers["backup_partition"][0].chunks >= 1
+    assert len(answers["move_partition"].replicas) == 2
+    assert 4 not in {b.id for b in answers["describe_cluster"].brokers}
 
 
 def test_every_admin_method_answers_frozen_dataclasses(cluster: Cluster) -> None:
@@ -190,8 +210,9 @@ def test_every_admin_method_answers_frozen_dataclasses(cluster: Cluster) -> None
     answers["delete_group"] = admin.delete_group("typed-g")
     answers["backup_metadata"] = admin.backup_metadata()
     partition = admin.describe_topic("typed").partitions[1]
-    request = api_pb2.BackupPartitionRequest(topic="typed", partition=1)
-    answers["backup_partition"] = list(admin.backup_partition(partition.leader_addr, request, 60))
+    answers["backup_partition"] = list(
+        admin.backup_partition(partition.leader_addr, "typed", 1, timeout_s=60)
+    )
     elsewhere = next(b for b in (1, 2, 3) if b not in partition.replicas)
     answers["move_partition"] = admin.move_partition(
         "typed", 1, [partition.replicas[0], elsewhere], 120

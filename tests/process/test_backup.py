@@ -22,7 +22,7 @@ from raftq import backup, cli, inspector
 from raftq.client import Admin, Consumer, Message, Producer
 from raftq.metadata.machine import MetadataMachine
 from raftq.metadata.table import Table
-from raftq.proto import api_pb2, common_pb2, errors, metadata_pb2
+from raftq.proto import common_pb2, errors, metadata_pb2
 from tests.cluster import ProcessCluster
 from tests.helpers import wait_until
 
@@ -191,23 +191,18 @@ def check_hops(cluster: ProcessCluster, admin: Admin) -> None:
         assert via.backup_metadata().cluster_id == admin.backup_metadata().cluster_id
     leader = cluster.leader_of(TOPIC, 0)
     follower = next(b for b in (1, 2, 3) if b != leader)
-    request = api_pb2.BackupPartitionRequest(topic=TOPIC, partition=0)
     with pytest.raises(errors.NotLeader) as refused:
-        list(admin.backup_partition(cluster.client_addr(follower), request, 10))
+        list(admin.backup_partition(cluster.client_addr(follower), TOPIC, 0, timeout_s=10))
     assert refused.value.leader_hint == cluster.client_addr(leader)
     at = cluster.client_addr(leader)
-    for bad, error in (
-        (api_pb2.BackupPartitionRequest(topic=TOPIC, partition=0, chunk_bytes=5000), "multiple"),
-        (api_pb2.BackupPartitionRequest(topic=TOPIC, partition=0, have=[b"x"]), "32-byte"),
-    ):
+    bad: dict[str, Any]
+    for bad, error in (({"chunk_bytes": 5000}, "multiple"), ({"have": [b"x"]}, "32-byte")):
         with pytest.raises(errors.InvalidArgument, match=error):
-            list(admin.backup_partition(at, bad, 10))
+            list(admin.backup_partition(at, TOPIC, 0, timeout_s=10, **bad))
     with pytest.raises(errors.UnknownTopic):
-        list(admin.backup_partition(at, api_pb2.BackupPartitionRequest(topic="nope"), 10))
+        list(admin.backup_partition(at, "nope", 0, timeout_s=10))
     with pytest.raises(errors.UnknownPartition):
-        list(
-            admin.backup_partition(at, api_pb2.BackupPartitionRequest(topic=TOPIC, partition=9), 10)
-        )
+        list(admin.backup_partition(at, TOPIC, 9, timeout_s=10))
 
 
 # -- bad input (no cluster needed) -----------------------------------------------------------
