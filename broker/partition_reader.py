@@ -9,19 +9,21 @@ snapshot at some applied index.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 
 from raftq.partitions.machine import GroupLag, Offsets, fetch_from, lag_of
 from raftq.partitions.reader import FetchResult, ProducerState, might_have_ready, producer_state
 from raftq.partitions.rows import OutboxRow
-from raftq.partitions.store import PartitionStore
+from raftq.partitions.sqlite_store import SqliteStore
 from raftq.proto import common_pb2
 
 
 class PartitionReader:
     """Thread-safe reads over a store of its own (a second connection to the same file)."""
 
-    def __init__(self, store: PartitionStore) -> None:
+    def __init__(self, store: SqliteStore) -> None:
         self._store = store
         self._lock = threading.Lock()
 
@@ -68,6 +70,17 @@ class PartitionReader:
     def applied_index(self) -> int:
         with self._lock, self._store.transaction():
             return self._store.load_meta().applied_index
+
+    @contextlib.contextmanager
+    def closed(self) -> Iterator[None]:
+        """Reads wait while the block runs with this connection closed (a restore moving a
+        new file into place), then go on at the file's new state."""
+        with self._lock:
+            self._store.close()
+            try:
+                yield
+            finally:
+                self._store.reopen()
 
     def close(self) -> None:
         with self._lock:

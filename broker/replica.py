@@ -53,12 +53,13 @@ from raftq.partitions.machine import (
 )
 from raftq.partitions.reader import FetchResult, ProducerState, might_have_ready, producer_state
 from raftq.partitions.rows import OutboxRow
-from raftq.partitions.sqlite_store import SqliteStore, copy_position
+from raftq.partitions.sqlite_store import SqliteStore, copy_position, retired_files
 from raftq.partitions.store import PartitionStore
 from raftq.proposer import Proposer
 from raftq.proto import common_pb2, errors, partition_pb2
 from raftq.transport.raft import ApplyError, FailReason, RaftNode, RaftTimings
 from raftq.transport.raft.driver import RaftDriver
+from raftq.transport.raft.snapshot import remove_paced
 
 logger = logging.getLogger("raftq.broker.replica")
 
@@ -145,14 +146,19 @@ class PartitionReplica:
         path = str(data_dir / f"{self.name}.sqlite")
         self._sqlite: SqliteStore | None = None
         if store is None:
+            for leftover in retired_files(path):  # a crash during a restore's file swap
+                remove_paced(leftover)
             # With a driver, WAL checkpoints run after the driver's round has sent its
-            # messages (acks, appends) instead of inside the apply that grew the WAL.
+            # messages (acks, appends) instead of inside the apply that grew the WAL. A
+            # snapshot's restore moves its copy into place; the replaced file is freed in
+            # steps off the driver (snapshot.remove_paced).
             store = self._sqlite = SqliteStore(
                 path,
                 synchronous=synchronous,
                 cache_kib=cache_kib,
                 wal_autocheckpoint_pages=wal_autocheckpoint_pages,
                 deferred_checkpoints=driver is not None,
+                remove_file=remove_paced,
             )
         self.store: PartitionStore = store
         self._checkpoint_deferred = False
@@ -614,8 +620,16 @@ class PartitionReplica:
             return self.machine.capture_snapshot()
 
     def _restore(self, path: str) -> None:
+        """A snapshot's state copied out to ``path`` (consumed): moved into place while the
+        reader's connection is closed (SqliteStore.restore_from)."""
         with self._state_lock:
-            self.machine.restore(path)
+            if self._closed:
+                raise RuntimeError(f"{self.where} replica closed: nothing restored")
+            if self._reader is None:
+                self.machine.restore(path, take=True)
+            else:
+                with self._reader.closed():
+                    self.machine.restore(path, take=True)
         self._failure_handled = False
         logger.info("%s [group=%s] restored a snapshot", self.where, self.name)
 

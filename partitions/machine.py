@@ -1270,9 +1270,10 @@ class PartitionMachine:
         it to a path later, from any thread (``SqliteStore.pin_backup``)."""
         return self.store.pin_backup()
 
-    def restore(self, path: str) -> None:
-        """Replace the state with a snapshot written by ``snapshot``; clears ``failed``."""
-        self.store.restore_from(path)
+    def restore(self, path: str, *, take: bool = False) -> None:
+        """Replace the state with a snapshot written by ``snapshot``; clears ``failed``.
+        ``take``: the file at ``path`` may be moved into place (``restore_from``)."""
+        self.store.restore_from(path, take=take)
         self.failed = None
         self._reload()
         self.schedule_count = len(self.store.schedules())

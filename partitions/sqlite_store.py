@@ -28,7 +28,7 @@ import os
 import sys
 import threading
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import apsw
@@ -191,25 +191,34 @@ class SqliteStore:
         cache_kib: int = 65536,
         wal_autocheckpoint_pages: int = 1000,
         deferred_checkpoints: bool = False,
+        remove_file: Callable[[str], None] = os.unlink,
     ) -> None:
         """``deferred_checkpoints``: a commit that grows the WAL to ``wal_autocheckpoint_pages``
         only sets ``checkpoint_due``, and the owner calls ``checkpoint()`` when it suits it
         (the broker: after the driver's round sent its messages), instead of SQLite
-        checkpointing inside that commit."""
+        checkpointing inside that commit. ``remove_file(path)``: how the file a restore
+        replaced is freed (the broker: in paced steps on another thread)."""
         if synchronous not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
         self.path = path
         self.checkpoint_due = False
-        self._conn = apsw.Connection(path)
+        self.remove_file = remove_file
+        self._settings = (synchronous, int(cache_kib), int(wal_autocheckpoint_pages))
+        self._deferred_checkpoints = deferred_checkpoints
+        self._open()
+
+    def _open(self) -> None:
+        synchronous, cache_kib, wal_autocheckpoint_pages = self._settings
+        self._conn = apsw.Connection(self.path)
         self._conn.setbusytimeout(5000)
         cur = self._conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA synchronous={synchronous}")
-        cur.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
+        cur.execute(f"PRAGMA cache_size=-{cache_kib}")
         cur.execute("PRAGMA temp_store=MEMORY")
-        cur.execute(f"PRAGMA wal_autocheckpoint={int(wal_autocheckpoint_pages)}")
-        if deferred_checkpoints and wal_autocheckpoint_pages > 0:
-            threshold = int(wal_autocheckpoint_pages)
+        cur.execute(f"PRAGMA wal_autocheckpoint={wal_autocheckpoint_pages}")
+        if self._deferred_checkpoints and wal_autocheckpoint_pages > 0:
+            threshold = wal_autocheckpoint_pages
 
             def wal_grew(_conn: apsw.Connection, _db: str, pages: int) -> int:
                 if pages >= threshold:
@@ -904,13 +913,24 @@ class SqliteStore:
 
         return write
 
-    def restore_from(self, path: str) -> None:
-        """Replace the whole partition with the copy at ``path`` (written by backup_to), in one
-        transaction (a crash midway leaves the state as it was), then checkpoint it. A
-        partition's restore runs on a snapshot worker (transport/raft/snapshots.py): the WAL
-        is fdatasync'd after every step of the copy and the file behind the checkpoint, so no
-        backlog of dirty pages makes the broker's other writers (the driver's journal fsyncs)
-        wait for it."""
+    def restore_from(self, path: str, *, take: bool = False) -> None:
+        """Replace the whole partition with the copy at ``path`` (written by backup_to).
+
+        With ``take`` (the copy is the caller's to give: a snapshot's state copied out for
+        this) and this connection the file's only one, the copy is moved into place: fsync'd,
+        this connection closed (SQLite checkpoints and removes the WAL), the copy renamed over
+        the file (a second link keeps the old one, freed by ``remove_file``), the directory
+        fsync'd, the file reopened; ``path`` is consumed, and nothing but the copy is
+        written. A crash at any step leaves a whole SQLite file, the old or the new, with no
+        WAL of the other. Otherwise (another connection has the file open: a pinned copy,
+        a reader) the copy is written in through the backup API in one transaction (a crash
+        midway leaves the state as it was), then checkpointed; on a snapshot worker
+        (transport/raft/snapshots.py) the WAL is fdatasync'd after every step of the copy
+        and the file behind the checkpoint, so no backlog of dirty pages makes the broker's
+        other writers (the driver's journal fsyncs) wait for it. Raises apsw errors and
+        ``OSError``; the store is open afterwards either way."""
+        if take and self._move_into_place(path):
+            return  # reopened: a snapshot from before fair ordering is migrated
         source = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
         try:
             with self._conn.backup("main", source, "main") as backup:
@@ -922,6 +942,35 @@ class SqliteStore:
         self._migrate()  # a snapshot from before fair ordering
         with _flushing(self.path):
             self.checkpoint()
+
+    def _move_into_place(self, path: str) -> bool:
+        """restore_from's rename of the copy at ``path`` over the file; False (nothing
+        changed) when another connection still has the file open."""
+        _fsync(path)  # whole on disk before it is the partition
+        self._conn.close()
+        try:
+            if os.path.exists(self.path + "-wal"):
+                return False  # not the last connection: SQLite kept the WAL for the others
+            name = f"{self.path}{RETIRED_SUFFIX}{next(_retired)}"
+            old: str | None = name
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name)  # a crash's leftover of the same name
+                os.link(self.path, name)
+            except OSError:  # no hard links here: the rename frees the old file
+                old = None
+            try:
+                _replace(path, self.path)
+            except BaseException:
+                if old is not None:
+                    os.unlink(old)  # only a second name: the file is still the partition
+                raise
+            _fsync(os.path.dirname(os.path.abspath(self.path)))  # the rename is durable
+            if old is not None:
+                self.remove_file(old)
+            return True
+        finally:
+            self._open()
 
     def dump(self) -> dict[str, Any]:
         return canonical_dump(
@@ -964,6 +1013,10 @@ class SqliteStore:
     def close(self) -> None:
         self._conn.close()
 
+    def reopen(self) -> None:
+        """Open the file again after ``close`` (it may be another file by now: a restore)."""
+        self._open()
+
 
 # -- for reports ----------------------------------------------------------------------------
 
@@ -978,6 +1031,35 @@ class SnapshotCancelled(Exception):
 
 
 BACKUP_STEP_PAGES = 4096  # 16 MiB of 4 KiB pages between two looks at the cancel flag
+# restore_from keeps the file it replaced as ``<path>.old<n>`` until ``remove_file`` frees it;
+# what a crash left is removed at start (``remove_retired_files``).
+RETIRED_SUFFIX = ".old"
+_retired = itertools.count(1)
+
+
+def retired_files(path: str) -> list[str]:
+    """What restore_from left of files it replaced at ``path`` (a crash before their removal)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    prefix = os.path.basename(path) + RETIRED_SUFFIX
+    try:
+        names = os.listdir(parent)
+    except FileNotFoundError:
+        return []
+    return [os.path.join(parent, n) for n in sorted(names) if n.startswith(prefix)]
+
+
+def _fsync(path: str) -> None:
+    """fsync a file or a directory."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _replace(source: str, path: str) -> None:
+    """The rename that makes a restored copy the partition (a test may fail it)."""
+    os.replace(source, path)
 
 
 def _fdatasync(path: str) -> None:

@@ -42,6 +42,7 @@ from pysyncobj.syncobj import _COMMAND_TYPE, _RAFT_STATE, SyncObjException
 from pysyncobj.transport import TCPTransport
 
 from raftq.proto import errors
+from raftq.transport.raft import snapshot as snapshot_file
 from raftq.transport.raft.clocks import QuorumClock
 from raftq.transport.raft.entries import encode_membership
 from raftq.transport.raft.hardened import HardenedSyncObj
@@ -55,6 +56,7 @@ from raftq.transport.raft.pinned import (
     monotonic_time,
 )
 from raftq.transport.raft.snapshot import (
+    SnapshotReceiver,
     read_snapshot,
     remove_stale_background_files,
     snapshot_learners,
@@ -414,21 +416,36 @@ class RaftNode:
         last, prev, cluster, self._snapshot_learners = self._read_snapshot(path)
         return last, prev, cluster
 
-    def _restore_received(self, path: str, cancelled: threading.Event) -> tuple[Any, ...]:
-        """Snapshot worker: restore the snapshot received at ``path`` (snapshots.py,
-        "Installing off the tick thread"; the group applies nothing meanwhile). Returns (last,
-        prev, cluster nodes, learners); raises when it cannot, or was cancelled before it
-        began (nothing changed then)."""
+    def _restore_received(
+        self, received: SnapshotReceiver, cancelled: threading.Event
+    ) -> tuple[Any, ...]:
+        """Snapshot worker: install the snapshot ``received`` from the leader (snapshots.py,
+        "Installing off the tick thread"; the group applies nothing meanwhile): its state
+        copied out at ``INSTALL_BYTES_PER_S``, the file renamed over the group's snapshot
+        (the commit point), the state restored. Returns (last, prev, cluster nodes,
+        learners); raises when it cannot, or was cancelled before it began (nothing changed
+        then)."""
         if cancelled.is_set():
             raise RuntimeError(f"[group={self.name}] install cancelled")
-        return self._read_snapshot(path)
+        return self._read_snapshot(
+            received.tmp_path,
+            commit=received.install,
+            bytes_per_s=snapshot_file.INSTALL_BYTES_PER_S,
+        )
 
-    def _read_snapshot(self, path: str) -> tuple[Any, ...]:
+    def _read_snapshot(
+        self,
+        path: str,
+        commit: Callable[[], None] | None = None,
+        bytes_per_s: float = 0,
+    ) -> tuple[Any, ...]:
         if self._restore is None:
             raise RuntimeError(f"[group={self.name}] snapshot file without a restore callback")
         try:
-            last, prev, cluster = read_snapshot(path, self._restore, fsync=self._fsync)
             learners = snapshot_learners(path)
+            last, prev, cluster = read_snapshot(
+                path, self._restore, fsync=self._fsync, commit=commit, bytes_per_s=bytes_per_s
+            )
         except Exception:
             logger.critical("[group=%s] cannot restore snapshot %s", self.name, path)
             raise

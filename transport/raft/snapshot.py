@@ -33,11 +33,13 @@ import base64
 import collections
 import concurrent.futures
 import contextlib
+import itertools
 import json
 import logging
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,18 +98,107 @@ def write_snapshot(
     os.unlink(user_path)
 
 
-def _copy(source: IO[bytes], out: IO[bytes], fsync: bool) -> None:
+def _copy(source: IO[bytes], out: IO[bytes], fsync: bool, bytes_per_s: float = 0) -> None:
     """Copy the rest of ``source`` to ``out`` (flushed), fdatasync'ing it every
     ``_SYNC_EVERY_BYTES`` when ``fsync``: never gigabytes of dirty pages at once, or the kernel
-    would throttle every writer on the machine (the driver's journal appends too)."""
+    would throttle every writer on the machine (the driver's journal appends too).
+    ``bytes_per_s``: at most that rate (0: as fast as the disk goes)."""
     copied = 0
+    started = time.monotonic()
     while chunk := source.read(_COPY_BYTES):
-        out.write(chunk)
+        _write_out(out, chunk)
         copied += len(chunk)
         if fsync and copied % _SYNC_EVERY_BYTES == 0:
             out.flush()
             os.fdatasync(out.fileno())
+        if bytes_per_s > 0 and not _inline:  # the simulation's time is its own
+            ahead_s = started + copied / bytes_per_s - time.monotonic()
+            if ahead_s > 0:
+                time.sleep(ahead_s)
     out.flush()
+
+
+def _write_out(out: IO[bytes], data: bytes) -> None:
+    """One piece of a snapshot file being copied (a test may slow it)."""
+    out.write(data)
+
+
+# A snapshot received from the leader is copied out of its file at most this fast before it
+# is moved into place (SnapshotInstall): the install's disk writes stay near the transfer's.
+INSTALL_BYTES_PER_S = 64 << 20
+
+# Replaced files (an older snapshot, a partition's SQLite file before an install) are freed in
+# steps on the process's remover thread: the rename that replaces one frees nothing (a second
+# link keeps it), then it is truncated ``REMOVE_STEP_BYTES`` at a time, ``REMOVE_PAUSE_S``
+# apart, and unlinked. Freeing gigabytes at once keeps the disk's journal busy long enough for
+# the drivers' journal fsyncs to wait on it. A file still being sent waits for its transfer.
+REMOVE_STEP_BYTES = 64 << 20
+REMOVE_PAUSE_S = 0.05
+RETIRED_SUFFIX = ".old"
+_retired = itertools.count(1)
+_sending: collections.Counter[tuple[int, int]] = collections.Counter()  # (dev, inode) being sent
+
+
+def replace_retiring(source: str, path: str) -> None:
+    """``os.replace(source, path)``; the file ``path`` held is freed by :func:`remove_paced`
+    (a crash leaves it as ``<path>.old<n>``, removed at start). Raises ``OSError``; then
+    nothing changed."""
+    old = f"{path}{RETIRED_SUFFIX}{next(_retired)}"
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(old)  # a crash's leftover of the same name: garbage
+        os.link(path, old)
+    except OSError:  # nothing to retire, or no hard links here: freed by the rename
+        os.replace(source, path)
+        return
+    try:
+        os.replace(source, path)
+    except BaseException:
+        os.unlink(old)  # only a second name: the file is still ``path``
+        raise
+    remove_paced(old)
+
+
+def remove_paced(path: str) -> None:
+    """Free the file at ``path`` in steps on the remover thread (at once inside
+    :func:`written_inline`); it must have no other name. Errors are logged."""
+    if _inline:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    _io_thread("raft-snapshot-remove").submit(_truncate_away, path)
+
+
+def _truncate_away(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return
+    except OSError:
+        logger.warning("cannot remove %s", path, exc_info=True)
+        return
+    try:
+        st = os.fstat(fd)
+        if _sending[(st.st_dev, st.st_ino)]:  # a leader still sends it: later
+            threading.Timer(1.0, remove_paced, (path,)).start()
+            return
+        size = st.st_size
+        while size > 0:
+            size = max(0, size - REMOVE_STEP_BYTES)
+            _truncate(fd, size)
+            if size:
+                time.sleep(REMOVE_PAUSE_S)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    except OSError:
+        logger.warning("cannot remove %s", path, exc_info=True)
+    finally:
+        os.close(fd)
+
+
+def _truncate(fd: int, size: int) -> None:
+    """One step of freeing a replaced file (a test may watch it)."""
+    os.ftruncate(fd, size)
 
 
 Writer = Callable[[str, threading.Event], None]
@@ -242,7 +333,8 @@ class BackgroundSnapshot:
         if self.cancelled.is_set():
             self._remove_files()
             return False
-        os.replace(self.tmp_path, self.path)  # the journal fsyncs the directory before compacting
+        # The journal fsyncs the directory before compacting.
+        replace_retiring(self.tmp_path, self.path)
         return True
 
 
@@ -255,6 +347,13 @@ def remove_stale_background_files(path: str) -> None:
         for leftover in parent.glob(name + pattern):
             with contextlib.suppress(FileNotFoundError):
                 leftover.unlink()
+    remove_retired(path)
+
+
+def remove_retired(path: str) -> None:
+    """Free what a crash left of files that replaced ``path`` (:func:`replace_retiring`)."""
+    for leftover in Path(path).parent.glob(Path(path).name + RETIRED_SUFFIX + "*"):
+        remove_paced(str(leftover))
 
 
 def read_snapshot(
@@ -262,11 +361,17 @@ def read_snapshot(
     restore: Callable[[str], None],
     *,
     fsync: bool,
+    commit: Callable[[], None] | None = None,
+    bytes_per_s: float = 0,
 ) -> tuple[Entry, Entry, list[str]]:
     """Hand the user's part of the snapshot at ``path`` to ``restore``; return the bookkeeping.
 
     The file may have just been received from the leader without fsync (pysyncobj's
-    ``setTransmissionData``): it is made durable here, before the journal is cleared.
+    ``setTransmissionData``): it is made durable here, before the journal is cleared. The
+    user's part is copied out to ``<path>.restore`` (at most ``bytes_per_s``), which
+    ``restore`` may move into place (it is removed after). ``commit`` (a snapshot received
+    from the leader: rename it over the group's) runs between the copy and ``restore``: a
+    crash during the long copy leaves the old snapshot, one after the commit the new one.
     """
     if fsync:
         fd = os.open(path, os.O_RDONLY)
@@ -276,18 +381,25 @@ def read_snapshot(
             os.close(fd)
         fsync_dir(Path(path).parent)
     user_path = path + ".restore"
-    with open(path, "rb") as f:
-        if f.read(len(MAGIC)) != MAGIC:
-            raise ValueError(f"{path} is not a raftq snapshot")
-        (length,) = _LEN.unpack(f.read(_LEN.size))
-        header = json.loads(f.read(length))
-        with open(user_path, "wb") as out:
-            _copy(f, out, fsync)
     try:
+        with open(path, "rb") as f:
+            if f.read(len(MAGIC)) != MAGIC:
+                raise ValueError(f"{path} is not a raftq snapshot")
+            (length,) = _LEN.unpack(f.read(_LEN.size))
+            header = json.loads(f.read(length))
+            with open(user_path, "wb") as out:
+                _copy(f, out, fsync, bytes_per_s)
+        if commit is not None:
+            commit()
         restore(user_path)
     finally:
-        # The copy and the side files SQLite leaves beside a WAL file opened read-only.
-        for leftover in (user_path, user_path + "-wal", user_path + "-shm"):
+        # The copy unless ``restore`` took it (freed in steps under a name of its own), and
+        # the side files SQLite leaves beside a WAL file opened read-only.
+        with contextlib.suppress(FileNotFoundError):
+            retired = f"{user_path}{RETIRED_SUFFIX}{next(_retired)}"
+            os.rename(user_path, retired)
+            remove_paced(retired)
+        for leftover in (user_path + "-wal", user_path + "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(leftover)
     return _bookkeeping(header)
@@ -395,6 +507,7 @@ class _Outgoing:
     last_index: int
     xfer: int
     threaded: bool  # reads on the reader thread (not inside written_inline)
+    inode: tuple[int, int] = (0, 0)  # (device, inode): remove_paced waits while it is sent
     sent: int = 0  # bytes handed to the transport
     acked: int = 0  # bytes the follower reported written
     next_read: int = 0
@@ -473,7 +586,11 @@ class SnapshotSender:
             fd = os.dup(f.fileno())
         self._xfers += 1
         xfer = (term << 32) | (self._xfers & 0xFFFFFFFF)
-        out = _Outgoing(fd, os.fstat(fd).st_size, last[1], xfer, threaded=not _inline)
+        st = os.fstat(fd)
+        out = _Outgoing(fd, st.st_size, last[1], xfer, threaded=not _inline)
+        out.inode = (st.st_dev, st.st_ino)
+        with _pool_lock:
+            _sending[out.inode] += 1
         self._out[node] = out
         return out
 
@@ -510,6 +627,10 @@ class SnapshotSender:
         out = self._out.pop(node, None)
         if out is None:
             return
+        with _pool_lock:
+            _sending[out.inode] -= 1
+            if not _sending[out.inode]:
+                del _sending[out.inode]
         if out.threaded:  # after the reads queued before it
             _io_thread("raft-snapshot-read").submit(os.close, out.fd)
         else:
@@ -667,8 +788,9 @@ class SnapshotReceiver:
         return read_snapshot_header(self.tmp_path)
 
     def install(self) -> None:
-        """Move the received snapshot over ``path`` durably."""
-        os.replace(self.tmp_path, self.path)
+        """Move the received snapshot over ``path`` durably (the one it replaces is freed in
+        steps: :func:`replace_retiring`)."""
+        replace_retiring(self.tmp_path, self.path)
         if self.fsync:
             fsync_dir(Path(self.path).parent)
 

@@ -179,10 +179,10 @@ class Snapshots(SyncObj):
         """Restore the received snapshot on a worker (see "Installing off the tick thread");
         inline (the simulation) it is done at once and acknowledged as on the tick thread."""
         self._cancel_snapshot_job()  # an older local snapshot must not be renamed over it
-        owner, path = self._raftq, self._snapshot_rx.tmp_path
+        owner, received = self._raftq, self._snapshot_rx
         self._install_from = node
         self._install_job = SnapshotInstall(
-            lambda cancelled: owner._restore_received(path, cancelled), owner._wake
+            lambda cancelled: owner._restore_received(received, cancelled), owner._wake
         )
         if self._install_job.done():
             return self._finish_install()
@@ -197,17 +197,16 @@ class Snapshots(SyncObj):
         return self._install_job is not None
 
     def _finish_install(self) -> int | None:
-        """Tick thread, once the install job is done: rename the received snapshot over the
-        group's (the commit point), reconcile the journal with it and acknowledge it to the
-        leader. Returns the snapshot's last index, or None when the install failed (the leader
-        is asked to start over)."""
+        """Tick thread, once the install job is done (it renamed the received snapshot over
+        the group's, the commit point, and restored it): reconcile the journal with it and
+        acknowledge it to the leader. Returns the snapshot's last index, or None when the
+        install failed (the leader is asked to start over)."""
         job, sender = self._install_job, self._install_from
         assert job is not None
         self._install_job = self._install_from = None
         leader = self._SyncObj__raftLeader or sender
         try:
             last, prev, cluster, learners = job.result()
-            self._snapshot_rx.install()  # durable before the journal changes
             self._adopt_snapshot(last, prev, cluster, learners)
         except Exception:
             logger.exception("[group=%s] cannot install the snapshot from %s", self._group, sender)
