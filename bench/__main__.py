@@ -32,6 +32,7 @@ BENCHMARKS = [
     "bench.backup",
     "bench.contention",
     "bench.admin_answers",
+    "bench.term_write",
 ]
 
 

@@ -39,6 +39,13 @@ def test_group_join_quick_run_prints_the_table() -> None:
     assert "join at 10 groups" in done.stdout and "join at 1,000 / at 10 groups" in done.stdout
 
 
+def test_term_write_quick_run_prints_the_table() -> None:
+    done = bench("term_write", "--quick", "--term-busy-mb", "4", timeout_s=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for metric in ("term write rename: p50", "term write in place: p99", "rename / in place"):
+        assert metric in done.stdout, done.stdout
+
+
 def test_admin_answers_quick_run_prints_the_table() -> None:
     done = bench("admin_answers", "--quick", timeout_s=120)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -25,7 +25,7 @@ import pytest
 from raftq.proto import errors
 from raftq.transport.raft import RaftNode, RaftTimings
 from raftq.transport.raft.hub import ManualClock, pysyncobj_time
-from raftq.transport.raft.journal import DurableJournal, parse_journal
+from raftq.transport.raft.journal import DurableJournal, parse_journal, read_meta
 from raftq.transport.raft.snapshot import read_snapshot, write_snapshot, written_inline
 from raftq.transport.raft.testing import (
     RecordingTransport,
@@ -155,6 +155,7 @@ class DiskModel:
 def disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[DiskModel]:
     model = DiskModel(os.fsync)
     monkeypatch.setattr(os, "fsync", model.fsync)
+    monkeypatch.setattr(os, "fdatasync", model.fsync)  # a file's data (and its size) too
     yield model
 
 
@@ -212,9 +213,8 @@ def vote_scenario(kind: str, tmp: Path, disk: DiskModel) -> dict[str, Any] | Non
             if not meta:
                 seen.append(None)
             elif kind == "raftq":
-                import json
-
-                seen.append(json.loads(meta))
+                found = read_meta(meta)
+                seen.append(None if found is None else found[1])
             else:
                 seen.append({"raw": meta})
 

@@ -9,8 +9,14 @@ without fsync (PYSYNCOBJ.md defect 1). :class:`DurableJournal` replaces it behin
   fsyncs once for everything appended since the last call (group commit) and advances
   :attr:`durable_index`. The node calls ``sync`` before an append acknowledgement leaves and
   counts the leader toward commit only up to ``durable_index``.
-* ``setCurrentTerm`` (term and vote) is written to ``<journal>.meta`` synchronously:
-  tmp file, fsync, rename, fsync of the directory, before any vote or message reflecting it.
+* ``setCurrentTerm`` (term and vote) is written to ``<journal>.meta`` synchronously, before
+  any vote or message reflecting it: the file holds two 512-byte slots (each ``META_MAGIC``,
+  a sequence number, the JSON and a crc32), and a write overwrites the slot *not* holding the
+  newest in place, then fdatasyncs (one flush; the file's size never changes). A torn write
+  fails its crc, and loading takes the valid slot of the highest sequence: the value before
+  the write that was never acted on. A file of the earlier format (plain JSON, written
+  through tmp, fsync, rename and directory fsync, two flushes and a rename per vote) is read,
+  and replaced durably by the two-slot file at its next write.
 * The commit index is a hint (Raft keeps it volatile); it is stored with the next ``sync``
   after the one-second timer, after the journal fsync, and is clamped to the journal end on
   load so it never points past what is on disk.
@@ -44,6 +50,9 @@ logger = logging.getLogger(__name__)
 MAGIC = b"RAFTQJ1\n"
 _RECORD = struct.Struct("<IIQQ")  # payload length, crc32 of payload, idx, term
 _IDX_TERM = struct.Struct("<QQ")
+META_MAGIC = b"RAFTQM2\n"
+META_SLOT_BYTES = 512  # one sector each: a slot is written whole or fails its crc
+_SLOT = struct.Struct("<8sQII")  # META_MAGIC, sequence, JSON length, crc32(sequence + JSON)
 
 Entry = tuple[bytes, int, int]  # (command, idx, term), pysyncobj's entry shape
 
@@ -146,11 +155,22 @@ class DurableJournal(Journal):
                 os.fsync(fd)
 
     def _load_meta(self) -> dict[str, Any]:
+        """Term, vote and commit hint from ``<journal>.meta`` (either format; see the module
+        docstring). Raises ``ValueError`` when neither slot of a two-slot file is whole."""
+        self._meta_seq = 0
+        self._meta_slots = False  # the file is in the two-slot format (written in place)
         try:
             raw = self.meta_path.read_bytes()
         except FileNotFoundError:
             return {}
-        meta: dict[str, Any] = json.loads(raw)
+        if raw[:1] == b"{":  # the earlier format: rewritten as slots at the next write
+            meta: dict[str, Any] = json.loads(raw)
+            return meta
+        found = read_meta(raw)
+        if found is None:
+            raise ValueError(f"[group={self.group}] {self.meta_path}: no whole slot")
+        self._meta_seq, meta = found
+        self._meta_slots = True
         return meta
 
     # ------------------------------------------------------------ durability
@@ -183,10 +203,26 @@ class DurableJournal(Journal):
         return did
 
     def _store_meta(self) -> None:
-        data = json.dumps(self._meta, sort_keys=True).encode()
-        write_file_durably(self.meta_path, data, fsync=self.fsync_enabled)
-        if self.fsync_enabled:
-            self.fsync_count += 2
+        """Write the meta durably: over the older slot and fdatasync; the first time (no file,
+        or the earlier format) a whole two-slot file through tmp and rename."""
+        self._meta_seq += 1
+        slot = _meta_slot(self._meta_seq, json.dumps(self._meta, sort_keys=True).encode())
+        if not self._meta_slots:
+            previous = _meta_slot(self._meta_seq - 1, b"{}")  # never newer than ``slot``
+            pair = (previous, slot) if self._meta_seq % 2 else (slot, previous)
+            write_file_durably(self.meta_path, b"".join(pair), fsync=self.fsync_enabled)
+            self._meta_slots = True
+            if self.fsync_enabled:
+                self.fsync_count += 2
+        else:  # opened per write: no descriptor per group kept
+            fd = os.open(self.meta_path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, slot, (self._meta_seq % 2) * META_SLOT_BYTES)
+                if self.fsync_enabled:
+                    os.fdatasync(fd)
+                    self.fsync_count += 1
+            finally:
+                os.close(fd)
         self._meta_dirty = False
         self._meta_due = False
 
@@ -305,6 +341,32 @@ class DurableJournal(Journal):
     # ----------------------------------------------------------- inspection
     def entries(self) -> Sequence[Entry]:
         return list(self._entries)
+
+
+def _meta_slot(sequence: int, payload: bytes) -> bytes:
+    body = struct.pack("<Q", sequence) + payload
+    head = _SLOT.pack(META_MAGIC, sequence, len(payload), zlib.crc32(body))
+    assert len(head) + len(payload) <= META_SLOT_BYTES, "journal meta too large for a slot"
+    return (head + payload).ljust(META_SLOT_BYTES, b"\0")
+
+
+def read_meta(data: bytes) -> tuple[int, dict[str, Any]] | None:
+    """(sequence, meta) of the newest whole slot in the bytes of a two-slot meta file, or
+    None when neither slot is whole."""
+    best: tuple[int, dict[str, Any]] | None = None
+    for at in (0, META_SLOT_BYTES):
+        raw = data[at : at + META_SLOT_BYTES]
+        if len(raw) < _SLOT.size:
+            continue
+        magic, sequence, length, crc = _SLOT.unpack_from(raw)
+        payload = raw[_SLOT.size : _SLOT.size + length]
+        if magic != META_MAGIC or len(payload) != length:
+            continue
+        if zlib.crc32(struct.pack("<Q", sequence) + payload) != crc:
+            continue
+        if best is None or sequence > best[0]:
+            best = (sequence, json.loads(payload))
+    return best
 
 
 def parse_journal(data: bytes) -> list[Entry]:
