@@ -151,6 +151,13 @@ def add_arguments(group: Any) -> None:
         help=f"which of {','.join(PARTS)} to run (default: all)",
     )
     group.add_argument(
+        "--producer-id",
+        default="",
+        help="append part: every batch is an idempotent producer's (this id, sequences 0, 1, "
+        "...); one containing spark: is a tracked producer, as the Spark writer's (default: "
+        "none)",
+    )
+    group.add_argument(
         "--keep-data", action="store_true", help="leave the temp directory behind (debugging)"
     )
 
@@ -196,8 +203,11 @@ def append_command(
     priorities: bool = False,
     keys: int = 0,
     first: int = 0,
+    producer_id: str = "",
+    sequence: int = 0,
 ) -> bytes:
-    """``records`` records; with ``keys``, record ``first + i`` has the key (first + i) % keys."""
+    """``records`` records; with ``keys``, record ``first + i`` has the key (first + i) % keys;
+    with ``producer_id``, the batch is that producer's ``sequence``."""
     batch = [
         common_pb2.Record(
             value=rng.randbytes(VALUE_BYTES), priority=rng.randrange(10) if priorities else 0
@@ -207,7 +217,8 @@ def append_command(
     if keys:
         for i, record in enumerate(batch):
             record.key = b"%d" % ((first + i) % keys)
-    return partition.command(append=partition_pb2.Append(records=batch))
+    append = partition_pb2.Append(records=batch, producer_id=producer_id, sequence=sequence)
+    return partition.command(append=append)
 
 
 @contextlib.contextmanager
@@ -228,13 +239,19 @@ def append_once(options: argparse.Namespace, batches: int, seed: int) -> tuple[f
     """(machine records/s, raw records/s), measured in one directory in alternating chunks of
     APPEND_CHUNK batches, so that both see the same load on a shared machine."""
     machine_s = raw_s = 0.0
+    pid = options.producer_id
     with workdir(options) as tmp:
         partition = Partition(tmp / "partition.sqlite", options.synchronous)
         try:
             rng = random.Random(seed)
             for start in range(0, batches, APPEND_CHUNK):
                 chunk = min(APPEND_CHUNK, batches - start)
-                commands = [append_command(partition, rng, BATCH_RECORDS) for _ in range(chunk)]
+                commands = [
+                    append_command(
+                        partition, rng, BATCH_RECORDS, producer_id=pid, sequence=start + i
+                    )
+                    for i in range(chunk)
+                ]
                 machine_s += sum(partition.apply(c)[1] for c in commands)
                 raw_s += raw_insert_benchmark(
                     str(tmp / "raw.sqlite"),
@@ -259,6 +276,8 @@ def bench_append(options: argparse.Namespace) -> list[Result]:
     ratio = median(ratios)
     print(f"   append: machine {[round(m) for m, _ in runs]}, raw {[round(r) for _, r in runs]}")
     where = f"{batches} x {BATCH_RECORDS} x {VALUE_BYTES} B, sync={options.synchronous}"
+    if options.producer_id:
+        where += f", producer {options.producer_id}"
     return [
         Result("append: apply", machine_rate, "rec/s", note=where),
         Result("append: raw APSW insert", raw_rate, "rec/s", note=where),

@@ -6,6 +6,9 @@ One file per partition replica, WAL mode, ``synchronous=FULL`` by default. The l
     records     the log: offset -> key, value, headers, priority, deliver_at, dedup fields
     idempotency idempotency key -> (offset, timestamp) within the topic's dedup window
     producers   (producer_id, sequence) -> offsets of the batch (the last few per producer)
+    tracked_batches  a tracked producer's (Spark writer's) batches: first and last offset of
+                each (producer_id, sequence) in the log, one row per batch, so a retried task
+                counts what its producer id wrote without an index entry per record
     groups      consumer groups that have leased from this partition
     pending     per group, every record it has not acknowledged: ready (ordered by
                 (k1, k2, offset)) or waiting until visible_at_ms (delay, nack or lease)
@@ -58,9 +61,6 @@ CREATE TABLE IF NOT EXISTS records(
     ofs INTEGER PRIMARY KEY, timestamp_ms INTEGER NOT NULL, key BLOB, value BLOB NOT NULL,
     headers BLOB, priority INTEGER NOT NULL, deliver_at_ms INTEGER NOT NULL,
     idempotency_key TEXT, producer_id TEXT, sequence INTEGER, size INTEGER NOT NULL);
-DROP INDEX IF EXISTS records_tracked_producer;
-CREATE INDEX IF NOT EXISTS records_spark_producer ON records(producer_id, sequence)
-    WHERE instr(producer_id, 'spark:') > 0;
 CREATE TABLE IF NOT EXISTS idempotency(
     key TEXT PRIMARY KEY, ofs INTEGER NOT NULL, timestamp_ms INTEGER NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency(timestamp_ms);
@@ -130,14 +130,30 @@ def _fair_header(*args: Any) -> Any:  # raftq_fair_header(headers, name) in SQL
     return fair_key_of(None, headers, name)
 
 
-# A tracked producer's rows: the partial index's condition verbatim, so SQLite plans on it.
-TRACKED_PRODUCER_WHERE = "producer_id = ?1 AND instr(producer_id, 'spark:') > 0"
-assert TRACKED_PRODUCER_MARK == "spark:", "the index and TRACKED_PRODUCER_WHERE name it"
+# A tracked producer's batches (is_tracked_producer): one row per (producer_id, sequence) run
+# of records, written with them (insert_records, insert_values) and dropped with the last of
+# them (delete_records_below). What the producer wrote is counted over the records in each
+# batch's offset range that carry its id and sequence (exact whatever was deleted: retention,
+# a cancelled record), so a write pays one row per batch, not an index entry per record.
+TRACKED_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tracked_batches(
+    first_ofs INTEGER PRIMARY KEY, last_ofs INTEGER NOT NULL, producer_id TEXT NOT NULL,
+    sequence INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS tracked_batches_producer ON tracked_batches(producer_id, sequence);
+"""
+# The records of producer ?1's batches (b: tracked_batches, r: records).
+TRACKED_RECORDS = (
+    "tracked_batches b JOIN records r ON r.ofs BETWEEN b.first_ofs AND b.last_ofs "
+    "AND r.producer_id = b.producer_id AND r.sequence = b.sequence WHERE b.producer_id = ?1"
+)
 
 _RECORD_COLUMNS = (
     "ofs, timestamp_ms, key, value, headers, priority, deliver_at_ms, idempotency_key, "
     "producer_id, sequence, size"
 )
+_record_producer = operator.attrgetter("producer_id")
+_record_sequence = operator.attrgetter("sequence")
+_record_offset = operator.attrgetter("offset")
 _PENDING_COLUMNS = "ofs, k1, k2, visible_at_ms, ready, owner, delivery_count, fkey"
 # A RecordRow as the values of _RECORD_COLUMNS, in C (a batch of appends is thousands of rows).
 _record_values = operator.attrgetter(
@@ -233,12 +249,25 @@ class SqliteStore:
         self._migrate()
 
     def _migrate(self) -> None:
-        """Bring a file written before fair ordering (or a snapshot of one) to this schema."""
+        """Bring a file written before fair ordering or before tracked_batches (or a snapshot
+        of one) to this schema."""
         with self._conn:
             columns = {row[1] for row in self._cur.execute("PRAGMA table_info(pending)")}
             if "fkey" not in columns:
                 self._cur.execute("ALTER TABLE pending ADD COLUMN fkey BLOB")
             self._cur.execute(FAIR_SCHEMA)
+            if not self._rows("SELECT 1 FROM sqlite_master WHERE name = 'tracked_batches'"):
+                # Before it, a partial index on records(producer_id, sequence) answered: build
+                # the batches from the records it covered, then drop it (and its predecessor).
+                self._cur.execute(TRACKED_SCHEMA)
+                self._cur.execute(
+                    "INSERT INTO tracked_batches(first_ofs, last_ofs, producer_id, sequence) "
+                    "SELECT min(ofs), max(ofs), producer_id, sequence FROM records "
+                    f"WHERE instr(producer_id, '{TRACKED_PRODUCER_MARK}') > 0 "
+                    "GROUP BY producer_id, sequence"
+                )
+                self._cur.execute("DROP INDEX IF EXISTS records_spark_producer")
+                self._cur.execute("DROP INDEX IF EXISTS records_tracked_producer")
 
     def pragmas(self) -> dict[str, str]:
         """The durability settings in force: ``journal_mode`` and ``synchronous``, upper case."""
@@ -287,6 +316,30 @@ class SqliteStore:
             f"INSERT INTO records({_RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             list(map(_record_values, rows)),
         )
+        producers = set(map(_record_producer, rows))  # one, from an Append: no loop per row
+        if any(p is not None and is_tracked_producer(p) for p in producers):
+            self._track(rows, one_producer=len(producers) == 1)
+
+    def _track(self, rows: Sequence[RecordRow], *, one_producer: bool) -> None:
+        """Add the tracked producers' batches among ``rows`` to tracked_batches."""
+        if one_producer and len(set(map(_record_sequence, rows))) == 1:  # an Append's rows
+            offsets = list(map(_record_offset, rows))
+            spans = {(rows[0].producer_id, rows[0].sequence): (min(offsets), max(offsets))}
+        else:
+            spans = {}
+            for row in rows:
+                key = (row.producer_id, row.sequence)
+                low, high = spans.get(key, (row.offset, row.offset))
+                spans[key] = (min(low, row.offset), max(high, row.offset))
+        self._cur.executemany(
+            "INSERT INTO tracked_batches(first_ofs, last_ofs, producer_id, sequence) "
+            "VALUES (?,?,?,?)",
+            [
+                (low, high, producer, sequence)
+                for (producer, sequence), (low, high) in spans.items()
+                if producer is not None and is_tracked_producer(producer)
+            ],
+        )
 
     def insert_values(
         self,
@@ -314,6 +367,12 @@ class SqliteStore:
                 map(len, values),
             ),
         )
+        if values and producer_id is not None and is_tracked_producer(producer_id):
+            self._cur.execute(
+                "INSERT INTO tracked_batches(first_ofs, last_ofs, producer_id, sequence) "
+                "VALUES (?,?,?,?)",
+                (first_offset, first_offset + len(values) - 1, producer_id, sequence),
+            )
 
     def get_record(self, offset: int) -> RecordRow | None:
         rows = self._rows(f"SELECT {_RECORD_COLUMNS} FROM records WHERE ofs = ?", (offset,))
@@ -379,6 +438,9 @@ class SqliteStore:
     def delete_records_below(self, offset: int) -> None:
         self._cur.execute("DELETE FROM records WHERE ofs < ?", (offset,))
         self._cur.execute("DELETE FROM expiries WHERE ofs < ?", (offset,))
+        self._cur.execute(
+            "DELETE FROM tracked_batches WHERE first_ofs < ?1 AND last_ofs < ?1", (offset,)
+        )
 
     def expiry_put(self, entries: Sequence[tuple[int, int]]) -> None:
         self._cur.executemany("INSERT INTO expiries(ofs, expires_at_ms) VALUES (?, ?)", entries)
@@ -430,14 +492,13 @@ class SqliteStore:
 
     def producer_written(self, producer_id: str) -> tuple[int, int, list[int]] | None:
         assert is_tracked_producer(producer_id), producer_id
-        tracked = TRACKED_PRODUCER_WHERE
         ((count, last),) = self._rows(
-            f"SELECT count(*), max(sequence) FROM records WHERE {tracked}", (producer_id,)
+            f"SELECT count(*), max(b.sequence) FROM {TRACKED_RECORDS}", (producer_id,)
         )
         if not count:
             return None
         rows = self._rows(
-            f"SELECT ofs FROM records WHERE {tracked} AND sequence = ?2 ORDER BY ofs",
+            f"SELECT r.ofs FROM {TRACKED_RECORDS} AND b.sequence = ?2 ORDER BY r.ofs",
             (producer_id, last),
         )
         return int(count), int(last), [int(ofs) for (ofs,) in rows]

@@ -33,8 +33,9 @@ from raftq.partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, ReadyRe
 from raftq.proto import common_pb2
 
 # Producer ids that contain this mark (the Spark writer's: ``spark:...``, or ``<principal>/spark:``
-# once an authenticated broker prefixed it) have their records indexed, so a retried writer
-# can count what an earlier attempt wrote, long after the dedup window forgot it.
+# once an authenticated broker prefixed it) have their batches tracked (SqliteStore keeps one
+# row per batch), so a retried writer can count what an earlier attempt wrote, long after the
+# dedup window forgot it.
 TRACKED_PRODUCER_MARK = "spark:"
 
 

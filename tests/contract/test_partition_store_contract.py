@@ -26,7 +26,7 @@ from raftq.partitions.rows import (
     PendingRow,
     RecordRow,
 )
-from raftq.partitions.sqlite_store import TRACKED_PRODUCER_WHERE, SqliteStore
+from raftq.partitions.sqlite_store import TRACKED_RECORDS, SqliteStore
 from raftq.partitions.store import MemoryStore, PartitionStore
 
 
@@ -361,10 +361,22 @@ def test_a_tracked_producer_is_known_from_its_records_after_its_batches_are_forg
     with store.transaction():
         store.delete_records_below(6)
     assert producer_state(store, pid) == ProducerState(4, [12, 15], 6)
+    with store.transaction():
+        store.delete_record(7)  # a cancelled record inside a batch
+        store.delete_record(15)
+    assert producer_state(store, pid) == ProducerState(4, [12], 4)
+    with store.transaction():
+        store.delete_record(12)  # batch 4 gone: the last batch still in the log is 3
+    assert producer_state(store, pid) == ProducerState(3, [9], 3)
     owned = "alice/spark:app:4:0"  # an authenticated broker prefixes the principal's name
     with store.transaction():
         store.insert_records([rec(o, producer=owned, sequence=0) for o in (20, 21)])
-    assert producer_state(store, owned) == ProducerState(0, [20, 21], 2)
+        store.insert_values(22, 1000, [b"a", b"b"], owned, 1)
+    assert producer_state(store, owned) == ProducerState(1, [22, 23], 4)
+    with store.transaction():
+        store.delete_records_below(23)
+    assert producer_state(store, owned) == ProducerState(1, [23], 1)
+    assert producer_state(store, pid) is None
 
 
 # -- groups -----------------------------------------------------------------------------------
@@ -1199,16 +1211,55 @@ def test_sqlite_is_wal_and_synchronous_full_by_default(tmp_path: Path) -> None:
         SqliteStore(str(tmp_path / "q.db"), synchronous="full; DROP TABLE meta")
 
 
-def test_sqlite_tracked_producer_lookup_uses_its_partial_index(tmp_path: Path) -> None:
-    """The Spark writer's resume lookup must not scan the log: SQLite plans it on the partial
-    index (only `spark:` producers' rows are in it, so other appends pay nothing for it)."""
+def test_sqlite_tracked_producer_lookup_reads_its_batches_not_the_log(tmp_path: Path) -> None:
+    """The Spark writer's resume lookup must not scan the log: SQLite plans it on the
+    producer's rows of tracked_batches (one per batch, not an index entry per record) and
+    each batch's offset range of the records table."""
     store = SqliteStore(str(tmp_path / "p.db"))
     try:
-        plan = store._rows(
-            "EXPLAIN QUERY PLAN SELECT count(*), max(sequence) FROM records WHERE "
-            + TRACKED_PRODUCER_WHERE,
-            ("spark:a:1:0",),
+        plan = str(
+            store._rows(
+                f"EXPLAIN QUERY PLAN SELECT count(*), max(b.sequence) FROM {TRACKED_RECORDS}",
+                ("spark:a:1:0",),
+            )
         )
-        assert any("records_spark_producer" in str(row) for row in plan), plan
+        assert "tracked_batches_producer" in plan, plan
+        assert "SEARCH r USING INTEGER PRIMARY KEY" in plan, plan
+        assert "SCAN" not in plan, plan
+        indexes = store._rows("SELECT name FROM sqlite_master WHERE tbl_name = 'records'")
+        assert indexes == [("records",)], indexes  # no index on the log's rows
+    finally:
+        store.close()
+
+
+def test_sqlite_opens_a_file_from_before_tracked_batches(tmp_path: Path) -> None:
+    """A partition file (or snapshot) written when a partial index on records answered the
+    lookup opens with the same answers: its batches are built from the records, the index
+    dropped."""
+    path = str(tmp_path / "p.db")
+    pid, other = "spark:app:1:0", "bob/spark:app:1:1"
+    store = SqliteStore(path)
+    with store.transaction():
+        store.insert_records([rec(o, producer=pid, sequence=o // 4) for o in range(10)])
+        store.insert_records([rec(o, producer="raw", sequence=0) for o in (10, 11)])
+        store.insert_values(12, 1000, [b"x", b"y", b"z"], other, 0)
+        store.insert_records([rec(15, producer=pid, sequence=3)])
+        store.delete_record(14)
+    want = {p: producer_state(store, p) for p in (pid, other)}
+    assert want == {pid: ProducerState(3, [15], 11), other: ProducerState(0, [12, 13], 2)}
+    before = store.dump()
+    with store.transaction():  # the file as the code before wrote it
+        store._cur.execute("DROP TABLE tracked_batches")
+        store._cur.execute(
+            "CREATE INDEX records_spark_producer ON records(producer_id, sequence) "
+            "WHERE instr(producer_id, 'spark:') > 0"
+        )
+    store.close()
+    store = SqliteStore(path)
+    try:
+        assert {p: producer_state(store, p) for p in (pid, other)} == want
+        assert store.dump() == before
+        names = {n for (n,) in store._rows("SELECT name FROM sqlite_master")}
+        assert "records_spark_producer" not in names and "tracked_batches" in names
     finally:
         store.close()
