@@ -991,7 +991,7 @@ class SqliteStore:
         other writers (the driver's journal fsyncs) wait for it. Raises apsw errors and
         ``OSError``; the store is open afterwards either way."""
         if take and self._move_into_place(path):
-            return  # reopened: a snapshot from before fair ordering is migrated
+            return  # reopened: a snapshot from before fair ordering or tracked_batches is migrated
         source = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
         try:
             with self._conn.backup("main", source, "main") as backup:
@@ -1000,7 +1000,7 @@ class SqliteStore:
                     _fdatasync(self.path + "-wal")  # on disk before the next step is written
         finally:
             source.close()
-        self._migrate()  # a snapshot from before fair ordering
+        self._migrate()  # a snapshot from before fair ordering or tracked_batches
         with _flushing(self.path):
             self.checkpoint()
 
