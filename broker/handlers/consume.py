@@ -59,19 +59,34 @@ Leased = list[tuple[str, int, partition_pb2.CommandResult]]
 
 
 class NewRecords:
-    """Wakes long polls when a local replica applied new records. Thread-safe."""
+    """Wakes long polls when a local replica applied new records, or a local leader proposed
+    them (a Lease proposed now lands behind them). Thread-safe.
+
+    Wake-ups are counted: a poll reads :meth:`seen` before it looks for records and waits
+    only while that count is unchanged, so records that arrive between its look and its wait
+    wake it at once (a bare condition would lose that notify, and the poll would sleep out
+    its slice with records ready)."""
 
     def __init__(self) -> None:
         self._arrived = threading.Condition()
+        self._count = 0
 
     def notify(self) -> None:
-        """Never blocks for long (a replica's apply calls it)."""
+        """Never blocks for long (a replica's apply and a leader's proposer call it)."""
         with self._arrived:
+            self._count += 1
             self._arrived.notify_all()
 
-    def wait(self, timeout_s: float) -> None:
+    def seen(self) -> int:
+        """How many wake-ups so far: pass it to :meth:`wait`."""
         with self._arrived:
-            self._arrived.wait(timeout_s)
+            return self._count
+
+    def wait(self, seen: int, timeout_s: float) -> bool:
+        """Wait until a wake-up after ``seen`` was read, at most ``timeout_s``; whether one
+        came."""
+        with self._arrived:
+            return self._arrived.wait_for(lambda: self._count != seen, timeout_s)
 
 
 def poll_response(leased: Leased, *, compact: bool) -> api_pb2.PollResponse:
@@ -144,12 +159,14 @@ class ConsumeHandler:
         outcome_deadline = now + min(LEASE_OUTCOME_WAIT_S, max(0.5, timeout(timeout_s) - 0.5))
         start = next(self._start)
         while True:
+            seen = self._new_records.seen()  # before looking: what applies after it wakes us
             out = self._lease_round(
                 request, partitions, start, max(deadline, outcome_deadline), member.start_from
             )
             if out or self._monotonic() >= deadline:
                 return self._deliverable(request, out)
-            self._new_records.wait(min(POLL_SLICE_S, max(0.0, deadline - self._monotonic())))
+            left = max(0.0, deadline - self._monotonic())
+            self._new_records.wait(seen, min(POLL_SLICE_S, left))
             if not active():
                 return poll_response([], compact=request.compact)
             _, member = self._groups.member(request.group, request.member_id, request.generation)

@@ -242,6 +242,42 @@ def test_propose_stamps_now_ms_from_the_injected_clock(tmp_path: Path, cluster: 
     assert leader.statistics()["records_leased"] == 1
 
 
+def test_a_lease_proposed_behind_an_append_in_flight_takes_its_records(cluster: Any) -> None:
+    """A long poll on the leader wakes when records are proposed (``on_proposed``), not only
+    when they are applied, and its Lease is not skipped as idle while they are in flight: it
+    lands behind the Append in the log and leases the records in the same round trip (issue
+    16: a record reaches a waiting consumer one Raft round after its send, not two). The
+    followers' drivers are stopped so the Append stays in flight while the test looks."""
+    c = cluster()
+    leader = c.leader()
+    proposed = threading.Event()
+    leader.on_proposed = proposed.set
+    followers = [b for b in c.brokers if b.address != leader.node.self_addr]
+    assert not leader.might_have_ready("g")  # an empty log: a Lease would take nothing
+    applied, log_len = leader.node.applied_index, leader.node.status()["log_len"]
+    for broker in followers:
+        broker.driver.stop()
+    sent: list[Any] = []
+    sender = threading.Thread(target=lambda: sent.append(leader.send([rec("x")], timeout_s=30)))
+    sender.start()
+    assert proposed.wait(10), "on_proposed was not called for a proposed Append"
+    assert leader.node.applied_index == applied  # the Append is in flight, not applied
+    assert leader.might_have_ready("g")  # so a long poll's Lease is proposed, not skipped
+    leased: list[partition_pb2.CommandResult] = []
+    lease = partition_pb2.PartitionCommand(
+        lease=partition_pb2.Lease(group="g", member="m", max_records=5)
+    )
+    leaser = threading.Thread(target=lambda: leased.append(leader.propose(lease, 30)))
+    leaser.start()
+    wait_until(lambda: leader.node.status()["log_len"] >= log_len + 2, 10, "the Lease in the log")
+    for broker in followers:
+        broker.driver.start()
+    sender.join(30)
+    leaser.join(30)
+    assert [r.offset for r in sent[0]] == [0]
+    assert [d.record.offset for d in leased[0].deliveries] == [0]
+
+
 # ------------------------------------------------------------------------------ group commit
 def test_concurrent_sends_are_coalesced_into_fewer_entries(cluster: Any) -> None:
     c = cluster()
