@@ -179,12 +179,14 @@ class LeasedRecord(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., delivery_count: _Optional[int] = ..., lease_deadline_ms: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., record: _Optional[_Union[_common_pb2.Record, _Mapping]] = ...) -> None: ...
 
 class PollResponse(_message.Message):
-    __slots__ = ("records", "batches")
+    __slots__ = ("records", "batches", "leader_hint")
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     BATCHES_FIELD_NUMBER: _ClassVar[int]
+    LEADER_HINT_FIELD_NUMBER: _ClassVar[int]
     records: _containers.RepeatedCompositeFieldContainer[LeasedRecord]
     batches: _containers.RepeatedCompositeFieldContainer[PartitionDeliveries]
-    def __init__(self, records: _Optional[_Iterable[_Union[LeasedRecord, _Mapping]]] = ..., batches: _Optional[_Iterable[_Union[PartitionDeliveries, _Mapping]]] = ...) -> None: ...
+    leader_hint: str
+    def __init__(self, records: _Optional[_Iterable[_Union[LeasedRecord, _Mapping]]] = ..., batches: _Optional[_Iterable[_Union[PartitionDeliveries, _Mapping]]] = ..., leader_hint: _Optional[str] = ...) -> None: ...
 
 class PartitionDeliveries(_message.Message):
     __slots__ = ("topic", "partition", "deliveries", "columns")

@@ -89,6 +89,11 @@ class _AsyncChannels:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
 
+    def prefer(self, address: str) -> None:
+        """As the thread client's ``prefer``: the next call_any starts at ``address``."""
+        if address in self.bootstrap:
+            self._preferred = self.bootstrap.index(address)
+
     async def call_any(
         self, fn: Callable[[_Stubs, float], Any], *, deadline_s: float | None = None
     ) -> Any:
@@ -462,6 +467,8 @@ class AsyncConsumer:
     async def poll(self, max_records: int | None = None, timeout_ms: int = 0) -> list[AsyncMessage]:
         """As :meth:`raftq.client.Consumer.poll`."""
         response = await self._run(self._member.poll(max_records, timeout_ms))
+        if response.leader_hint:  # the partition's leader: poll and ack there from now on
+            self._channels.prefer(response.leader_hint)
         return deliveries(response, self._message)
 
     def _message(self, *fields: Any) -> AsyncMessage:

@@ -192,6 +192,12 @@ class _Channels:
             up = [a for a in self.bootstrap if a != address and self._down.get(a, 0.0) <= now]
         return up[next(self._rotation) % len(up)] if up else address
 
+    def prefer(self, address: str) -> None:
+        """Start ``call_any``'s next round at ``address`` (a leader a broker named) when it is
+        one of the bootstrap brokers; any other address is not reached by ``call_any``."""
+        if address in self.bootstrap:
+            self._preferred = self.bootstrap.index(address)
+
     def call_any(self, fn: Callable[[_Stubs, float], T], *, deadline_s: float | None = None) -> T:
         """``fn`` against each bootstrap broker in turn until one answers: the
         :func:`raftq.client.steps.any_broker` plan (which broker next, when to pause and

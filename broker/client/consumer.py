@@ -175,6 +175,8 @@ class Consumer:
         """Lease up to ``max_records`` ready records, waiting up to ``timeout_ms`` for the
         first; see :meth:`Member.poll` for rebalances, outages and refusals."""
         response = self._run(self._member.poll(max_records, timeout_ms))
+        if response.leader_hint:  # the partition's leader: poll and ack there from now on
+            self._channels.prefer(response.leader_hint)
         return deliveries(response, self._message)
 
     def _message(self, *fields: Any) -> Message:

@@ -164,13 +164,24 @@ class ConsumeHandler:
                 request, partitions, start, max(deadline, outcome_deadline), member.start_from
             )
             if out or self._monotonic() >= deadline:
-                return self._deliverable(request, out)
+                response = self._deliverable(request, out)
+                if out:
+                    response.leader_hint = self._leader_elsewhere(out[0][0], out[0][1])
+                return response
             left = max(0.0, deadline - self._monotonic())
             self._new_records.wait(seen, min(POLL_SLICE_S, left))
             if not active():
                 return poll_response([], compact=request.compact)
             _, member = self._groups.member(request.group, request.member_id, request.generation)
             partitions = list(member.assignment)
+
+    def _leader_elsewhere(self, topic: str, partition: int) -> str:
+        """The client address of the partition's leader when this broker does not lead it
+        (PollResponse.leader_hint), else ""."""
+        if self._router.local_leader(topic, partition) is not None:
+            return ""
+        hint = self._router.leader_hint(topic, partition)
+        return "" if hint == self._router.client_addr else hint
 
     def _lease_round(
         self,

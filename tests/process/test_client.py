@@ -363,6 +363,30 @@ def test_a_forwarded_send_moves_the_next_sends_to_the_leader_it_names(
     assert trio.sends() == [other, leader, leader]  # other forwarded the first and named leader
 
 
+def test_a_poll_answered_away_from_the_leader_moves_polls_and_acks_to_it(
+    trio: Trio, topic: str, group: str
+) -> None:
+    """A broker that leased the records on another broker (the partition's leader) names it
+    in the answer (PollResponse.leader_hint), and the member polls and acks there from then
+    on: one hop fewer each, and a poll there wakes when records are proposed (issue 16)."""
+    leader, other = lone_replica(trio, topic)
+    bootstrap = f"{trio.addresses[other]},{trio.addresses[leader]}"
+    with Producer(trio.addresses[leader], linger_ms=0) as producer:
+        producer.send(topic, b"x", partition=0).result(WAIT_S)
+        with Consumer(bootstrap, group, [topic]) as consumer:
+            trio.journal.clear()
+            first = consumer.poll(1, int(WAIT_S * 1000))
+            assert [m.value for m in first] == [b"x"]
+            assert [b for b, m in trio.journal if m == "Poll"] == [str(other)]
+            consumer.ack(first)
+            producer.send(topic, b"y", partition=0).result(WAIT_S)
+            second = consumer.poll(1, int(WAIT_S * 1000))
+            assert [m.value for m in second] == [b"y"]
+            consumer.ack(second)
+            calls = [(b, m) for b, m in trio.journal if m in ("Poll", "Ack")]
+    assert calls == [(str(other), "Poll")] + [(str(leader), m) for m in ("Ack", "Poll", "Ack")]
+
+
 def test_concurrent_senders_keep_per_partition_order(
     admin: Admin, server: Solo, topic: str
 ) -> None:
