@@ -110,9 +110,10 @@ class MetadataReplica:
 
     def now_ms(self) -> int:
         """Metadata time as this replica would stamp it now (meaningful on the leader): the
-        group's quorum clock; while fewer than a majority of voters have been heard from, the
+        group's quorum clock, paced on the leader like partition time (PartitionReplica.now_ms);
+        while fewer than a majority of voters have been heard from, the
         time already applied (on an empty table, this broker's clock)."""
-        quorum_ms = self.node.quorum_clock_ms()
+        quorum_ms = self.node.stamp_clock_ms(headroom_ms=self.max_clock_skew_ms // 2)
         if quorum_ms is not None:
             return quorum_ms
         applied_ms = self.machine.table.clock_ms

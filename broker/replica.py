@@ -9,7 +9,9 @@ The replica owns three things under ``data_dir``: the partition's SQLite file
 Only the leader proposes, and it stamps every command first (``stamp``): ``now_ms`` is the
 group's quorum clock, the time a majority of the replicas' clocks have reached (the injected
 ``clock`` is this replica's vote; transport/raft/clocks.py), so one broker's clock, however
-wrong, does not move partition time; ``clock_skew_ms`` is ``max_clock_skew_ms``, the grace the
+wrong, does not move partition time, paced by the leader's monotonic clock so that several
+wrong readings at once move it half of ``max_clock_skew_ms`` at most (``now_ms``);
+``clock_skew_ms`` is ``max_clock_skew_ms``, the grace the
 machine gives leases and retention for the quorum clock's own error (DESIGN.md § Time).
 Apply never reads a clock. Reads (``fetch``, ``offsets``, ``lag``) are local
 and not linearizable: a deposed leader may serve stale data until it learns of the new term.
@@ -698,10 +700,13 @@ class PartitionReplica:
 
     def now_ms(self) -> int:
         """Partition time as this replica would stamp it now (meaningful on the leader): the
-        group's quorum clock (RaftNode.quorum_clock_ms); while fewer than a majority of the
+        group's quorum clock, on the leader paced by its monotonic clock since its term's first
+        stamp and at most half of ``max_clock_skew_ms`` ahead of that pace, so clocks put
+        right and jumping at once move it that much at most (RaftNode.stamp_clock_ms,
+        transport/raft/clocks.py); while fewer than a majority of the
         replicas have been heard from, the time already applied (no clock unheard by a
         quorum moves it; a partition that never applied a stamp takes its own clock)."""
-        quorum_ms = self.node.quorum_clock_ms()
+        quorum_ms = self.node.stamp_clock_ms(headroom_ms=self.max_clock_skew_ms // 2)
         if quorum_ms is not None:
             return quorum_ms
         applied_ms = self.machine.meta.clock_ms

@@ -508,6 +508,45 @@ def test_a_new_leader_a_minute_ahead_does_not_grant_a_live_lease_again(tmp_path:
         assert [(d.record.offset, d.delivery_count) for d in again] == [(0, 2)]
 
 
+def test_a_clock_put_right_while_another_jumps_grants_no_live_lease_again(tmp_path: Path) -> None:
+    """Broker simulation seed 777's case, replayed: follower f's clock runs an hour ahead, then
+    is put right while f stalls (its links stay open, nothing comes out: the leader keeps its
+    last reading), and follower g's clock jumps an hour ahead. Two of the leader's three
+    readings are an hour ahead; partition time must still not pass A's lease deadline early
+    (the quorum clock alone moved it an hour: the lease was granted again at once)."""
+    with SkewedCluster(tmp_path) as c:
+        c.append(1)
+        leader = c.broker(c.leader())
+        f, g = [b for b in c.sim.brokers if b is not leader]
+        f.clock_offset_s = 3600.0
+        for _ in range(100):  # a second: every clock heard anew, one wrong
+            c.sim.step()
+        (held,) = c.lease("A", lease_ms=LEASE_MS)
+        assert held.lease_deadline_ms <= c.true_ms() + LEASE_MS + SKEW_MS
+        stalled, f.driver = f.driver, None
+        f.clock_offset_s, g.clock_offset_s = 0.0, 3600.0
+        for _ in range(100):  # g heard anew; f's link open and silent (dead after 5 s)
+            c.sim.step()
+        quorum_ms = c.leader().node.quorum_clock_ms()
+        assert quorum_ms is not None and quorum_ms > c.true_ms() + 3000 * SECOND_MS  # the hole
+        assert c.leader().now_ms() <= c.true_ms() + SKEW_MS
+        assert c.lease("B") == [], "granted again inside A's lease"
+        c.append(1)
+        stamps = c.stamps_ms()
+        assert stamps == sorted(stamps) and stamps[-1] <= c.true_ms() + SKEW_MS
+        (fresh,) = c.lease("B")  # the record just appended, at a deadline the pace allows
+        assert (fresh.record.offset, fresh.delivery_count) == (1, 1)
+        assert fresh.lease_deadline_ms <= c.true_ms() + SKEW_MS + LEASE_MS
+        f.driver = stalled
+        g.clock_offset_s = 0.0
+        while not (again := c.lease("B")):
+            assert c.true_ms() < held.lease_deadline_ms + 2 * SKEW_MS + 2 * SECOND_MS, "stuck"
+            for _ in range(10):
+                c.sim.step()
+        assert c.true_ms() >= held.lease_deadline_ms
+        assert [(d.record.offset, d.delivery_count) for d in again] == [(0, 2)]
+
+
 def test_a_leader_clock_going_back_minutes_neither_unexpires_nor_holds_back_a_lease(
     tmp_path: Path,
 ) -> None:
@@ -532,7 +571,7 @@ def test_randomized_cluster_with_wild_clocks_never_grants_twice_nor_deletes_earl
     tmp_path: Path,
 ) -> None:
     """Seeded: every broker's clock within a second of true time but one (any, the leader
-    too), from five minutes behind to eight days ahead, another now and then; leadership
+    too), from five minutes behind to eight days ahead, another at once now and then; leadership
     moves, brokers crash and restart, members lease, ack and retain meanwhile. Judged by the
     true clock: no record granted again before its last holder's deadline, none deleted before
     its timestamp is retention_ms old, none stamped more than SKEW_MS ahead."""
@@ -552,11 +591,9 @@ def test_randomized_cluster_with_wild_clocks_never_grants_twice_nor_deletes_earl
                 for broker in c.sim.brokers:
                     broker.clock_offset_s = rng.uniform(-1.0, 1.0)
                 rng.choice(c.sim.brokers).clock_offset_s = rng.choice([-300.0, 60.0, 8 * 86_400.0])
-                # A leader hears each clock anew within a follower's ack refresh of an idle
-                # group (leader_fallback_s / 4 = 0.5 s here): before that, a clock put right
-                # still counts as wrong, and with the new wild one makes a wrong majority.
-                for _ in range(80):
-                    c.sim.step()
+                # No wait: until a leader hears a clock put right again (within a follower's ack
+                # refresh of an idle group, leader_fallback_s / 4 = 0.5 s here), it and the new
+                # wild one are a wrong majority to the leader; its pace holds partition time.
             roll = rng.random()
             down = [b for b in c.sim.brokers if not b.up]
             if roll < 0.08:

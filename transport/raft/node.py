@@ -503,15 +503,27 @@ class RaftNode:
         """The highest wall-clock time a majority of the group's voters (learners do not
         count) have reached, from the clocks their messages carry (clocks.py); None while
         fewer than a majority of them have been heard from. Any thread."""
+        return self.clock.quorum_ms(self._voting_peers())
+
+    def stamp_clock_ms(self, headroom_ms: int) -> int | None:
+        """The time this replica may stamp into a command: on the leader, the quorum clock
+        paced by the leader's monotonic clock since its term's first stamp, at most
+        ``headroom_ms`` ahead of that pace (QuorumClock.stamp_ms); elsewhere the quorum clock.
+        None while fewer than a majority of the voters have been heard from. Any thread."""
+        peers = self._voting_peers()
+        term = self.term
+        if not self.is_leader():
+            return self.clock.quorum_ms(peers)
+        fresh_s = self.timings.election_timeout_max_s  # this term's votes arrived within it
+        return self.clock.stamp_ms(term, peers, headroom_ms=headroom_ms, fresh_s=fresh_s)
+
+    def _voting_peers(self) -> list[str]:
         for _attempt in range(5):  # per proposal: cheaper than voters()
             try:  # the tick thread may change the set while we copy it
-                peers = [str(node.id) for node in list(self._obj._voters())]
-                break
+                return [str(node.id) for node in list(self._obj._voters())]
             except RuntimeError:
                 continue
-        else:
-            peers = [a for a in self.voters() if a != self.self_addr]
-        return self.clock.quorum_ms(peers)
+        return [a for a in self.voters() if a != self.self_addr]
 
     def caught_up(self, addr: str, slack: int = 0, *, index: int | None = None) -> bool:
         """On the leader: ``addr``'s replica has acknowledged every entry up to ``index``
