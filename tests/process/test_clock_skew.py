@@ -637,10 +637,15 @@ def test_randomized_cluster_with_wild_clocks_never_grants_twice_nor_deletes_earl
         c.sim.check_stores()
 
 
-def test_metadata_time_is_the_quorum_clock_and_expiry_waits_the_skew(tmp_path: Path) -> None:
-    """The metadata group stamps its quorum clock too: a metadata leader 8 days ahead neither
-    dates what it registers 8 days ahead nor expires empty groups early (expiry judged at the
-    quorum clock less max_clock_skew_ms)."""
+@pytest.mark.parametrize("wrong", ["leader", "two followers"])
+def test_metadata_time_is_the_quorum_clock_and_expiry_waits_the_skew(
+    tmp_path: Path, wrong: str
+) -> None:
+    """The metadata group stamps its quorum clock too, paced like a partition's: a metadata
+    leader 8 days ahead, or a follower 8 days ahead put right while it stalls (the leader keeps
+    its last reading) as the other jumps 8 days ahead, neither dates what it registers 8 days
+    ahead nor expires empty groups early (expiry judged at the stamped time less
+    max_clock_skew_ms). With the two followers the quorum clock alone read 8 days ahead."""
     hub = Hub(11)
     addrs = [f"10.0.1.{i + 1}:7000" for i in range(3)]
     offsets_s = dict.fromkeys(addrs, 0.0)
@@ -678,9 +683,19 @@ def test_metadata_time_is_the_quorum_clock_and_expiry_waits_the_skew(tmp_path: P
             while not any(r.is_leader() for r in replicas):
                 step()
             (leader,) = [r for r in replicas if r.is_leader()]
-            offsets_s[leader.self_addr] = 8 * 86_400.0
+            ahead = (
+                [leader.self_addr]
+                if wrong == "leader"
+                else [a for a in addrs if a != leader.self_addr]
+            )
+            offsets_s[ahead[0]] = 8 * 86_400.0
             step(100)  # a second: every clock heard anew
-            assert abs(leader.now_ms() - true_ms()) < SECOND_MS
+            if wrong == "two followers":
+                drivers.remove(drivers[addrs.index(ahead[0])])  # it stalls, links open
+                offsets_s[ahead[0]], offsets_s[ahead[1]] = 0.0, 8 * 86_400.0
+                step(100)
+                assert (leader.node.quorum_clock_ms() or 0) > true_ms() + DAY_MS
+            assert true_ms() - SECOND_MS < leader.now_ms() <= true_ms() + SKEW_MS
             assert leader.expiry_now_ms() == leader.now_ms() - SKEW_MS
             outcome: list[object] = []
             register = metadata_pb2.MetaCommand(
