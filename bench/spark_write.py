@@ -47,6 +47,7 @@ GOAL_RATIO = 1.0
 SMALL_BYTES, LARGE_BYTES = 100, 10_000
 FETCH_BYTES = FETCH_BYTES_DEFAULT  # as the Spark source
 RAW_BATCH_BYTES = 900_000  # see the module docstring
+SPARK_PARTITIONS = 2  # of the written frame: one write task (and Python worker) each
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -86,7 +87,7 @@ def _session() -> Any:
 
 
 def _frame(spark: Any, n: int, size: int) -> Any:
-    df = spark.range(0, n, numPartitions=2).selectExpr(
+    df = spark.range(0, n, numPartitions=SPARK_PARTITIONS).selectExpr(
         "cast(cast(id % 1000 as string) as binary) as key",
         f"cast(concat(lpad(cast(id as string), 12, '0'), repeat('x', {size - 12})) "
         "as binary) as value",
@@ -174,7 +175,10 @@ def _measure(
 ) -> list[Result]:
     rows = _rows(n, size)
     df = _frame(spark, n, size)
-    _spark_write(cluster, df.limit(100), _topic(cluster, admin, f"warm-up-{size}"), 100)
+    # Warm-up: one task per Spark partition, so every Python worker the writes use has started
+    # (a limit alone runs one task, and the first measured write started the other worker)
+    warm_up = df.limit(100).repartition(SPARK_PARTITIONS)
+    _spark_write(cluster, warm_up, _topic(cluster, admin, f"warm-up-{size}"), 100)
     rates: dict[str, list[float]] = {"raw": [], "spark": [], "fetch": [], "source": []}
     for i in range(repeat):
         raw_topic = _topic(cluster, admin, f"raw-{size}-{i}")

@@ -326,6 +326,33 @@ def test_a_lanes_first_batch_goes_before_batch_records_rows_and_batches_then_gro
     assert values(admin, name) == collections.Counter(v for _, v in data)
 
 
+def test_add_rows_routes_each_key_as_partition_for_does(
+    cluster: ProcessCluster, admin: Admin
+) -> None:
+    """add_rows hashes each distinct key once per call and routes every row of it where
+    partition_for (Kafka's murmur2) puts it: repeated keys, keys seen once, the empty key;
+    key-less rows go too."""
+    name = topic(cluster, admin, "sink-routes")
+    keys: list[bytes | None] = [b"k%d" % (i % 7) for i in range(300)]
+    keys += [b"once-%d" % i for i in range(100)] + [b""] * 5 + [None] * 20
+    data = [b"v%04d" % i for i in range(len(keys))]
+    task = sink.TaskSink(
+        common.connection(cluster.bootstrap), options(cluster, name), producer_id=None
+    )
+    task.add_rows(data, keys)
+    task.add_rows(data[:3], keys[:3])  # a second call: the same keys, routed alike
+    assert task.finish().records_written == len(data) + 3
+    partitions = len(admin.list_offsets(name))
+    where: dict[bytes, set[int]] = collections.defaultdict(set)
+    for bounds in admin.list_offsets(name):
+        for r in admin.fetch(name, bounds.partition, bounds.log_start, 1000).records:
+            where[r.value].add(bounds.partition)
+    for key, value in zip(keys, data, strict=True):
+        if key is not None:
+            assert where[value] == {partition_for(key, partitions, 0)}, (key, value)
+    assert values(admin, name) == collections.Counter(data + data[:3])
+
+
 def test_growing_batches_resume_and_speculative_twins_write_each_row_once(
     cluster: ProcessCluster, admin: Admin, monkeypatch: pytest.MonkeyPatch
 ) -> None:
