@@ -39,6 +39,7 @@ from typing import Any, Self
 import grpc
 
 from raftq.client import Admin
+from raftq.clock import SYSTEM_CLOCK, Clock
 from raftq.config import load_config
 from raftq.proto import errors
 from raftq.server import Broker
@@ -230,7 +231,8 @@ class Cluster:
 class InProcessCluster(Cluster):
     """Each broker a ``raftq.server.Broker`` in this process: the real broker code (gRPC,
     Raft over the TCP mux, SQLite), started in about a second; ``kill`` stops one as
-    ``raftq serve`` does on SIGTERM. ``interceptors`` go on every broker's client port."""
+    ``raftq serve`` does on SIGTERM. ``interceptors`` go on every broker's client port;
+    ``clock`` is every broker's (broker/clock.py: a test may skew or jump its wall clock)."""
 
     def __init__(
         self,
@@ -238,10 +240,12 @@ class InProcessCluster(Cluster):
         brokers: int = 1,
         *,
         interceptors: Interceptors = (),
+        clock: Clock = SYSTEM_CLOCK,
         **kwargs: Any,
     ) -> None:
         super().__init__(root, brokers, **kwargs)
         self.interceptors = interceptors
+        self.clock = clock
         self.brokers: dict[int, Broker] = {}
 
     def start(self, broker: int | None = None) -> None:
@@ -249,7 +253,7 @@ class InProcessCluster(Cluster):
             assert not self.alive(i), f"broker {i} runs"
             config = load_config(env=self.env(i))
             chain = self.interceptors(i) if callable(self.interceptors) else self.interceptors
-            self.brokers[i] = Broker(config, interceptors=chain)
+            self.brokers[i] = Broker(config, interceptors=chain, clock=self.clock)
 
     def kill(self, broker: int, sig: int = signal.SIGKILL) -> None:
         self.brokers.pop(broker).stop(grace_s=0.0 if sig == signal.SIGKILL else 1.0)

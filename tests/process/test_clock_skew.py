@@ -15,12 +15,14 @@ from __future__ import annotations
 import os
 import random
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from raftq.clock import Clock
 from raftq.metadata_replica import MetadataReplica
 from raftq.partitions.machine import PartitionMachine
 from raftq.partitions.sqlite_store import SqliteStore
@@ -33,6 +35,7 @@ from raftq.transport.raft.clocks import QuorumClock
 from raftq.transport.raft.driver import RaftDriver
 from raftq.transport.raft.hub import Hub
 from raftq.transport.raft.testing import RecordingTransport, transport_of
+from tests.cluster import InProcessCluster
 from tests.sim.cluster import STEP_S, TIMINGS, SimBroker, SimCluster, no_fsync
 
 SKEW_MS = 2000
@@ -635,6 +638,45 @@ def test_randomized_cluster_with_wild_clocks_never_grants_twice_nor_deletes_earl
             log_start = max(log_start, now_start)
         c.sim.settle()
         c.sim.check_stores()
+
+
+def test_a_lone_broker_whose_clock_jumps_an_hour_grants_no_live_lease_again(
+    tmp_path: Path,
+) -> None:
+    """A real broker (gRPC, raft over the TCP mux, SQLite, its backend) alone, its wall clock
+    jumping an hour ahead: a single voter's quorum clock is its own clock, and partition time
+    followed it at once, so an expired lease was granted again inside its deadline. The
+    leader's pace holds partition time within half the skew of its monotonic clock: the lease
+    runs out by the true clock first."""
+    offset_s = [0.0]
+    clock = Clock(wall_s=lambda: time.time() + offset_s[0])
+    lease_ms = 5 * SECOND_MS
+
+    def lease(member: str) -> list[common_pb2.Delivery]:
+        command = partition_pb2.PartitionCommand(
+            lease=partition_pb2.Lease(group="g", member=member, max_records=1, lease_ms=lease_ms)
+        )
+        return list(leader.propose(command).deliveries)
+
+    with InProcessCluster(tmp_path, 1, clock=clock) as cluster:
+        cluster.wait_ready()
+        cluster.admin().create_topic("jumps", partitions=1, replication_factor=1)
+        cluster.wait_leaders("jumps")
+        ((_key, leader),) = [
+            (key, r) for key, r in cluster.broker(1).replicas.snapshot() if key[0] == "jumps"
+        ]
+        leader.send([common_pb2.Record(value=b"v")])
+        (held,) = lease("A")
+        offset_s[0] = 3600.0
+        assert leader.now_ms() <= time.time() * 1000 + SKEW_MS
+        assert lease("B") == [], "granted again inside A's lease"
+        give_up = time.monotonic() + 30.0
+        while not (again := lease("B")):
+            assert time.monotonic() < give_up, "the record is stuck"
+            time.sleep(0.05)
+        assert time.time() * 1000 >= held.lease_deadline_ms
+        assert [(d.record.offset, d.delivery_count) for d in again] == [(0, 2)]
+        assert again[0].lease_deadline_ms <= time.time() * 1000 + SKEW_MS + lease_ms
 
 
 @pytest.mark.parametrize("wrong", ["leader", "two followers"])
