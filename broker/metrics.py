@@ -67,7 +67,7 @@ GROUP_LAG = ("group", "topic", "partition")
 
 # MuxEndpoint.statistics() keys that are levels, not counts.
 TRANSPORT_GAUGES = frozenset({"peers_connected", "connections_open", "groups_registered"})
-DRIVER_GAUGES = frozenset({"groups", "quiesced"})
+DRIVER_GAUGES = frozenset({"groups", "quiesced", "lag_seconds"})
 
 
 @dataclass(frozen=True)

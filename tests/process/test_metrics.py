@@ -43,6 +43,7 @@ PARTITION_FAMILIES = (
     "raftq_raft_transport_bytes_sent",
     "raftq_raft_driver_rounds",
     "raftq_raft_driver_quiesced",
+    "raftq_raft_driver_lag_seconds",
     "raftq_broker_info",
     "process_resident_memory_bytes",
 )

@@ -21,6 +21,10 @@ and every group registered with it. Each loop iteration:
 6. ``endpoint.flush()``: only now do the replies (acks, votes) produced in 3 go on the wire;
 7. runs what the groups ``defer()``red during the round (WAL checkpoints).
 
+Each round also records how late it started (``lag``, lag.py): the groups read it through
+``set_scheduling_lag`` and a follower of a broker that runs late waits longer before it
+campaigns (membership.py).
+
 Tick deadlines. A group's deadline (`syncobj_tick_deadline`, or the node's own
 ``tick_deadline()``) is the raft time after which it needs a tick: a leader's next heartbeat, a
 follower's or candidate's election deadline, or ``-inf`` while it has something to do at once
@@ -65,6 +69,8 @@ from typing import Any, Protocol, TypeVar
 
 import pysyncobj.syncobj as _pysyncobj_syncobj
 from pysyncobj import SyncObj, SyncObjConf, replicated
+
+from raftq.transport.raft.lag import SchedulingLag
 
 logger = logging.getLogger("raftq.transport.raft.driver")
 
@@ -187,6 +193,9 @@ class RaftDriver:
         self._calls: list[tuple[Callable[[], Any], Future[Any]]] = []
         self._woken: set[str] = set()
         self._next_round = 0.0
+        # How late this driver's rounds start (a decaying max): a follower whose own broker
+        # runs late gives its leader that much longer before it campaigns (lag.py).
+        self.lag = SchedulingLag()
         # (raft time, seq, group): groups by tick deadline; stale entries are skipped on pop.
         self._due_heap: list[tuple[float, int, _Group]] = []
         # (driver clock, seq, group): groups by next full tick; stale entries re-pushed on pop.
@@ -278,14 +287,21 @@ class RaftDriver:
 
     def statistics(self) -> dict[str, float]:
         """Counters since start (``sync_seconds``: time spent in journal fsyncs), plus the
-        gauges ``groups`` and ``quiesced`` (groups asleep on a peer's link). Safe from any
+        gauges ``groups``, ``quiesced`` (groups asleep on a peer's link) and ``lag_seconds``
+        (how late rounds have been starting lately, see :meth:`lag_s`). Safe from any
         thread."""
         return {
             **self.stats,
             "sync_seconds": self.sync_seconds,
             "groups": len(self._groups),
             "quiesced": self._quiesced,
+            "lag_seconds": self.lag.value(self._clock()),
         }
+
+    def lag_s(self) -> float:
+        """Driver thread: how late this driver's rounds have been starting lately, in seconds
+        (lag.py: a decaying max of each round's lateness)."""
+        return self.lag.value(self._clock())
 
     def quiesced_groups(self) -> set[str]:
         """Driver thread (or a test stepping it): the groups asleep on a peer's link."""
@@ -327,6 +343,8 @@ class RaftDriver:
             woken |= groups.keys()  # reconcile connection state everywhere
         forced = {n: groups[n] for n in woken if n in groups}
         if now >= self._next_round:
+            if self._next_round:  # not the first round
+                self.lag.record(now - self._next_round, now)
             self._next_round = now + self.tick_interval_s
             self.stats["rounds"] += 1
             forced.update(self._every_round)
@@ -479,9 +497,10 @@ class RaftDriver:
                     group.live = False
                     self._every_round.pop(name, None)
                     self._untrack_quiet(group)
-                    setter = getattr(group.node, "set_waker", None)
-                    if setter is not None:
-                        setter(None)
+                    for hook in ("set_waker", "set_scheduling_lag"):
+                        setter = getattr(group.node, hook, None)
+                        if setter is not None:
+                            setter(None)
                 self.endpoint.deactivate(name)
                 if done is not None:
                     done.set()
@@ -516,6 +535,9 @@ class RaftDriver:
         setter = getattr(node, "set_waker", None)
         if setter is not None:
             setter(lambda: self.wake(name))
+        lag_setter = getattr(node, "set_scheduling_lag", None)
+        if lag_setter is not None:
+            lag_setter(self.lag_s)
 
     def _tick(self, group: _Group) -> None:
         self.stats["ticks"] += 1

@@ -98,6 +98,10 @@ class HardenedSyncObj(DurableLog, Snapshots, Quiescence, Membership, SyncObj):
         self._transfer = None  # leader: a leadership transfer holding appends (membership.py)
         self._leader_heard_at: float | None = None  # follower: the leader's last append_entries
         self.led_since = -math.inf  # raft time this replica last became leader
+        # Follower: the election deadline a load grace was added to, and the deadline it set
+        # (membership.py _election_due; lag.py).
+        self._grace_base = -math.inf
+        self._graced_deadline: float | None = None
         # The last success ack sent: (leader node, term, verified index, raft time).
         self._last_ack: tuple[Any, int, int, float] | None = None
         # Quiescence (see the class docstring). Set up for real after SyncObj built the transport.
@@ -294,6 +298,7 @@ class HardenedSyncObj(DurableLog, Snapshots, Quiescence, Membership, SyncObj):
             and self._SyncObj__raftElectionDeadline < now
             and self.selfNode is not None
             and self._SyncObj__connectedToAnyone()
+            and self._election_due(now)  # may wait longer if this broker runs late
         ):
             if self._install_job is None:
                 self._start_election()

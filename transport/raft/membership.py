@@ -24,6 +24,7 @@ from pysyncobj.config import FAIL_REASON
 from pysyncobj.syncobj import _RAFT_STATE, SyncObj
 
 from raftq.transport.raft.entries import decode_membership, encode_membership
+from raftq.transport.raft.lag import election_grace_s
 from raftq.transport.raft.pinned import LEADER, monotonic_time
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,9 @@ class Membership(SyncObj):
     _transfer: _Transfer | None  # leader: a leadership transfer holding new appends
     _leader_heard_at: float | None  # follower: raft time of the leader's last append_entries
     led_since: float  # raft time this replica last became leader
+    _grace_base: float  # follower: the election deadline a grace was added to
+    _graced_deadline: float | None  # follower: the deadline set with that grace
+    _SyncObj__connectedNodes: set[Any]
     _SyncObj__raftElectionDeadline: float
     _SyncObj__raftLeader: Any
     _SyncObj__transferInProgress: bool
@@ -217,6 +221,52 @@ class Membership(SyncObj):
         SyncObj._checkCommandsToApply(self)
 
     # ------------------------------------------------------------------- elections
+    def _election_grace_s(self) -> float:
+        """Seconds past its election deadline a follower waits because its own broker runs
+        late (lag.py): only a follower with an open link to the leader it follows, not while
+        a leadership transfer asks it to campaign. 0 for a candidate (it has no leader to wait
+        for) and after the leader's link closed (its process is gone, not slow)."""
+        leader = self._SyncObj__raftLeader
+        if (
+            self._SyncObj__raftState != _RAFT_STATE.FOLLOWER
+            or self._SyncObj__transferInProgress
+            or leader is None
+            or leader not in self._SyncObj__connectedNodes
+        ):
+            return 0.0
+        return election_grace_s(
+            self._raftq.scheduling_lag_s(), self._SyncObj__conf.raftMaxTimeout
+        )
+
+    def _election_due(self, now: float) -> bool:
+        """Whether this replica's election timer has fired at raft time ``now``.
+
+        A follower whose own rounds run late (the whole machine starved: its leader's broker
+        probably ran as late, and what it sent may not have been written or read yet) waits
+        past the deadline by :meth:`_election_grace_s`, judged afresh at every tick from the
+        deadline it extended (so the grace never adds up, and shrinks as the lag decays). A
+        follower on time, as beside a hung (SIGSTOPped) leader on a healthy machine, campaigns
+        at the deadline. Waiting longer only costs availability: Raft's safety never depends
+        on a follower's timer, and nothing a leader relies on is stretched."""
+        deadline = self._SyncObj__raftElectionDeadline
+        if deadline >= now:
+            return False
+        fresh = deadline != self._graced_deadline  # not one we extended: a heartbeat moved it
+        if fresh:
+            self._grace_base = deadline
+        grace = self._election_grace_s()
+        extended = self._grace_base + grace
+        if extended < now:
+            return True
+        if fresh:
+            logger.debug(
+                "[group=%s] election timer deferred %.0f ms: this broker's rounds run late",
+                self._group,
+                grace * 1000,
+            )
+        self._SyncObj__raftElectionDeadline = self._graced_deadline = extended
+        return False
+
     def _start_election(self) -> None:
         now = monotonic_time()
         late_s = now - self._SyncObj__raftElectionDeadline
@@ -228,7 +278,8 @@ class Membership(SyncObj):
         heard = self._leader_heard_at
         logger.log(
             logging.INFO if self._SyncObj__transferInProgress else logging.WARNING,
-            "[group=%s] %s: standing for term %d (leader %s last heard %s ago)",
+            "[group=%s] %s: standing for term %d (leader %s last heard %s ago; this broker's "
+            "rounds %.0f ms late)",
             self._group,
             "asked to take over (leadership transfer)"
             if self._SyncObj__transferInProgress
@@ -236,6 +287,7 @@ class Membership(SyncObj):
             self._SyncObj__raftCurrentTerm + 1,
             None if leader is None else leader.id,
             "never" if heard is None else f"{(now - heard) * 1000:.0f} ms",
+            self._raftq.scheduling_lag_s() * 1000,
         )
         self._SyncObj__transferInProgress = False
         self._SyncObj__raftLeader = None

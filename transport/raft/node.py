@@ -181,6 +181,7 @@ class RaftNode:
         self._apply_errors = 0
         self._calls: collections.deque[Callable[[], None]] = collections.deque()
         self._waker: Callable[[], None] | None = None
+        self._scheduling_lag: Callable[[], float] | None = None
         self._tick_ident: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -663,6 +664,17 @@ class RaftNode:
         """Install the driver's "tick me soon" hook (None removes it): called from any thread
         after a command or a queued call arrives, so the driver need not poll for them."""
         self._waker = waker
+
+    def set_scheduling_lag(self, lag_s: Callable[[], float] | None) -> None:
+        """Install the driver's "how late do my rounds run" probe (None removes it): a follower
+        whose own broker runs late waits that much longer for its leader (lag.py)."""
+        self._scheduling_lag = lag_s
+
+    def scheduling_lag_s(self) -> float:
+        """Tick thread: how late the rounds that tick this node have been running lately, in
+        seconds (0 without a driver)."""
+        probe = self._scheduling_lag
+        return 0.0 if probe is None else probe()
 
     def _wake(self) -> None:
         waker = self._waker
