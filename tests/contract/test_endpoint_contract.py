@@ -3,9 +3,10 @@
 Every test runs twice: on `HubEndpoint`s of one in-memory `Hub` (the simulation tier) and on
 real `MuxEndpoint`s on 127.0.0.1 (sockets, handshake, sealed frames). What is asserted is what
 `RaftDriver` and `GroupTransport` rely on: per-link FIFO delivery exactly once, the connected
-set and ``peer_generation``, ``link_silence_s`` of a live, a hung and a closed peer, refused
-sends to a dead or unknown peer, ``flush_early`` / ``discard_pending``, delivery only to
-registered groups, the frame size limit, handler failures, ``close()`` and the statistics' names.
+set and ``peer_generation``, ``link_silence_s`` of a live, a hung and a closed peer,
+``link_lag_s`` of a peer on time and one that was late, refused sends to a dead or unknown
+peer, ``flush_early`` / ``discard_pending``, delivery only to registered groups, the frame size
+limit, handler failures, ``close()`` and the statistics' names.
 
 Both run on a manual clock (the mux takes ``clock=``), advanced one step per `Net.pump`
 round: the hub is stepped exactly; the mux's sockets are real, so waits poll a condition with a
@@ -357,6 +358,24 @@ def test_a_hung_peer_stays_connected_falls_silent_then_its_link_closes_until_it_
     g1 = net.register("b", "g1")
     assert net.send("a", "b", "g1", {"type": "x", "n": 7})
     net.pump(lambda: len(g1.got) == 1, "delivery after the link came back")
+
+
+def test_link_lag_shows_a_peer_that_was_late_and_not_one_on_time(net: Net) -> None:
+    """``link_lag_s``: how much later than a live peer's pings allow its frames have lately
+    arrived (a decaying max, lag.py). On time, near 0; a peer that stopped for a second and
+    runs again shows that second (less the pings' allowance) once it is heard again; a hang
+    adds nothing while it lasts; no link: 0."""
+    a, b_addr, c_addr = net.eps["a"], net.addr("b"), net.addr("c")
+    net.rounds(int(3 * SILENT_S / STEP_S))
+    assert a.link_lag_s(b_addr) < PING_S and a.link_lag_s(c_addr) < PING_S
+    assert a.link_lag_s("10.9.9.9:1") == 0.0
+    net.hung.add("b")
+    net.rounds(int(1.0 / STEP_S))
+    assert a.link_lag_s(b_addr) < PING_S  # silent, but nothing arrived late yet
+    net.hung.clear()
+    net.pump(lambda: (a.link_silence_s(b_addr) or 1.0) < SILENT_S, "b heard again")
+    assert 1.0 - 2 * PING_S - 0.05 <= a.link_lag_s(b_addr) <= 1.0 + 4 * STEP_S
+    assert a.link_lag_s(c_addr) < PING_S  # others unaffected
 
 
 def test_only_registered_groups_receive_and_others_are_counted(net: Net) -> None:

@@ -1,8 +1,10 @@
 """Load-aware election timers (transport/raft/lag.py, membership.py ``_election_due``; issue 16).
 
-A follower tells "the leader is hung" from "we are all starved" by its own broker's scheduling
-lag: a follower whose driver's rounds ran late waits past its election deadline (a multiple of
-the lag, capped); one whose rounds run on time campaigns at the deadline.
+A follower tells "the leader is hung" from "we are starved" by the lag lately seen: how late its
+own driver's rounds started, and how late its leader broker's frames arrived. A follower that
+saw either waits past its election deadline (a multiple of the lag, capped); one whose rounds
+ran on time, beside a leader whose frames came on time until they stopped, campaigns at the
+deadline.
 
 Simulation tier, the harness of test_raft_quiescence.py: three hub brokers, RaftNode groups,
 one RaftDriver per broker stepped by hand on the manual clock, raftq's default timings. A
@@ -116,6 +118,33 @@ def test_followers_starved_with_their_leader_do_not_campaign(
             _stall_all(c, stall_s, order)
             c.step(2 * timings.election_timeout_max_s)
             assert c.terms() == terms, f"stall of {stall_s} s, brokers resumed in {order}"
+        assert {n: led(c, n, ADDRS) for n in c.names} == leads
+
+    _run(tmp_path, scenario, timings=timings)
+
+
+@pytest.mark.parametrize("timings", [TIMINGS, AWAKE], ids=["quiesced", "awake"])
+def test_followers_on_time_wait_for_a_leader_whose_broker_keeps_stalling(
+    tmp_path: Path, timings: RaftTimings
+) -> None:
+    """Only one broker is starved: it stalls for 0.5 s, 0.9 s, then 1.6 s (past every election
+    deadline), running 0.3 s in between, while the others run on time. Its frames came late
+    before (its links' lag), so the followers of the groups it leads wait for it, and no group
+    changes term or leader. (Without the links' lag they campaigned in the 1.6 s stall.)"""
+
+    def scenario(c: Cluster) -> None:
+        settle_quiet(c)
+        starved = led(c, "g0")
+        leads = {n: led(c, n) for n in c.names}
+        terms = c.terms()
+        for stall_s in (0.5, 0.9, 1.6):
+            c.frozen.add(starved)
+            c.step(stall_s)
+            c.frozen.discard(starved)
+            c.step(0.3)
+            assert c.terms() == terms, f"{starved} stalled for {stall_s} s"
+        c.step(2 * timings.election_timeout_max_s)
+        assert c.terms() == terms
         assert {n: led(c, n, ADDRS) for n in c.names} == leads
 
     _run(tmp_path, scenario, timings=timings)

@@ -39,6 +39,7 @@ from raftq.transport.raft.handshake import (
     session_keys,
     should_dial,
 )
+from raftq.transport.raft.lag import SchedulingLag
 
 Send = Callable[[int, bytes], None]  # queue one frame (kind, body) on the connection
 
@@ -74,6 +75,9 @@ class Conn:
     rx: FrameCipher | None = None
     out: bytearray = field(default_factory=bytearray)
     last_recv: float = 0.0
+    # Open link: how far apart its frames arrive beyond what a live, idle peer's pings allow
+    # (a decaying max, lag.py); a peer broker whose driver stalls now and then shows here.
+    gaps: SchedulingLag = field(default_factory=SchedulingLag)
     last_send: float = 0.0
     want_write: bool = False
     remote_host: str = ""  # accepted connections: the remote IP (handshake limits per host)

@@ -49,6 +49,11 @@ class ViewHost(Protocol):
         """Seconds since anything arrived from `peer`; None when no link to it is open."""
         ...
 
+    def link_lag_s(self, peer: str) -> float:
+        """How much later than a live peer's pings allow its frames have lately arrived (a
+        decaying max, lag.py); 0 when no link to it is open."""
+        ...
+
     def enqueue(self, peer: str, group: str, message: Any, bulk_bytes: int = 0) -> bool:
         """Buffer ``message`` for ``peer``; ``bulk_bytes``: the bulk data it carries."""
         ...
@@ -131,6 +136,11 @@ class GroupTransport(Transport):
         """Seconds since the broker `peer` was last heard from (any frame, pings included);
         None when no link to it is open. See `ViewHost.link_silence_s`."""
         return self._host.link_silence_s(peer)
+
+    def link_lag_s(self, peer: str) -> float:
+        """How late the broker `peer`'s frames have lately been arriving (its broker starved
+        now and then); 0 without a link. See `ViewHost.link_lag_s`."""
+        return self._host.link_lag_s(peer)
 
     @property
     def silent_after_s(self) -> float:

@@ -21,6 +21,8 @@ differs. Nothing moves unless the test says so:
   up; a peer whose driver stopped running falls silent, and after `dead_after_s` of silence
   the link closes (as the mux closes a connection that received nothing for that long) until
   both ends run again.
+  `link_lag_s` is how much more than two ping intervals deliveries on the link have lately
+  been apart (a decaying max, lag.py), as the mux's.
 - The rest of the endpoint contract is the mux's (tests/contract/test_endpoint_contract.py): a
   group receives only while registered (`activate` .. `deactivate`), messages for a group not
   registered are counted and dropped, a message whose one-message frame would exceed
@@ -51,6 +53,7 @@ import pysyncobj.syncobj as _pysyncobj_syncobj
 from .codec import FRAME_BYTES_MAX_DEFAULT, dumps_data, loads_data
 from .group_transport import BULK_BYTES_PER_ROUND_DEFAULT, GroupTransport, sendable_before_sync
 from .handshake import SEAL_OVERHEAD_BYTES
+from .lag import SchedulingLag
 from .snapshot import written_inline
 
 logger = logging.getLogger("raftq.transport.raft.hub")
@@ -144,6 +147,9 @@ class HubEndpoint:
 
     def link_silence_s(self, peer: str) -> float | None:
         return self._hub.link_silence_s(peer, self.address)
+
+    def link_lag_s(self, peer: str) -> float:
+        return self._hub.link_lag_s(peer, self.address)
 
     def enqueue(self, peer: str, group: str, message: Any, bulk_bytes: int = 0) -> bool:
         if not self._hub.connected(self.address, peer):
@@ -282,6 +288,8 @@ class Hub:
         self.rng = random.Random(seed)  # network faults
         self.ping_rng = random.Random(seed * 7 + 3)  # drops of PINGs: self.rng stays untouched
         self._heard: dict[tuple[str, str], float] = {}  # (src, dst) -> last delivery time
+        # (src, dst) -> how far apart deliveries came beyond 2 pings (the mux's link_lag_s)
+        self._gaps: dict[tuple[str, str], SchedulingLag] = {}
         self._pinged: dict[tuple[str, str], float] = {}  # (src, dst) -> last PING sent
         self._up_since: dict[frozenset[str], float] = {}  # connected pair -> since when
         self.raft_rng = random.Random(seed * 1_000_003 + 7)  # election timeouts (pysyncobj_time)
@@ -392,6 +400,14 @@ class Hub:
         )
         return max(0.0, self.clock.now() - heard)
 
+    def link_lag_s(self, src: str, dst: str) -> float:
+        """How much longer than two ping intervals deliveries from `src` to `dst` have lately
+        been apart (a decaying max, lag.py; 0 without a link), as the mux's ``link_lag_s``."""
+        gaps = self._gaps.get((src, dst))
+        if gaps is None or not self.connected(src, dst):
+            return 0.0
+        return gaps.value(self.clock.now())
+
     def _track_links(self) -> None:
         now = self.clock.now()
         addrs = self.addresses
@@ -400,6 +416,8 @@ class Hub:
                 pair = frozenset((a, b))
                 if not self.connected(a, b):
                     self._up_since.pop(pair, None)
+                    self._gaps.pop((a, b), None)
+                    self._gaps.pop((b, a), None)
                 elif pair not in self._up_since:
                     self._up_since[pair] = now
 
@@ -527,7 +545,12 @@ class Hub:
                 if not m.ping:
                     self.stats["dropped_cut"] += 1
                 continue
-            self._heard[(m.src, m.dst)] = now
+            link = (m.src, m.dst)
+            heard = max(self._heard.get(link, -1.0), self._up_since.get(frozenset(link), -1.0))
+            if heard >= 0:
+                gap_s = now - heard - 2 * self.ping_interval_s
+                self._gaps.setdefault(link, SchedulingLag()).record(gap_s, now)
+            self._heard[link] = now
             if m.ping:
                 continue
             group = self._endpoints[m.dst]._deliver(m.src, m.group, loads_data(m.payload))

@@ -9,9 +9,12 @@ rounds on time, and the base election timeout holds.
 - :class:`SchedulingLag`: the driver records how late each of its rounds starts (on its
   monotonic clock); the lag is a decaying maximum of those samples (half-life
   ``LAG_HALF_LIFE_S``), so one stall is remembered for a few seconds and then forgotten.
+  The endpoints (mux, hub) keep one per link too, of how much later than a live peer's pings
+  allow its frames arrived (``link_lag_s``): a leader broker starved now and then shows there
+  even when its followers run on time; a hang adds nothing until something arrives again.
 - :func:`election_grace_s`: how much later than its election deadline a follower that still
-  has an open link to its leader campaigns: ``GRACE_PER_LAG`` times the lag beyond
-  ``LAG_IGNORED_S`` (ordinary jitter), at most ``GRACE_CAP_TIMEOUTS`` election timeouts.
+  has an open link to its leader campaigns: ``GRACE_PER_LAG`` times the larger of the two lags
+  beyond ``LAG_IGNORED_S`` (ordinary jitter), at most ``GRACE_CAP_TIMEOUTS`` election timeouts.
 
 Only a follower waits longer (membership.py ``_election_due``): that costs availability, never
 safety. Nothing a leader relies on (leader fallback, the quorum clock) is stretched. Pure: no

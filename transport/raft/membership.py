@@ -221,11 +221,20 @@ class Membership(SyncObj):
         SyncObj._checkCommandsToApply(self)
 
     # ------------------------------------------------------------------- elections
+    def _load_lag_s(self, leader: Any) -> float:
+        """How starved this broker and the leader's have lately been: the larger of how late
+        this broker's driver rounds started and how late the leader broker's frames arrived
+        (lag.py; 0 over a transport that measures neither)."""
+        link_lag_s = getattr(self._SyncObj__transport, "link_lag_s", None)
+        leader_lag_s = 0.0 if link_lag_s is None else float(link_lag_s(leader.id))
+        return max(self._raftq.scheduling_lag_s(), leader_lag_s)
+
     def _election_grace_s(self) -> float:
-        """Seconds past its election deadline a follower waits because its own broker runs
-        late (lag.py): only a follower with an open link to the leader it follows, not while
-        a leadership transfer asks it to campaign. 0 for a candidate (it has no leader to wait
-        for) and after the leader's link closed (its process is gone, not slow)."""
+        """Seconds past its election deadline a follower waits because its own broker or its
+        leader's has lately run late (lag.py): only a follower with an open link to the leader
+        it follows, not while a leadership transfer asks it to campaign. 0 for a candidate (it
+        has no leader to wait for) and after the leader's link closed (its process is gone,
+        not slow)."""
         leader = self._SyncObj__raftLeader
         if (
             self._SyncObj__raftState != _RAFT_STATE.FOLLOWER
@@ -234,20 +243,20 @@ class Membership(SyncObj):
             or leader not in self._SyncObj__connectedNodes
         ):
             return 0.0
-        return election_grace_s(
-            self._raftq.scheduling_lag_s(), self._SyncObj__conf.raftMaxTimeout
-        )
+        return election_grace_s(self._load_lag_s(leader), self._SyncObj__conf.raftMaxTimeout)
 
     def _election_due(self, now: float) -> bool:
         """Whether this replica's election timer has fired at raft time ``now``.
 
         A follower whose own rounds run late (the whole machine starved: its leader's broker
-        probably ran as late, and what it sent may not have been written or read yet) waits
+        probably ran as late, and what it sent may not have been written or read yet), or
+        whose leader's frames have lately come late (its broker starved now and then), waits
         past the deadline by :meth:`_election_grace_s`, judged afresh at every tick from the
         deadline it extended (so the grace never adds up, and shrinks as the lag decays). A
-        follower on time, as beside a hung (SIGSTOPped) leader on a healthy machine, campaigns
-        at the deadline. Waiting longer only costs availability: Raft's safety never depends
-        on a follower's timer, and nothing a leader relies on is stretched."""
+        follower on time, beside a leader whose link was on time until it fell silent (a hung,
+        SIGSTOPped, leader on a healthy machine), campaigns at the deadline. Waiting longer
+        only costs availability: Raft's safety never depends on a follower's timer, and
+        nothing a leader relies on is stretched."""
         deadline = self._SyncObj__raftElectionDeadline
         if deadline >= now:
             return False
@@ -260,7 +269,7 @@ class Membership(SyncObj):
             return True
         if fresh:
             logger.debug(
-                "[group=%s] election timer deferred %.0f ms: this broker's rounds run late",
+                "[group=%s] election timer deferred %.0f ms: this broker or the leader's runs late",
                 self._group,
                 grace * 1000,
             )
@@ -278,8 +287,7 @@ class Membership(SyncObj):
         heard = self._leader_heard_at
         logger.log(
             logging.INFO if self._SyncObj__transferInProgress else logging.WARNING,
-            "[group=%s] %s: standing for term %d (leader %s last heard %s ago; this broker's "
-            "rounds %.0f ms late)",
+            "[group=%s] %s: standing for term %d (leader %s last heard %s ago; load lag %.0f ms)",
             self._group,
             "asked to take over (leadership transfer)"
             if self._SyncObj__transferInProgress
@@ -287,7 +295,7 @@ class Membership(SyncObj):
             self._SyncObj__raftCurrentTerm + 1,
             None if leader is None else leader.id,
             "never" if heard is None else f"{(now - heard) * 1000:.0f} ms",
-            self._raftq.scheduling_lag_s() * 1000,
+            0.0 if leader is None else self._load_lag_s(leader) * 1000,
         )
         self._SyncObj__transferInProgress = False
         self._SyncObj__raftLeader = None

@@ -110,6 +110,12 @@ class MuxConfig:
     reconnect_max_s: float = 1.0
     housekeeping_interval_s: float = 0.1
 
+    @property
+    def healthy_gap_s(self) -> float:
+        """A live peer's link carries a frame at least this often (a ping is queued once
+        `ping_interval_s` passed without a send, checked every `housekeeping_interval_s`)."""
+        return self.ping_interval_s + self.housekeeping_interval_s
+
     def __post_init__(self) -> None:
         if not self.ping_interval_s < self.silent_after_s < self.dead_after_s:
             raise ValueError("need ping_interval_s < silent_after_s < dead_after_s")
@@ -229,6 +235,14 @@ class MuxEndpoint:
         if conn is None:
             return None
         return max(0.0, self._clock() - conn.last_recv)
+
+    def link_lag_s(self, peer: str) -> float:
+        """How much longer than a live peer's pings allow (``healthy_gap_s``) the open link to
+        `peer` has lately gone without a frame: a decaying max (lag.py), 0 without a link. A
+        peer broker that is starved now and then (its driver not scheduled) shows here; one
+        that runs on time does not, and a hang adds nothing until something arrives again."""
+        conn = self._links.get(peer)
+        return 0.0 if conn is None else conn.gaps.value(self._clock())
 
     def add_peer(self, peer: str) -> None:
         """Make sure a connection to `peer` is (being) established. Safe from any thread."""
@@ -529,7 +543,10 @@ class MuxEndpoint:
         if not data:
             self._close(conn, "closed by peer")
             return
-        conn.last_recv = self._clock()
+        now = self._clock()
+        if conn.state == ConnState.OPEN:
+            conn.gaps.record(now - conn.last_recv - self.config.healthy_gap_s, now)
+        conn.last_recv = now
         self.stats["bytes_received"] += len(data)
         try:
             frames = conn.decoder.feed(data)
