@@ -150,6 +150,38 @@ def test_followers_on_time_wait_for_a_leader_whose_broker_keeps_stalling(
     _run(tmp_path, scenario, timings=timings)
 
 
+def test_a_follower_stalled_between_its_poll_and_its_tick_reads_before_it_campaigns(
+    tmp_path: Path,
+) -> None:
+    """A follower's broker stops for 1.6 s after its driver read the sockets and before it
+    ticks the group (another group's fsync stalls, the process is descheduled mid-round): its
+    election deadline passed meanwhile, its rounds had been on time, and what the leader sent
+    since is unread. It decides only after the next read, which brings the leader's
+    heartbeat: no group changes term. (Before, it campaigned in that same round.)"""
+
+    def scenario(c: Cluster) -> None:
+        settle_quiet(c)
+        leader = led(c, "g0")
+        follower = next(a for a in ADDRS if a != leader)
+        terms = c.terms()
+        group = c.drivers[follower]._groups["g0"]
+        tick = group.tick
+        stalled: list[float] = []
+
+        def tick_after_a_stall(timeout: float) -> None:
+            if not stalled:
+                stalled.append(c.hub.clock.now())
+                c.hub.clock.advance(1.6)
+            tick(timeout)
+
+        group.tick = tick_after_a_stall
+        c.until(lambda: bool(stalled), max_s=5.0)
+        c.step(2 * AWAKE.election_timeout_max_s)
+        assert c.terms() == terms
+
+    _run(tmp_path, scenario, timings=AWAKE)
+
+
 def test_a_follower_on_time_beside_a_hung_leader_campaigns_at_the_base_timeout(
     tmp_path: Path,
 ) -> None:

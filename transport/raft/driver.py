@@ -21,9 +21,10 @@ and every group registered with it. Each loop iteration:
 6. ``endpoint.flush()``: only now do the replies (acks, votes) produced in 3 go on the wire;
 7. runs what the groups ``defer()``red during the round (WAL checkpoints).
 
-Each round also records how late it started (``lag``, lag.py): the groups read it through
-``set_scheduling_lag`` and a follower of a broker that runs late waits longer before it
-campaigns (membership.py).
+Each round also records how late it started (``lag``, lag.py), and each poll when it ended:
+the groups read both through ``set_load_probe``; a follower of a broker that runs late waits
+longer before it campaigns, and one ticked long after the poll looks again after the next
+(membership.py).
 
 Tick deadlines. A group's deadline (`syncobj_tick_deadline`, or the node's own
 ``tick_deadline()``) is the raft time after which it needs a tick: a leader's next heartbeat, a
@@ -196,6 +197,7 @@ class RaftDriver:
         # How late this driver's rounds start (a decaying max): a follower whose own broker
         # runs late gives its leader that much longer before it campaigns (lag.py).
         self.lag = SchedulingLag()
+        self._polled_at = -math.inf  # driver clock: the end of the last poll
         # (raft time, seq, group): groups by tick deadline; stale entries are skipped on pop.
         self._due_heap: list[tuple[float, int, _Group]] = []
         # (driver clock, seq, group): groups by next full tick; stale entries re-pushed on pop.
@@ -303,6 +305,11 @@ class RaftDriver:
         (lag.py: a decaying max of each round's lateness)."""
         return self.lag.value(self._clock())
 
+    def since_poll_s(self) -> float:
+        """Driver thread: seconds since this driver last read the sockets (a tick long after
+        it may judge a leader silent whose messages are waiting unread)."""
+        return self._clock() - self._polled_at
+
     def quiesced_groups(self) -> set[str]:
         """Driver thread (or a test stepping it): the groups asleep on a peer's link."""
         return {name for groups in self._quiet.values() for name in groups}
@@ -326,6 +333,7 @@ class RaftDriver:
         now = self._clock()
         wait = 0.0 if woken else max(0.0, min(timeout_s, self._next_round - now))
         touched = self.endpoint.poll(wait)
+        self._polled_at = self._clock()
         if touched:
             # Answers first: a follower's ack waits for its fsync only, not for the ticks
             # below, which apply committed entries to the state machine.
@@ -497,7 +505,7 @@ class RaftDriver:
                     group.live = False
                     self._every_round.pop(name, None)
                     self._untrack_quiet(group)
-                    for hook in ("set_waker", "set_scheduling_lag"):
+                    for hook in ("set_waker", "set_load_probe"):
                         setter = getattr(group.node, hook, None)
                         if setter is not None:
                             setter(None)
@@ -535,9 +543,9 @@ class RaftDriver:
         setter = getattr(node, "set_waker", None)
         if setter is not None:
             setter(lambda: self.wake(name))
-        lag_setter = getattr(node, "set_scheduling_lag", None)
-        if lag_setter is not None:
-            lag_setter(self.lag_s)
+        probe_setter = getattr(node, "set_load_probe", None)
+        if probe_setter is not None:
+            probe_setter(self)
 
     def _tick(self, group: _Group) -> None:
         self.stats["ticks"] += 1

@@ -102,6 +102,7 @@ class HardenedSyncObj(DurableLog, Snapshots, Quiescence, Membership, SyncObj):
         # (membership.py _election_due; lag.py).
         self._grace_base = -math.inf
         self._graced_deadline: float | None = None
+        self._rechecked = False  # this deadline already waited for a fresh poll
         # The last success ack sent: (leader node, term, verified index, raft time).
         self._last_ack: tuple[Any, int, int, float] | None = None
         # Quiescence (see the class docstring). Set up for real after SyncObj built the transport.

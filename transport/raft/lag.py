@@ -16,6 +16,11 @@ rounds on time, and the base election timeout holds.
   has an open link to its leader campaigns: ``GRACE_PER_LAG`` times the larger of the two lags
   beyond ``LAG_IGNORED_S`` (ordinary jitter), at most ``GRACE_CAP_TIMEOUTS`` election timeouts.
 
+- A follower whose tick comes more than ``RECHECK_AFTER_POLL_S`` after its driver last read
+  the sockets (the round itself stalled: an fsync, the process descheduled mid-round) does
+  not campaign in that tick: it looks again after the next read, once per deadline, since
+  what its leader sent meanwhile is still unread.
+
 Only a follower waits longer (membership.py ``_election_due``): that costs availability, never
 safety. Nothing a leader relies on (leader fallback, the quorum clock) is stretched. Pure: no
 clock of its own, the caller passes the time.
@@ -24,11 +29,27 @@ clock of its own, the caller passes the time.
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 LAG_HALF_LIFE_S = 3.0  # a stall's weight halves every this many seconds
 LAG_IGNORED_S = 0.05  # lateness up to this much is ordinary jitter: no grace
 GRACE_PER_LAG = 3.0  # seconds of grace per second of lag beyond LAG_IGNORED_S
 GRACE_CAP_TIMEOUTS = 2.0  # grace at most this many (maximum) election timeouts
+# A follower ticked this long after its driver last read the sockets decides no election in
+# that tick: it looks again after the next read (once per deadline).
+RECHECK_AFTER_POLL_S = 0.1
+
+
+class LoadProbe(Protocol):
+    """What a node reads of the thread that ticks it (``RaftDriver``)."""
+
+    def lag_s(self) -> float:
+        """How late its rounds have been starting lately (a :class:`SchedulingLag`)."""
+        ...
+
+    def since_poll_s(self) -> float:
+        """Seconds since it last read the sockets."""
+        ...
 
 
 class SchedulingLag:

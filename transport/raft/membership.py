@@ -24,7 +24,7 @@ from pysyncobj.config import FAIL_REASON
 from pysyncobj.syncobj import _RAFT_STATE, SyncObj
 
 from raftq.transport.raft.entries import decode_membership, encode_membership
-from raftq.transport.raft.lag import election_grace_s
+from raftq.transport.raft.lag import RECHECK_AFTER_POLL_S, election_grace_s
 from raftq.transport.raft.pinned import LEADER, monotonic_time
 
 logger = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ class Membership(SyncObj):
     led_since: float  # raft time this replica last became leader
     _grace_base: float  # follower: the election deadline a grace was added to
     _graced_deadline: float | None  # follower: the deadline set with that grace
+    _rechecked: bool  # follower: this deadline already waited for a fresh poll
     _SyncObj__connectedNodes: set[Any]
     _SyncObj__raftElectionDeadline: float
     _SyncObj__raftLeader: Any
@@ -229,20 +230,25 @@ class Membership(SyncObj):
         leader_lag_s = 0.0 if link_lag_s is None else float(link_lag_s(leader.id))
         return max(self._raftq.scheduling_lag_s(), leader_lag_s)
 
-    def _election_grace_s(self) -> float:
-        """Seconds past its election deadline a follower waits because its own broker or its
-        leader's has lately run late (lag.py): only a follower with an open link to the leader
-        it follows, not while a leadership transfer asks it to campaign. 0 for a candidate (it
-        has no leader to wait for) and after the leader's link closed (its process is gone,
+    def _waits_for_leader(self) -> bool:
+        """A follower with an open link to the leader it follows, not asked by a leadership
+        transfer to campaign: only it waits longer under load. Not a candidate (it has no
+        leader to wait for), nor a follower whose leader's link closed (its process is gone,
         not slow)."""
         leader = self._SyncObj__raftLeader
-        if (
-            self._SyncObj__raftState != _RAFT_STATE.FOLLOWER
-            or self._SyncObj__transferInProgress
-            or leader is None
-            or leader not in self._SyncObj__connectedNodes
-        ):
+        return (
+            self._SyncObj__raftState == _RAFT_STATE.FOLLOWER
+            and not self._SyncObj__transferInProgress
+            and leader is not None
+            and leader in self._SyncObj__connectedNodes
+        )
+
+    def _election_grace_s(self) -> float:
+        """Seconds past its election deadline a follower waits because its own broker or its
+        leader's has lately run late (lag.py); 0 unless it :meth:`_waits_for_leader`."""
+        if not self._waits_for_leader():
             return 0.0
+        leader = self._SyncObj__raftLeader
         return election_grace_s(self._load_lag_s(leader), self._SyncObj__conf.raftMaxTimeout)
 
     def _election_due(self, now: float) -> bool:
@@ -254,19 +260,31 @@ class Membership(SyncObj):
         past the deadline by :meth:`_election_grace_s`, judged afresh at every tick from the
         deadline it extended (so the grace never adds up, and shrinks as the lag decays). A
         follower on time, beside a leader whose link was on time until it fell silent (a hung,
-        SIGSTOPped, leader on a healthy machine), campaigns at the deadline. Waiting longer
-        only costs availability: Raft's safety never depends on a follower's timer, and
-        nothing a leader relies on is stretched."""
+        SIGSTOPped, leader on a healthy machine), campaigns at the deadline. A tick that comes
+        more than ``RECHECK_AFTER_POLL_S`` after the driver's last poll decides nothing, once
+        per deadline: the next poll may hold the leader's messages. Waiting longer only costs
+        availability: Raft's safety never depends on a follower's timer, and nothing a leader
+        relies on is stretched."""
         deadline = self._SyncObj__raftElectionDeadline
         if deadline >= now:
             return False
         fresh = deadline != self._graced_deadline  # not one we extended: a heartbeat moved it
         if fresh:
             self._grace_base = deadline
+            self._rechecked = False
         grace = self._election_grace_s()
         extended = self._grace_base + grace
         if extended < now:
-            return True
+            if (
+                self._rechecked
+                or self._raftq.since_poll_s() <= RECHECK_AFTER_POLL_S
+                or not self._waits_for_leader()
+            ):
+                return True
+            # This tick comes long after the driver read the sockets (the round stalled):
+            # what the leader sent meanwhile is unread. Decide after the next read.
+            self._rechecked = True
+            extended = now
         if fresh:
             logger.debug(
                 "[group=%s] election timer deferred %.0f ms: this broker or the leader's runs late",

@@ -47,6 +47,7 @@ from raftq.transport.raft.clocks import QuorumClock
 from raftq.transport.raft.entries import encode_membership
 from raftq.transport.raft.hardened import HardenedSyncObj
 from raftq.transport.raft.journal import DurableJournal, fsync_dir
+from raftq.transport.raft.lag import LoadProbe
 from raftq.transport.raft.pinned import (
     LEADER,
     NO_OP,
@@ -181,7 +182,7 @@ class RaftNode:
         self._apply_errors = 0
         self._calls: collections.deque[Callable[[], None]] = collections.deque()
         self._waker: Callable[[], None] | None = None
-        self._scheduling_lag: Callable[[], float] | None = None
+        self._load_probe: LoadProbe | None = None
         self._tick_ident: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -665,16 +666,22 @@ class RaftNode:
         after a command or a queued call arrives, so the driver need not poll for them."""
         self._waker = waker
 
-    def set_scheduling_lag(self, lag_s: Callable[[], float] | None) -> None:
-        """Install the driver's "how late do my rounds run" probe (None removes it): a follower
-        whose own broker runs late waits that much longer for its leader (lag.py)."""
-        self._scheduling_lag = lag_s
+    def set_load_probe(self, probe: LoadProbe | None) -> None:
+        """Install the driver that ticks this node as its load probe (None removes it): a
+        follower whose own broker runs late waits that much longer for its leader (lag.py)."""
+        self._load_probe = probe
 
     def scheduling_lag_s(self) -> float:
         """Tick thread: how late the rounds that tick this node have been running lately, in
         seconds (0 without a driver)."""
-        probe = self._scheduling_lag
-        return 0.0 if probe is None else probe()
+        probe = self._load_probe
+        return 0.0 if probe is None else probe.lag_s()
+
+    def since_poll_s(self) -> float:
+        """Tick thread: seconds since the driver that ticks this node last read the sockets
+        (0 without a driver)."""
+        probe = self._load_probe
+        return 0.0 if probe is None else probe.since_poll_s()
 
     def _wake(self) -> None:
         waker = self._waker
