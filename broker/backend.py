@@ -381,7 +381,6 @@ class Backend:
             standby=standby,
         )
         replica.on_applied = self._handlers.new_records.notify
-        replica.on_proposed = self._handlers.new_records.notify  # leases ride behind them
         self._on_open(replica)  # metrics: the apply latency histogram
         self._replicas.add(key, replica)
 

@@ -17,10 +17,6 @@ How it works (no linger timer, no thread of its own):
 - Entries are proposed in queue order under one lock, so one producer's pipelined sequences
   stay in order in the log.
 
-``on_proposed`` runs (on the pumping thread, unlocked) after each entry is proposed: records
-are on their way, and a Lease proposed from now on lands behind them in the log, so a long poll
-woken by it gets them in the same round trip as their append (broker/handlers/consume.py).
-
 Outcomes reach the caller through ``on_done(result, error)`` exactly once: the Append's own
 ``CommandResult`` (which may carry a per-Append error code), or a typed error: ``NotLeader``
 (not proposed, or overwritten by a new leader: safe to retry), ``Timeout`` (outcome unknown:
@@ -99,7 +95,6 @@ class Proposer:
         max_queued_bytes: int = 64 << 20,
         entry_expiry_s: float = 60.0,
         name: str = "",
-        on_proposed: Callable[[], None] | None = None,
     ) -> None:
         if max_inflight_entries < 1 or max_entry_bytes < 1024:
             raise ValueError("need max_inflight_entries >= 1 and max_entry_bytes >= 1024")
@@ -115,7 +110,6 @@ class Proposer:
         self.max_queued_bytes = max_queued_bytes
         self.entry_expiry_s = entry_expiry_s
         self.name = name
-        self._on_proposed = on_proposed
         self._lock = threading.Lock()  # queue, in-flight set, stats
         self._propose_lock = threading.Lock()  # order of proposals = order of the queue
         self._pumping: int | None = None  # the thread inside pump's loop (under _propose_lock)
@@ -202,8 +196,6 @@ class Proposer:
                 self._inflight.add(entry)
                 self._count_entry(len(sends))
             self._propose(self._encode(sends), functools.partial(self._on_outcome, entry))
-            if self._on_proposed is not None:
-                self._on_proposed()
 
     def busy(self) -> bool:
         """Sends queued or entries in flight (read unlocked: a hint for housekeeping)."""

@@ -102,9 +102,6 @@ class PartitionReplica:
     """
 
     on_applied: Callable[[], None] | None = None  # called on the tick thread after new records
-    # Called after an Append entry was proposed here (the leader), on the proposing thread:
-    # records are on their way (long polls wake and lease behind them). It must not block.
-    on_proposed: Callable[[], None] | None = None
     # Called on the tick thread with each apply's duration in seconds (broker/metrics.py sets
     # it to a histogram's observe). It must not block.
     on_apply_s: Callable[[float], None] | None = None
@@ -212,7 +209,6 @@ class PartitionReplica:
             max_inflight_entries=max_inflight_entries,
             max_queued_sends=max_inflight_calls,
             name=f"{self.where} [group={self.name}]",
-            on_proposed=self._records_proposed,
         )
         if driver is not None:
             driver.register(self.name, self.node)
@@ -477,7 +473,7 @@ class PartitionReplica:
         """False only when a Lease for ``group`` stamped now surely returns nothing (long
         polls use it to skip Raft writes). True while appends are in flight here (queued or
         proposed, not yet applied): a Lease proposed now lands behind them in the log and
-        applies after them, so it can take their records in the same round trip."""
+        applies after them, so a poll woken by an apply also takes the records that follow."""
         if self.proposer.busy():
             return True
         now_ms, grace_ms = self.now_ms(), self.max_clock_skew_ms
@@ -485,11 +481,6 @@ class PartitionReplica:
             return self._reader.might_have_ready(group, now_ms, grace_ms)
         with self._state_lock:
             return might_have_ready(self.store, self.machine.meta, group, now_ms, grace_ms)
-
-    def _records_proposed(self) -> None:
-        on_proposed = self.on_proposed
-        if on_proposed is not None:
-            on_proposed()
 
     def outbox(self, limit: int) -> list[OutboxRow]:
         """Dead letters waiting to be forwarded, oldest first."""

@@ -59,8 +59,7 @@ Leased = list[tuple[str, int, partition_pb2.CommandResult]]
 
 
 class NewRecords:
-    """Wakes long polls when a local replica applied new records, or a local leader proposed
-    them (a Lease proposed now lands behind them). Thread-safe.
+    """Wakes long polls when a local replica applied new records. Thread-safe.
 
     Wake-ups are counted: a poll reads :meth:`seen` before it looks for records and waits
     only while that count is unchanged, so records that arrive between its look and its wait
@@ -72,7 +71,7 @@ class NewRecords:
         self._count = 0
 
     def notify(self) -> None:
-        """Never blocks for long (a replica's apply and a leader's proposer call it)."""
+        """Never blocks for long (a replica's apply calls it)."""
         with self._arrived:
             self._count += 1
             self._arrived.notify_all()

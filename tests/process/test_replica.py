@@ -243,15 +243,13 @@ def test_propose_stamps_now_ms_from_the_injected_clock(tmp_path: Path, cluster: 
 
 
 def test_a_lease_proposed_behind_an_append_in_flight_takes_its_records(cluster: Any) -> None:
-    """A long poll on the leader wakes when records are proposed (``on_proposed``), not only
-    when they are applied, and its Lease is not skipped as idle while they are in flight: it
-    lands behind the Append in the log and leases the records in the same round trip (issue
-    16: a record reaches a waiting consumer one Raft round after its send, not two). The
-    followers' drivers are stopped so the Append stays in flight while the test looks."""
+    """While an Append is in flight on the leader, a Lease is not skipped as idle
+    (``might_have_ready``): it lands behind the Append in the log and leases its records, so
+    a long poll woken by an earlier apply also takes the records that follow it instead of
+    waiting for their apply and another round (issue 16). The followers' drivers are stopped
+    so the Append stays in flight while the test looks."""
     c = cluster()
     leader = c.leader()
-    proposed = threading.Event()
-    leader.on_proposed = proposed.set
     followers = [b for b in c.brokers if b.address != leader.node.self_addr]
     assert not leader.might_have_ready("g")  # an empty log: a Lease would take nothing
     applied, log_len = leader.node.applied_index, leader.node.status()["log_len"]
@@ -260,7 +258,7 @@ def test_a_lease_proposed_behind_an_append_in_flight_takes_its_records(cluster: 
     sent: list[Any] = []
     sender = threading.Thread(target=lambda: sent.append(leader.send([rec("x")], timeout_s=30)))
     sender.start()
-    assert proposed.wait(10), "on_proposed was not called for a proposed Append"
+    wait_until(lambda: leader.node.status()["log_len"] > log_len, 10, "the Append in the log")
     assert leader.node.applied_index == applied  # the Append is in flight, not applied
     assert leader.might_have_ready("g")  # so a long poll's Lease is proposed, not skipped
     leased: list[partition_pb2.CommandResult] = []
