@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark import TaskContext
+from pyspark.errors import AnalysisException
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -106,9 +107,27 @@ class RaftqDataSource(DataSource):
         return RaftqStreamWriter(options)
 
 
+# Spark hands a Python writer a task's rows in Arrow batches of at most 10,000 rows or this
+# many bytes (spark.sql.execution.arrow.maxBytesPerBatch; Spark's own default is 64 MiB). At
+# 64 MiB a task of 10 KB rows gets ONE batch of 100 MB: nothing is sent until Spark has
+# converted all of it, and the brokers wait. 4 MiB lets the sends start while Spark converts
+# the rest, and costs the JVM less (bench/RESULTS.md, spark_write at 10 KB).
+ARROW_BATCH_BYTES = 4 << 20
+ARROW_BATCH_BYTES_CONF = "spark.sql.execution.arrow.maxBytesPerBatch"
+
+
 def register(spark: Any) -> None:
-    """Register the ``raftq`` format with a SparkSession."""
-    spark.dataSource.register(RaftqDataSource)
+    """Register the ``raftq`` format with a SparkSession (again is a no-op: sessions of one
+    application share it), and cap the session's Arrow batches at ARROW_BATCH_BYTES unless
+    it sets ``spark.sql.execution.arrow.maxBytesPerBatch`` itself (a value the session sets
+    is kept)."""
+    if spark.conf.get(ARROW_BATCH_BYTES_CONF, None) is None:
+        spark.conf.set(ARROW_BATCH_BYTES_CONF, str(ARROW_BATCH_BYTES))
+    try:
+        spark.dataSource.register(RaftqDataSource)
+    except AnalysisException as exc:
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+            raise
 
 
 # --- writing ----------------------------------------------------------------------------------

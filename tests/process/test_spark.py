@@ -446,6 +446,24 @@ def test_copying_a_topic_writes_to_the_topic_option_not_the_read_topic_column(
     values_once(admin, dst, [v for _, v in rows] + [b"by-column"])
 
 
+def test_register_caps_arrow_batches_unless_the_session_sets_its_own(spark: Any) -> None:
+    """register() caps the Arrow batches Spark hands a writer at 4 MiB in a session that sets
+    no cap (Spark's own default, 64 MiB, gives a task of 10 KB rows one batch of up to
+    100 MB), and keeps a cap the session set; registering again (another session of the
+    application, which shares the format) does not fail."""
+    from raftq.spark import register
+    from raftq.spark.datasource import ARROW_BATCH_BYTES, ARROW_BATCH_BYTES_CONF
+
+    fresh = spark.newSession()
+    assert fresh.conf.get(ARROW_BATCH_BYTES_CONF, None) is None
+    register(fresh)
+    assert fresh.conf.get(ARROW_BATCH_BYTES_CONF) == str(ARROW_BATCH_BYTES) == "4194304"
+    own = spark.newSession()
+    own.conf.set(ARROW_BATCH_BYTES_CONF, "1000000")
+    register(own)
+    assert own.conf.get(ARROW_BATCH_BYTES_CONF) == "1000000"
+
+
 def test_unknown_options_overwrite_bad_columns_and_missing_partitions_are_refused(
     spark: Any, cluster: ProcessCluster, admin: Admin
 ) -> None:
