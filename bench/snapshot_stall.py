@@ -60,6 +60,7 @@ BIG_TOPIC_ID = 1
 COMPACT_AFTER = 50  # entries of the big partition before it snapshots
 BASELINE_S = 5.0  # the probe runs this long before the snapshot starts
 HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
+START_BATCH = 100  # small groups created at a time, each batch led before the next
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
@@ -136,11 +137,18 @@ class _Host:
     def address(self) -> str:
         return self.addr
 
-    def start(self, peers: list[str], groups: int, sync: bool) -> None:
+    def start(self, peers: list[str], sync: bool) -> None:
         self.peers = peers
         self.start_big(sync)
+
+    def start_small(self, first: int, end: int) -> None:
+        """Small groups ``first`` to ``end - 1``. Each one's first leader is chosen (round
+        robin over the brokers); its other replicas start in standby (no campaign until a
+        leader calls): a thousand groups splitting votes at once on every broker never
+        settle on two shared cores."""
         timings = RaftTimings()
-        for g in range(groups):
+        me = self.peers.index(self.addr)
+        for g in range(first, end):
             self.small.append(
                 PartitionReplica(
                     f"small{g}",
@@ -148,10 +156,11 @@ class _Host:
                     BIG_TOPIC_ID + 1 + g,
                     data_dir=self.data_dir,
                     self_addr=self.addr,
-                    peers=peers,
+                    peers=self.peers,
                     driver=self.driver,
                     timings=timings,
                     synchronous="NORMAL",
+                    standby=g % len(self.peers) != me,
                 )
             )
 
@@ -333,13 +342,19 @@ def measure(
         os.sync()
         _say(f"padded {megabytes} MiB and copied it to 3 brokers", started)
         for b in brokers:
-            b.conn.send(("start", (addrs, groups, sync and not install)))
-        for b in brokers:  # the three start their replicas side by side
-            status, value = b.conn.recv()
-            if status != "ok":
-                raise RuntimeError(f"broker {b.process.name}: start failed:\n{value}")
-        _wait(lambda: _all_led(brokers, groups + 1), 1800, "every group has a leader")
-        _say(f"{groups + 1} groups led", started)
+            b.call("start", addrs, sync and not install)
+        _wait(lambda: _all_led(brokers, 1), 600, "the big group has a leader")
+        for first in range(0, groups, START_BATCH):  # groups are created over time
+            end = min(groups, first + START_BATCH)
+            for b in brokers:
+                b.conn.send(("start_small", (first, end)))
+            for b in brokers:  # the three start their replicas side by side
+                status, value = b.conn.recv()
+                if status != "ok":
+                    raise RuntimeError(f"broker {b.process.name}: start failed:\n{value}")
+            led = end + 1  # the big group too
+            _wait(lambda: _all_led(brokers, led), 1800, "every group has a leader")  # noqa: B023
+            _say(f"{end + 1} groups led", started)
         victim: _Broker | None = None
         if install:  # the snapshots first, then a follower stopped and deleted
             for i in range(COMPACT_AFTER + 5):
