@@ -100,6 +100,7 @@ def test_consume_piped_to_head_leaves_without_a_traceback(cluster: ProcessCluste
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow  # kept out of make test's budget, run by make test-slow
 def test_consume_rides_out_an_outage(cluster: ProcessCluster) -> None:
     proc = subprocess.Popen(
         raftq("consume", "cli", "--group", "patient", "--count", "5"),

@@ -148,6 +148,7 @@ def test_a_retry_after_a_partial_write_resumes_by_the_records_written(
     assert values(admin, name) == collections.Counter(v for _, v in data)
 
 
+@pytest.mark.slow  # kept out of make test's budget, run by make test-slow
 def test_a_retry_after_the_dedup_window_still_resumes_by_the_records_written(
     cluster: ProcessCluster, admin: Admin
 ) -> None:

@@ -165,6 +165,7 @@ def _delete_many_while_watching(cluster: ProcessCluster, topics: int, partitions
     _no_file_errors(cluster)
 
 
+@pytest.mark.slow  # kept out of make test's budget, run by make test-slow
 def test_deleting_many_topics_at_once_reports_no_broker_dead(tmp_path: Path) -> None:
     with ProcessCluster(tmp_path, brokers=3) as cluster:
         cluster.wait_ready()
