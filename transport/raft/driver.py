@@ -297,7 +297,7 @@ class RaftDriver:
             "sync_seconds": self.sync_seconds,
             "groups": len(self._groups),
             "quiesced": self._quiesced,
-            "lag_seconds": self.lag.value(self._clock()),
+            "lag_seconds": self.lag_s(),
         }
 
     def lag_s(self) -> float:
