@@ -55,13 +55,13 @@ from raftq.partitions.machine import (
 )
 from raftq.partitions.reader import FetchResult, ProducerState, might_have_ready, producer_state
 from raftq.partitions.rows import OutboxRow
-from raftq.partitions.sqlite_store import SqliteStore, copy_position, retired_files
+from raftq.partitions.sqlite_store import SqliteStore, copy_position
 from raftq.partitions.store import PartitionStore
 from raftq.proposer import Proposer
 from raftq.proto import common_pb2, errors, partition_pb2
 from raftq.transport.raft import ApplyError, FailReason, RaftNode, RaftTimings
 from raftq.transport.raft.driver import RaftDriver
-from raftq.transport.raft.snapshot import remove_paced
+from raftq.transport.raft.snapshot import remove_paced, remove_retired
 
 logger = logging.getLogger("raftq.broker.replica")
 
@@ -148,8 +148,7 @@ class PartitionReplica:
         path = str(data_dir / f"{self.name}.sqlite")
         self._sqlite: SqliteStore | None = None
         if store is None:
-            for leftover in retired_files(path):  # a crash during a restore's file swap
-                remove_paced(leftover)
+            remove_retired(path)  # what a crash during a restore's file swap left
             # With a driver, WAL checkpoints run after the driver's round has sent its
             # messages (acks, appends) instead of inside the apply that grew the WAL. A
             # snapshot's restore moves its copy into place; the replaced file is freed in
