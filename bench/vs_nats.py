@@ -245,7 +245,7 @@ def _raftq_e2e(cluster: ProcessCluster, topic: str, rate: int, seconds: float) -
             messages = consumer.poll(100, 200)
             now = time.perf_counter()
             latencies.extend((now - float(m.value.decode())) * 1000 for m in messages)
-            consumer.ack(messages)
+            consumer.ack_async(messages)  # as the NATS consumer's msg.ack(): no wait
 
     thread = threading.Thread(target=consume, daemon=True)
     thread.start()

@@ -5,7 +5,8 @@ A ``Consumer`` joins its group (``JoinGroup``), and a background thread heartbea
 :class:`Message` is this member's until ``lease_deadline_ms`` and no other member of the group
 gets it meanwhile. Then:
 
-- ``msg.ack()`` ends it for the group; ``msg.nack(delay_ms)`` gives it back for redelivery
+- ``msg.ack()`` ends it for the group (``consumer.ack_async(messages)``: without waiting, a
+  ``concurrent.futures.Future`` of the answers); ``msg.nack(delay_ms)`` gives it back for redelivery
   (no delay given: the topic's exponential backoff); ``msg.extend(lease_ms)`` keeps working.
 - A lease that runs out makes the record ready again: it is redelivered (to this member or
   another) with ``delivery_count + 1``, and a late ack of the old delivery fails with
@@ -17,7 +18,8 @@ gets it meanwhile. Then:
   assignment. Acks for moved partitions are lost work, never lost records.
 
 So every record is processed at least once; process idempotently (``delivery_count > 1``
-marks a redelivery). ``close()`` leaves the group at once, releasing its leases. A Consumer
+marks a redelivery). ``close()`` waits for the acks ``ack_async`` still has to send, then
+leaves the group at once, releasing its leases. A Consumer
 is a live group member and refuses to be pickled: create it where it is used.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -119,6 +122,11 @@ class Consumer:
         security = channel_security(tls_ca_file, tls_cert_file, tls_key_file, token)
         self._channels = _Channels(bootstrap, request_timeout_ms, security)
         self._closed = threading.Event()
+        # ack_async's one worker (its thread starts with the first ack) and what it holds.
+        self._acks = ThreadPoolExecutor(1, thread_name_prefix=f"raftq-acks-{group}")
+        self._acks_lock = threading.Lock()
+        self._last_ack: Future[list[errors.RaftqError | None]] | None = None
+        self._closing = False
         self._run(self._member.join(None))
         interval_ms = heartbeat_interval_ms or self._member.suggested_heartbeat_ms
         self.heartbeat_interval_s = interval_ms / 1000
@@ -183,12 +191,35 @@ class Consumer:
         return Message(*fields, _consumer=self)
 
     def _settle(self, method: str, messages: Sequence[Message], **extra: int) -> list[Any]:
+        pending = self._last_ack
+        if pending is not None:  # the acks ack_async was given before go first
+            wait([pending])
         return self._run(self._member.settle(method, messages, extra))
+
+    def _ack_now(self, messages: Sequence[Message]) -> list[errors.RaftqError | None]:
+        results = self._run(self._member.settle("Ack", messages, {}))
+        return [outcome_error(r) for r in results]
 
     def ack(self, messages: Sequence[Message]) -> list[errors.RaftqError | None]:
         """Acknowledge a batch; one entry per message: None when acked, else the typed error
-        (LeaseExpired, NotLeased, RecordNotFound, Fenced...)."""
+        (LeaseExpired, NotLeased, RecordNotFound, Fenced...). Acks still pending from
+        :meth:`ack_async` are sent first."""
         return [outcome_error(r) for r in self._settle("Ack", messages)]
+
+    def ack_async(self, messages: Sequence[Message]) -> Future[list[errors.RaftqError | None]]:
+        """Acknowledge a batch without waiting (Kafka's commitAsync): the future resolves to
+        what :meth:`ack` returns, one entry per message, or raises what ``ack`` would have
+        raised (Unavailable...). Batches are sent one at a time, in call order, by one
+        worker thread; ``ack``, ``nack`` and ``extend`` called later wait for them, and
+        :meth:`close` sends every pending batch before it leaves the group. Raises
+        InvalidArgument once the consumer is closing."""
+        batch = list(messages)
+        with self._acks_lock:
+            if self._closing:
+                raise errors.InvalidArgument("ack_async on a closed Consumer")
+            future = self._acks.submit(self._ack_now, batch)
+            self._last_ack = future
+        return future
 
     def nack(
         self, messages: Sequence[Message], delay_ms: int | None = None
@@ -206,9 +237,13 @@ class Consumer:
         return [outcome_error(r) for r in results]
 
     def close(self) -> None:
-        """Stop heartbeating and leave the group (its leases are released). Idempotent."""
-        if self._closed.is_set():
-            return
+        """Send the acks :meth:`ack_async` holds, stop heartbeating and leave the group (its
+        leases are released). Idempotent."""
+        with self._acks_lock:
+            if self._closing:
+                return
+            self._closing = True
+        self._acks.shutdown(wait=True)  # heartbeats go on meanwhile: the leases stay ours
         self._closed.set()
         self._heartbeats.join(self.heartbeat_interval_s + self._channels.request_timeout_s)
         try:
