@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 
 from raftq.handlers.common import DEFAULT_TIMEOUT_S
@@ -24,6 +24,8 @@ logger = logging.getLogger("raftq.broker.leases")
 # poll that passed the generation check just before the rebalance may apply after the first
 # Release (see Releases.revoke).
 RELEASE_AGAIN_S = 1.0
+# An undelivered take-back's log line names at most this many runs of offsets.
+OFFSET_RANGES_LOGGED = 100
 
 
 def batch_refs(
@@ -143,9 +145,20 @@ class Releases:
         member_id: str,
         refs: list[partition_pb2.DeliveryRef],
     ) -> None:
-        """Best effort: a Release.undelivered that fails leaves the leases to expire."""
+        """Best effort: a Release.undelivered that fails leaves the leases to expire. The
+        offsets are logged before the Release is proposed, so a log that survives a crash
+        names every delivery that may have been taken back."""
         if not refs:
             return
+        logger.info(
+            "[group=%s topic/partition=%s/%d] taking back %d undelivered leases of %s (offsets %s)",
+            group,
+            topic,
+            partition,
+            len(refs),
+            member_id,
+            offset_ranges(ref.offset for ref in refs),
+        )
         release = partition_pb2.Release(group=group, member=member_id, undelivered=refs)
         command = partition_pb2.PartitionCommand(release=release)
         try:
@@ -170,3 +183,20 @@ class Releases:
             response.result.count,
             member_id,
         )
+
+
+def offset_ranges(offsets: Iterable[int], most: int = OFFSET_RANGES_LOGGED) -> str:
+    """Offsets as sorted runs, e.g. ``"3-7,9"``; beyond ``most`` runs ``",... (N more)"``. The
+    chaos checker (tests/chaos/checker.py) reads the undelivered offsets from these lines: a
+    record whose delivery was taken back is leased again with the same delivery_count, so
+    its next lease is no first delivery (fifo order)."""
+    runs: list[list[int]] = []
+    for offset in sorted(set(offsets)):
+        if runs and offset == runs[-1][1] + 1:
+            runs[-1][1] = offset
+        else:
+            runs.append([offset, offset])
+    shown = [str(a) if a == b else f"{a}-{b}" for a, b in runs[:most]]
+    if len(runs) > most:
+        shown.append(f"... ({len(runs) - most} more)")
+    return ",".join(shown)

@@ -24,7 +24,10 @@ What it verifies, per record (its value is its id, unique per run) and for the o
 6. **FIFO order**: on a fifo topic, within a partition, the *first* deliveries
    (delivery_count 1) of records sent without deliver_at happen in offset order (lease stamps
    non-decreasing with the offset). Redeliveries (count > 1, after a nack, an expiry or a
-   release) and delayed records may come later than higher offsets: that is the contract. Per
+   release) and delayed records may come later than higher offsets: that is the contract. So
+   may a record whose delivery a broker took back (a Poll answer its client did not wait for:
+   ``Release.undelivered`` restores the delivery_count, so its next lease is delivery 1 again;
+   the brokers' logs name those offsets, ``taking back ... (offsets ...)``). Per
    key, one producer's first attempts acknowledged in send order have increasing offsets in one
    partition, so per-key order is the offset order above.
 7. **Delayed records never early**: a lease of a record sent with deliver_at_ms has a lease
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +50,11 @@ from tests.helpers import read_jsonl
 
 RecordId = tuple[str, int, int]  # topic, partition, offset
 VIOLATIONS_SHOWN = 50
+# broker/handlers/leases.py Releases.undeliver_refs, logged before it proposes the Release
+TAKING_BACK = re.compile(
+    r"\[group=\S+ topic/partition=(?P<topic>\S+)/(?P<partition>\d+)\] taking back \d+ "
+    r"undelivered leases of \S+ \(offsets (?P<offsets>[\d,-]*)"
+)
 
 
 @dataclass
@@ -94,8 +103,27 @@ def check(root: Path) -> Report:
     )
     replicas_path = root / "replicas.json"
     replicas = json.loads(replicas_path.read_text()) if replicas_path.exists() else None
-    Checker(config, workload, consumer_events, final, replicas, report).run()
+    back = taken_back(root / "cluster")
+    Checker(config, workload, consumer_events, final, replicas, report, back).run()
     return report
+
+
+def taken_back(cluster: Path) -> set[RecordId]:
+    """Every record whose delivery a broker set out to take back (``Release.undelivered``),
+    from the brokers' logs (``cluster/broker-N.log``); a line cut short after its first
+    runs of offsets names only those."""
+    out: set[RecordId] = set()
+    for path in sorted(cluster.glob("broker-*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            match = TAKING_BACK.search(line)
+            if match is None:
+                continue
+            topic, partition = match["topic"], int(match["partition"])
+            for run in filter(None, match["offsets"].split(",")):
+                first, _, last = run.partition("-")
+                for offset in range(int(first), int(last or first) + 1):
+                    out.add((topic, partition, offset))
+    return out
 
 
 class Checker:
@@ -107,6 +135,7 @@ class Checker:
         final: dict[str, Any] | None,
         replicas: dict[str, Any] | None,
         report: Report,
+        taken_back: set[RecordId] | None = None,
     ) -> None:
         self.config, self.workload, self.events = config, workload, events
         self.final, self.replicas, self.report = final, replicas, report
@@ -124,6 +153,8 @@ class Checker:
         self.acked: dict[str, RecordId] = {}
         self.log: dict[RecordId, dict[str, Any]] = {}
         self.dlq: dict[RecordId, list[dict[str, Any]]] = defaultdict(list)
+        # records whose delivery a broker took back (Release.undelivered)
+        self.taken_back: set[RecordId] = taken_back or set()
 
     def fail(self, what: str) -> None:
         self.report.violations.append(what)
@@ -318,8 +349,8 @@ class Checker:
             if rid[0] not in self.fifo:
                 continue
             sent = self.sends.get(ls[0]["value"])
-            if sent is None or sent["deliver_at_ms"]:
-                continue
+            if sent is None or sent["deliver_at_ms"] or rid in self.taken_back:
+                continue  # delayed, or leased again as delivery 1 after a take-back
             for x in ls:
                 if x["delivery_count"] == 1:
                     firsts[(rid[0], rid[1])].append((rid[2], x["lease_deadline_ms"]))
@@ -393,3 +424,4 @@ class Checker:
         f["records_acknowledged"] = len(self.acked)
         f["dead_lettered"] = sum(len(v) for v in self.dlq.values())
         f["redelivered"] = sum(1 for ls in getattr(self, "leases", {}).values() if len(ls) > 1)
+        f["deliveries_taken_back"] = len(self.taken_back)

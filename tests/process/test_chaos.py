@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import random
 import socket
@@ -19,11 +20,16 @@ from typing import Any
 
 import pytest
 
+from raftq.client import Producer
+from raftq.handlers.leases import offset_ranges
+from raftq.proto import api_pb2
 from raftq.transport.raft import codec
-from tests.chaos.checker import check
+from raftq.transport.request_checks import CheckedPoll, check_join_group, check_poll
+from tests.chaos.checker import check, taken_back
 from tests.chaos.harness import Harness, Options
 from tests.chaos.proxy import RaftProxy, dialer_from_handshake
 from tests.chaos.schedule import KINDS, make_schedule
+from tests.cluster import InProcessCluster
 from tests.helpers import free_port, wait_until
 
 LEASE_MS = 1000
@@ -152,6 +158,9 @@ def _run(tmp: Path, mutate: Callable[[dict[str, Any]], None] | None = None) -> l
     (tmp / "consumer-0-0.jsonl").write_text("".join(json.dumps(e) + "\n" for e in run["consumer"]))
     (tmp / "final.json").write_text(json.dumps(run["final"]))
     (tmp / "replicas.json").write_text(json.dumps(run["replicas"]))
+    for name, text in run.get("broker_logs", {}).items():
+        (tmp / "cluster").mkdir(exist_ok=True)
+        (tmp / "cluster" / name).write_text(text)
     return check(tmp).violations
 
 
@@ -263,6 +272,88 @@ def test_checker_finds_each_violation(
 ) -> None:
     violations = _run(tmp_path, mutate)
     assert any(expected in v for v in violations), violations
+
+
+def _taking_back(topic_partition: str, offsets: str) -> str:
+    """A broker's log line (broker/handlers/leases.py), written before it takes back the
+    deliveries of an answer that never reached its member."""
+    return (
+        "2026-11-25 23:08:36,446 INFO raftq.broker.leases [group=g topic/partition="
+        f"{topic_partition}] taking back 3 undelivered leases of m1 (offsets {offsets})\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("log", "excused"),
+    [
+        (_taking_back("t/0", "0"), True),
+        (_taking_back("t/0", "7,0-1"), True),
+        ("", False),
+        (_taking_back("t/1", "0"), False),  # another partition
+        (_taking_back("t/0", "2-4,9"), False),  # other offsets
+        (_taking_back("t.x/0", "0"), False),  # another topic
+    ],
+)
+def test_a_first_delivery_after_a_take_back_is_no_fifo_violation(
+    tmp_path: Path, log: str, excused: bool
+) -> None:
+    """Offset 0 leased as delivery 1 after offset 1: a violation, unless a broker took back a
+    delivery of offset 0 (Release.undelivered restores its delivery_count, so its next lease
+    is delivery 1 again, a redelivery all the same)."""
+
+    def late_after_take_back(run: dict[str, Any]) -> None:
+        _fifo(run)
+        run["broker_logs"] = {"broker-1.log": "starting\n" + log, "broker-2.log": ""}
+
+    violations = _run(tmp_path, late_after_take_back)
+    assert violations == [] if excused else any("(fifo)" in v for v in violations), violations
+
+
+@pytest.mark.cluster(brokers=1)
+def test_the_checker_reads_the_offsets_a_broker_took_back(
+    cluster: InProcessCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real broker takes back a Poll answer whose client left (what ConsumerServicer.Poll
+    does then: undeliver_poll): the records are leased again as delivery 1, and the line it
+    logs before proposing the Release names their offsets, which the checker reads."""
+    caplog.set_level(logging.INFO, logger="raftq.broker.leases")
+    topic = "taken.back"
+    cluster.admin().create_topic(topic, 1, 1, ordering="fifo")
+    cluster.wait_leaders(topic)
+    with Producer(cluster.bootstrap) as producer:
+        for n in range(6):
+            producer.send(topic, b"v%d" % n, partition=0).result(10)
+    handlers = cluster.broker(1).handlers
+    joined = handlers.groups.join_group(
+        check_join_group(api_pb2.JoinGroupRequest(group="g", topics=[topic])), timeout_s=10
+    )
+
+    def poll(n: int) -> tuple[CheckedPoll, api_pb2.PollResponse]:
+        request = api_pb2.PollRequest(
+            group="g", member_id=joined.member_id, generation=joined.generation, max_records=n
+        )
+        checked = check_poll(request)
+        return checked, handlers.consume.poll(checked, timeout_s=10)
+
+    def leased(response: api_pb2.PollResponse) -> list[tuple[int, int]]:
+        return [(r.offset, r.delivery_count) for r in response.records]
+
+    checked, abandoned = poll(2)
+    assert leased(abandoned) == [(0, 1), (1, 1)]
+    assert leased(poll(1)[1]) == [(2, 1)]  # a later poll goes on past the abandoned answer
+    handlers.consume.undeliver_poll(checked, abandoned)
+    assert leased(poll(6)[1]) == [(0, 1), (1, 1), (3, 1), (4, 1), (5, 1)]  # 0, 1: delivery 1
+    (tmp_path / "broker-1.log").write_text(caplog.text)
+    assert taken_back(tmp_path) == {(topic, 0, 0), (topic, 0, 1)}
+
+
+def test_offset_ranges_are_sorted_runs_cut_after_the_most_shown(tmp_path: Path) -> None:
+    assert offset_ranges([9, 3, 4, 5, 7, 3]) == "3-5,7,9"
+    assert offset_ranges([]) == ""
+    cut = offset_ranges(range(0, 10, 2), most=2)
+    assert cut == "0,2,... (3 more)"
+    (tmp_path / "broker-1.log").write_text(_taking_back("t/0", cut))
+    assert taken_back(tmp_path) == {("t", 0, 0), ("t", 0, 2)}  # only the runs shown
 
 
 # -- the proxy ----------------------------------------------------------------------------------
