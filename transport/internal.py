@@ -16,10 +16,12 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from raftq.proto import errors, internal_pb2, internal_pb2_grpc, metadata_pb2, partition_pb2
 from raftq.transport.grpc_errors import abort, raise_from_rpc_error
 from raftq.transport.internal_auth import UNBOUND_METHODS, CredentialSigner, CredentialVerifier
+from raftq.transport.propose_checks import CheckedPropose, check_propose
 
 logger = logging.getLogger("raftq.transport.internal")
 
@@ -30,13 +32,7 @@ class PartitionHost(Protocol):
     """What the internal servicer needs from a broker. Methods raise raftq.proto.errors types."""
 
     def propose_local(
-        self,
-        topic: str,
-        partition: int,
-        command: partition_pb2.PartitionCommand,
-        *,
-        skip_if_idle: bool,
-        timeout_s: float,
+        self, request: CheckedPropose, *, timeout_s: float
     ) -> internal_pb2.ProposeResponse: ...
 
     def undeliver_local(
@@ -80,12 +76,19 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
         self._verifier = CredentialVerifier(secret, own_addresses=own_addresses)
         self._timeout_s = default_timeout_s
 
-    def _authenticate(self, context: grpc.ServicerContext, method: str) -> None:
+    def _authenticate(
+        self, context: grpc.ServicerContext, method: str, request: Any = None
+    ) -> None:
+        """Refuse a call whose credential does not verify (UNAUTHENTICATED), then one whose
+        bytes did not decode (MALFORMED_COMMAND: see ``Undecodable``)."""
         shown = dict(context.invocation_metadata()).get(AUTH_KEY, "")
         refused = self._verifier.check(method, shown)
         if refused is not None:
             logger.warning("internal %s from %s refused: %s", method, context.peer(), refused)
             abort(context, errors.Unauthenticated(refused))
+        if isinstance(request, Undecodable):
+            logger.warning("internal %s from %s refused: %s", method, context.peer(), request)
+            abort(context, errors.MalformedCommand(f"the {method} request does not decode"))
 
     def _timeout(self, context: grpc.ServicerContext) -> float:
         remaining = context.time_remaining()
@@ -94,15 +97,10 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
     def Propose(
         self, request: internal_pb2.ProposeRequest, context: grpc.ServicerContext
     ) -> internal_pb2.ProposeResponse:
-        self._authenticate(context, "Propose")
+        self._authenticate(context, "Propose", request)
         try:
-            answer = self._host.propose_local(
-                request.topic,
-                request.partition,
-                request.command,
-                skip_if_idle=request.skip_if_idle,
-                timeout_s=self._timeout(context),
-            )
+            checked = check_propose(request)  # bytes from another process: checked as a client's
+            answer = self._host.propose_local(checked, timeout_s=self._timeout(context))
         except errors.RaftqError as exc:
             abort(context, exc)
         if request.command.WhichOneof("op") == "lease" and not context.is_active():
@@ -116,7 +114,7 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
     def Read(
         self, request: internal_pb2.ReadRequest, context: grpc.ServicerContext
     ) -> internal_pb2.ReadResponse:
-        self._authenticate(context, "Read")
+        self._authenticate(context, "Read", request)
         try:
             return self._host.read_local(request)
         except errors.RaftqError as exc:
@@ -125,7 +123,7 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
     def MetaPropose(
         self, request: internal_pb2.MetaProposeRequest, context: grpc.ServicerContext
     ) -> internal_pb2.MetaProposeResponse:
-        self._authenticate(context, "MetaPropose")
+        self._authenticate(context, "MetaPropose", request)
         try:
             result = self._host.meta_propose_local(
                 request.command, timeout_s=self._timeout(context)
@@ -137,7 +135,7 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
     def Forward(
         self, request: internal_pb2.ForwardRequest, context: grpc.ServicerContext
     ) -> internal_pb2.ForwardResponse:
-        self._authenticate(context, "Forward")
+        self._authenticate(context, "Forward", request)
         try:
             response = self._host.forward_local(
                 request.method,
@@ -152,7 +150,7 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
     def Report(
         self, request: internal_pb2.BrokerReport, context: grpc.ServicerContext
     ) -> internal_pb2.ReportAck:
-        self._authenticate(context, "Report")
+        self._authenticate(context, "Report", request)
         try:
             return self._host.report_local(request)
         except errors.RaftqError as exc:
@@ -161,7 +159,7 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
     def MetaMembers(
         self, request: internal_pb2.MetaMembersRequest, context: grpc.ServicerContext
     ) -> internal_pb2.MetaMembersResponse:
-        self._authenticate(context, "MetaMembers")
+        self._authenticate(context, "MetaMembers", request)
         try:
             return self._host.meta_members_local()
         except errors.RaftqError as exc:
@@ -170,15 +168,45 @@ class InternalServicer(internal_pb2_grpc.InternalServicer):
     def JoinCluster(
         self, request: internal_pb2.JoinClusterRequest, context: grpc.ServicerContext
     ) -> internal_pb2.MetaMembersResponse:
-        self._authenticate(context, "JoinCluster")
+        self._authenticate(context, "JoinCluster", request)
         try:
             return self._host.join_cluster_local(request, timeout_s=self._timeout(context))
         except errors.RaftqError as exc:
             abort(context, exc)
 
 
+class Undecodable(str):
+    """What an Internal request's bytes became when they did not decode (a truncated or
+    garbled message, a nesting too deep): the servicer refuses it MALFORMED_COMMAND after
+    authenticating the call, where gRPC would have ended the call with an untyped INTERNAL."""
+
+
+def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def parse_or_refuse(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except (DecodeError, ValueError, RecursionError) as exc:
+            return Undecodable(f"{len(data)} bytes that do not decode: {exc}")
+
+    return parse_or_refuse
+
+
 def add_internal_service(server: grpc.Server, servicer: InternalServicer) -> None:
-    internal_pb2_grpc.add_InternalServicer_to_server(servicer, server)
+    """The Internal service on ``server``, each request decoded leniently (``Undecodable``)."""
+    handlers = {}
+    for name, method in internal_pb2.DESCRIPTOR.services_by_name[
+        "Internal"
+    ].methods_by_name.items():
+        request_class = getattr(internal_pb2, method.input_type.name)
+        response_class = getattr(internal_pb2, method.output_type.name)
+        handlers[name] = grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, name),
+            request_deserializer=_lenient(request_class.FromString),
+            response_serializer=response_class.SerializeToString,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("raftq.v1.Internal", handlers),)
+    )
 
 
 class InternalClient:

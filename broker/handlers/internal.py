@@ -12,6 +12,7 @@ from raftq.handlers.common import ByteBudget
 from raftq.handlers.leases import Releases
 from raftq.proto import internal_pb2, metadata_pb2, partition_pb2
 from raftq.router import Router, propose_on, read_on
+from raftq.transport.propose_checks import CheckedPropose
 
 if TYPE_CHECKING:
     from raftq.metadata_client import MetadataClient
@@ -52,23 +53,19 @@ class InternalHandler:
         self.membership: ClusterMembers | None = None
 
     def propose_local(
-        self,
-        topic: str,
-        partition: int,
-        command: partition_pb2.PartitionCommand,
-        *,
-        skip_if_idle: bool,
-        timeout_s: float,
+        self, request: CheckedPropose, *, timeout_s: float
     ) -> internal_pb2.ProposeResponse:
-        """Internal.Propose: only the partition's leader answers; never forwarded again. A
-        Lease is planned within this broker's byte budget, whatever the forwarder asked."""
+        """Internal.Propose, its shape checked (transport/propose_checks.py): only the
+        partition's leader answers; never forwarded again. A Lease is planned within this
+        broker's byte budget, whatever the forwarder asked."""
+        topic, partition, command = request.topic, request.partition, request.command
         self._router.check_partition(topic, partition)
         replica = self._router.local_leader(topic, partition)
         if replica is None:
             raise self._router.not_leader(topic, partition)
         if command.WhichOneof("op") == "lease":
             command.lease.max_bytes = self._budget(command.lease.max_bytes)
-        return propose_on(replica, command, timeout_s, skip_if_idle=skip_if_idle)
+        return propose_on(replica, command, timeout_s, skip_if_idle=request.skip_if_idle)
 
     def undeliver_local(
         self, topic: str, partition: int, lease: partition_pb2.Lease, answer: Any

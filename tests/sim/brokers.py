@@ -40,6 +40,7 @@ from raftq.config import load_config
 from raftq.proto import errors, internal_pb2
 from raftq.server import Broker
 from raftq.transport.internal import InternalClient
+from raftq.transport.propose_checks import check_propose
 from raftq.transport.raft.hub import Hub, ManualClock
 
 WALL_EPOCH_S = 1_750_000_000.0  # the simulated wall clock starts here (plus the manual clock)
@@ -128,13 +129,7 @@ class LocalInternal(InternalClient):
         request = type(request).FromString(request.SerializeToString())
         answer: Any
         if name == "Propose":
-            answer = host.propose_local(
-                request.topic,
-                request.partition,
-                request.command,
-                skip_if_idle=request.skip_if_idle,
-                timeout_s=timeout_s,
-            )
+            answer = host.propose_local(check_propose(request), timeout_s=timeout_s)
         elif name == "Read":
             answer = host.read_local(request)
         elif name == "MetaPropose":
