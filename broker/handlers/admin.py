@@ -333,7 +333,11 @@ class AdminHandler:
         self, request: CheckedPurgeTopic, *, timeout_s: float | None
     ) -> api_pb2.PurgeTopicResponse:
         return admin_ops.purge_topic(
-            self._metadata.table, self._router, request, timeout(timeout_s)
+            self._metadata.table,
+            self._router,
+            request,
+            timeout(timeout_s),
+            monotonic=self._monotonic,
         )
 
     # -- recurring records (broker/handlers/schedules.py) -------------------------------------

@@ -79,7 +79,7 @@ class GroupAdmin:
                 api_pb2.SeekGroupRequest,
                 api_pb2.SeekGroupResponse,
                 lambda request, left, _principal: admin_ops.seek_group(
-                    self._metadata.table, self._router, request, left
+                    self._metadata.table, self._router, request, left, monotonic=self._monotonic
                 ),
                 check=check_seek_group,
             ),

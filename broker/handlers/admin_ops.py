@@ -8,12 +8,16 @@ not answer; the ones before it are done) the operator calls again.
 Seek runs on the metadata leader (the group's members are only known for sure there); like
 Kafka's ``kafka-consumer-groups --reset-offsets``, it is refused while the group has live members
 unless forced. Purge runs on any broker.
+
+Time: a call's deadline is read on the broker's monotonic clock (``monotonic``, broker/clock.py),
+the one its router's retries wait by; what a seek by timestamp finds and what a purge deletes is
+decided at apply, against the records' stamped timestamps and the log, never a broker's clock.
 """
 
 from __future__ import annotations
 
 import logging
-import time
+from collections.abc import Callable
 
 from raftq.metadata.table import Table, TopicInfo
 from raftq.proto import api_pb2, errors, partition_pb2
@@ -50,8 +54,14 @@ def _propose(
     command: partition_pb2.PartitionCommand,
     deadline: float,
     what: str,
+    monotonic: Callable[[], float],
 ) -> partition_pb2.CommandResult:
-    left = max(0.001, deadline - time.monotonic())
+    left = deadline - monotonic()
+    if left <= 0:
+        raise errors.Unavailable(
+            f"{topic}/{partition} did not {what}: the call's time ran out; the partitions before "
+            "it did: call again"
+        )
     try:
         response = router.propose(topic, partition, command, left)
     except (errors.Unavailable, errors.Timeout, errors.NotLeader) as exc:
@@ -65,14 +75,19 @@ def _propose(
 
 
 def seek_group(
-    table: Table, router: Router, request: CheckedSeekGroup, timeout_s: float
+    table: Table,
+    router: Router,
+    request: CheckedSeekGroup,
+    timeout_s: float,
+    *,
+    monotonic: Callable[[], float],
 ) -> api_pb2.SeekGroupResponse:
     """On the metadata leader: move the group's position on the requested partitions.
 
     Raises (normal): InvalidArgument, UnknownGroup, UnknownTopic, UnknownPartition,
     GroupNotEmpty (members live and not ``force``), Unavailable, Timeout.
     """
-    deadline = time.monotonic() + timeout_s
+    deadline = monotonic() + timeout_s
     group = table.group(request.group)
     if group is None:
         raise errors.UnknownGroup(f"group {request.group!r} does not exist")
@@ -100,7 +115,7 @@ def seek_group(
     )
     out = api_pb2.SeekGroupResponse()
     for partition in partitions:
-        result = _propose(router, info.name, partition, command, deadline, "seek")
+        result = _propose(router, info.name, partition, command, deadline, "seek", monotonic)
         out.partitions.add(partition=partition, offset=result.offset, dropped=result.count)
     logger.info(
         "[group=%s] seek on %s: %s",
@@ -112,19 +127,24 @@ def seek_group(
 
 
 def purge_topic(
-    table: Table, router: Router, request: CheckedPurgeTopic, timeout_s: float
+    table: Table,
+    router: Router,
+    request: CheckedPurgeTopic,
+    timeout_s: float,
+    *,
+    monotonic: Callable[[], float],
 ) -> api_pb2.PurgeTopicResponse:
     """Delete every record now in the topic's (or one partition's) log.
 
     Raises (normal): InvalidArgument, UnknownTopic, UnknownPartition, Unavailable, Timeout.
     """
-    deadline = time.monotonic() + timeout_s
+    deadline = monotonic() + timeout_s
     info = _topic(table, request.topic)
     partitions = _partitions(info, request.partition if request.HasField("partition") else None)
     command = partition_pb2.PartitionCommand(purge=partition_pb2.Purge())
     out = api_pb2.PurgeTopicResponse()
     for partition in partitions:
-        result = _propose(router, info.name, partition, command, deadline, "purge")
+        result = _propose(router, info.name, partition, command, deadline, "purge", monotonic)
         out.partitions.add(partition=partition, log_start=result.offset, deleted=result.count)
     logger.info(
         "[topic=%s] purged: %d records",
