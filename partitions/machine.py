@@ -60,6 +60,10 @@ MAX_APPEND_RECORDS = 100_000
 MAX_NAME_CHARS = 255
 MAX_LEASE_MS = 12 * 3600 * 1000  # like SQS's visibility timeout: at most 12 hours
 MAX_DELAY_MS = 366 * 24 * 3600 * 1000  # nack delays and deliver_at horizons: at most a year
+# How long a tracked (Spark) producer's count of records that retention or a purge cut away is
+# kept after its last cut (at least dedup_window_ms): a week, Kafka's transactional.id
+# expiration. A task retried within it skips every row an earlier attempt wrote, cut or not.
+TRACKED_CUT_KEEP_MS = 7 * 24 * 3600 * 1000
 MAX_CLOCK_SKEW_MS = 3600 * 1000  # a stamped clock_skew_ms is clamped to 0..1 hour
 EXPIRY_ROUNDS = 4  # a Lease whose choice held expired records chooses again at most this often
 PRODUCER_BATCHES_KEPT = 5  # like Kafka: the last five batches of a producer answer retries
@@ -1192,20 +1196,25 @@ class PartitionMachine:
                     dropped_bytes += size
                     cursor = offset + 1
             start = max(start, cursor)
-        dropped = self._drop_below(start)
+        dropped = self._drop_below(start, now_ms)
         window_start = safe_now_ms - self.config.dedup_window_ms
         self.store.idempotency_forget_before(window_start)
         self.store.producer_forget_before(window_start)
+        self.store.tracked_cut_forget_before(
+            safe_now_ms - max(self.config.dedup_window_ms, TRACKED_CUT_KEEP_MS)
+        )
         return partition_pb2.CommandResult(count=dropped)
 
-    def _drop_below(self, start: int) -> int:
+    def _drop_below(self, start: int, now_ms: int) -> int:
         """Move the log start up to ``start``: delete the records below it and every group's
-        pending rows for them. Returns the number of records deleted."""
+        pending rows for them (a tracked producer's are counted on: ``tracked_cut_below``).
+        Returns the number of records deleted."""
         if start <= self.meta.log_start:
             return 0
         gone = self.store.sizes_from(self.meta.log_start, start - self.meta.log_start)
         gone_bytes = sum(size for offset, size in gone if offset < start)
         dropped = sum(1 for offset, _ in gone if offset < start)
+        self.store.tracked_cut_below(start, now_ms)
         self.store.delete_records_below(start)
         self.store.pending_delete_below(start)
         self.meta.log_start = start
@@ -1214,7 +1223,7 @@ class PartitionMachine:
 
     def _on_purge(self, cmd: partition_pb2.Purge, now_ms: int) -> partition_pb2.CommandResult:
         """Every record goes: the log start moves to the end offset (proto Purge)."""
-        dropped = self._drop_below(self.meta.next_offset)
+        dropped = self._drop_below(self.meta.next_offset, now_ms)
         return partition_pb2.CommandResult(count=dropped, offset=self.meta.log_start)
 
     def _on_dead_letter_done(

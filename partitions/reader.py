@@ -36,7 +36,8 @@ class ProducerState:
 def producer_state(store: PartitionStore, producer_id: str) -> ProducerState | None:
     """The producer's last applied batch, or None when the partition knows none of its
     batches. A tracked producer (ids containing ``spark:``) is read from its records in the
-    log, so it is known as long as they are (retention), dedup window or not; any other from
+    log and the count of those retention or a purge cut away (kept TRACKED_CUT_KEEP_MS after
+    the cut), so it is known that long, dedup window or not; any other from
     the dedup state (forgotten after ``dedup_window_ms``). A writer restarting the producer id
     resumes at ``last_sequence + 1`` (the Spark writer's retried tasks, after ``records``
     rows)."""

@@ -133,13 +133,22 @@ def _fair_header(*args: Any) -> Any:  # raftq_fair_header(headers, name) in SQL
 # A tracked producer's batches (is_tracked_producer): one row per (producer_id, sequence) run
 # of records, written with them (insert_records, insert_values) and dropped with the last of
 # them (delete_records_below). What the producer wrote is counted over the records in each
-# batch's offset range that carry its id and sequence (exact whatever was deleted: retention,
-# a cancelled record), so a write pays one row per batch, not an index entry per record.
+# batch's offset range that carry its id and sequence (exact whatever was deleted: a cancelled
+# record), plus what retention or a purge cut away (tracked_cut), so a write pays one row per
+# batch, not an index entry per record.
 TRACKED_SCHEMA = """
 CREATE TABLE IF NOT EXISTS tracked_batches(
     first_ofs INTEGER PRIMARY KEY, last_ofs INTEGER NOT NULL, producer_id TEXT NOT NULL,
     sequence INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS tracked_batches_producer ON tracked_batches(producer_id, sequence);
+"""
+# What retention or a purge cut away of each tracked producer's records (tracked_cut_below):
+# counted on in producer_written, so a retried Spark task after a cut still skips every row an
+# earlier attempt wrote; forgotten TRACKED_CUT_KEEP_MS after its last cut (partitions/machine.py).
+CUT_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tracked_cut(
+    producer_id TEXT PRIMARY KEY, records INTEGER NOT NULL, last_sequence INTEGER NOT NULL,
+    cut_ms INTEGER NOT NULL);
 """
 # The records of producer ?1's batches (b: tracked_batches, r: records).
 TRACKED_RECORDS = (
@@ -256,6 +265,7 @@ class SqliteStore:
             if "fkey" not in columns:
                 self._cur.execute("ALTER TABLE pending ADD COLUMN fkey BLOB")
             self._cur.execute(FAIR_SCHEMA)
+            self._cur.execute(CUT_SCHEMA)
             if not self._rows("SELECT 1 FROM sqlite_master WHERE name = 'tracked_batches'"):
                 # Before it, a partial index on records(producer_id, sequence) answered: build
                 # the batches from the records it covered, then drop it (and its predecessor).
@@ -495,13 +505,34 @@ class SqliteStore:
         ((count, last),) = self._rows(
             f"SELECT count(*), max(b.sequence) FROM {TRACKED_RECORDS}", (producer_id,)
         )
-        if not count:
+        cut = self._rows(
+            "SELECT records, last_sequence FROM tracked_cut WHERE producer_id = ?", (producer_id,)
+        )
+        cut_records, cut_last = cut[0] if cut else (0, -1)
+        if not count and not cut_records:
             return None
+        last = max(-1 if last is None else int(last), int(cut_last))
         rows = self._rows(
             f"SELECT r.ofs FROM {TRACKED_RECORDS} AND b.sequence = ?2 ORDER BY r.ofs",
             (producer_id, last),
         )
-        return int(count), int(last), [int(ofs) for (ofs,) in rows]
+        return int(count) + int(cut_records), last, [int(ofs) for (ofs,) in rows]
+
+    def tracked_cut_below(self, offset: int, now_ms: int) -> None:
+        self._cur.execute(
+            "INSERT INTO tracked_cut(producer_id, records, last_sequence, cut_ms) "
+            "SELECT b.producer_id, count(*), max(b.sequence), ?2 FROM tracked_batches b "
+            "JOIN records r ON r.ofs BETWEEN b.first_ofs AND b.last_ofs "
+            "AND r.producer_id = b.producer_id AND r.sequence = b.sequence "
+            "WHERE b.first_ofs < ?1 AND r.ofs < ?1 GROUP BY b.producer_id "
+            "ON CONFLICT(producer_id) DO UPDATE SET records = records + excluded.records, "
+            "last_sequence = max(last_sequence, excluded.last_sequence), cut_ms = excluded.cut_ms",
+            (offset, now_ms),
+        )
+
+    def tracked_cut_forget_before(self, timestamp_ms: int) -> int:
+        self._cur.execute("DELETE FROM tracked_cut WHERE cut_ms < ?", (timestamp_ms,))
+        return self._conn.changes()
 
     def producer_put(
         self, producer_id: str, sequence: int, offsets: Sequence[int], now_ms: int, keep: int
@@ -1064,6 +1095,7 @@ class SqliteStore:
             self._rows("SELECT gid, ofs, fkey FROM pending WHERE fkey IS NOT NULL"),
             self._rows("SELECT gid, fkey, turn, ready FROM fair_keys"),
             self._rows("SELECT gid, served FROM fair_clock"),
+            self._rows("SELECT producer_id, records, last_sequence, cut_ms FROM tracked_cut"),
         )
 
     def checkpoint(self) -> None:

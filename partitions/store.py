@@ -95,9 +95,15 @@ class PartitionStore(Protocol):
         self, producer_id: str, sequence: int, offsets: Sequence[int], now_ms: int, keep: int
     ) -> None: ...
     def producer_forget_before(self, timestamp_ms: int) -> int: ...
-    # a tracked producer's (is_tracked_producer) records still in the log:
-    # (how many, the highest sequence, that batch's offsets), or None when it has none
+    # a tracked producer's (is_tracked_producer) records: (how many it wrote, counting those
+    # retention or a purge cut away (tracked_cut_below) until they are forgotten, the highest
+    # sequence, the offsets of that batch's records still in the log), or None when it has none
     def producer_written(self, producer_id: str) -> tuple[int, int, list[int]] | None: ...
+    # before the records below offset go (retention, purge): add each tracked producer's
+    # records among them (count, highest sequence) to its cut totals, stamped now_ms
+    def tracked_cut_below(self, offset: int, now_ms: int) -> None: ...
+    # forget the cut totals last stamped before timestamp_ms; returns how many producers
+    def tracked_cut_forget_before(self, timestamp_ms: int) -> int: ...
 
     # groups and their pending rows
     def group_get(self, name: str) -> GroupRow | None: ...
@@ -317,6 +323,8 @@ class MemoryStore:
         self._fair_turns: dict[int, dict[bytes, int]] = {}
         self._fair_served: dict[int, int] = {}
         self._fair_used = False  # some row ever had a fair key (else _fair_sync has nothing to do)
+        # tracked producers' records cut away: producer -> (records, highest sequence, cut_ms)
+        self._cut: dict[str, tuple[int, int, int]] = {}
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -334,6 +342,7 @@ class MemoryStore:
             self._schedules,
             self._fair_turns,
             self._fair_served,
+            self._cut,
         )
 
     @contextlib.contextmanager
@@ -357,6 +366,7 @@ class MemoryStore:
                 self._schedules,
                 self._fair_turns,
                 self._fair_served,
+                self._cut,
             ) = saved
             raise
 
@@ -477,11 +487,25 @@ class MemoryStore:
     def producer_written(self, producer_id: str) -> tuple[int, int, list[int]] | None:
         assert is_tracked_producer(producer_id), producer_id
         mine = [r for r in self._records.values() if r.producer_id == producer_id]
-        if not mine:
+        cut_records, cut_last, _ = self._cut.get(producer_id, (0, -1, 0))
+        if not mine and not cut_records:
             return None
-        last = max(r.sequence or 0 for r in mine)
+        last = max([r.sequence or 0 for r in mine] + [cut_last])
         offsets = sorted(r.offset for r in mine if r.sequence == last)
-        return len(mine), last, offsets
+        return len(mine) + cut_records, last, offsets
+
+    def tracked_cut_below(self, offset: int, now_ms: int) -> None:
+        _fits(offset, now_ms)
+        for r in self._records.values():
+            if r.offset < offset and r.producer_id and is_tracked_producer(r.producer_id):
+                records, last, _ = self._cut.get(r.producer_id, (0, -1, 0))
+                self._cut[r.producer_id] = (records + 1, max(last, r.sequence or 0), now_ms)
+
+    def tracked_cut_forget_before(self, timestamp_ms: int) -> int:
+        gone = [p for p, (_, _, cut_ms) in self._cut.items() if cut_ms < timestamp_ms]
+        for p in gone:
+            del self._cut[p]
+        return len(gone)
 
     def producer_put(
         self, producer_id: str, sequence: int, offsets: Sequence[int], now_ms: int, keep: int
@@ -849,6 +873,7 @@ class MemoryStore:
                 for fkey, turn, ready in self.fair_rotation(gid)[0]
             ),
             self._fair_served.items(),
+            ((p, records, last, cut_ms) for p, (records, last, cut_ms) in self._cut.items()),
         )
 
     def close(self) -> None:
@@ -869,6 +894,7 @@ def canonical_dump(
     fair_keys: Iterable[tuple[int, int, bytes]] = (),
     fair_rotation: Iterable[tuple[int, bytes, int, int]] = (),
     fair_served: Iterable[tuple[int, int]] = (),
+    tracked_cut: Iterable[tuple[str, int, int, int]] = (),
 ) -> dict[str, Any]:
     """A store's whole state as plain sorted data: equal dumps mean equal replicas."""
     names = {g.gid: g.name for g in groups}
@@ -902,4 +928,6 @@ def canonical_dump(
             sorted((names[g], k, t, r) for g, k, t, r in fair_rotation),
             sorted((names[g], n) for g, n in fair_served),
         ),
+        # (tracked producer, records cut away, highest sequence among them, last cut's now_ms)
+        "tracked_cut": sorted(tracked_cut),
     }

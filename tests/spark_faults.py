@@ -13,7 +13,9 @@ orders from options, each fault firing once: a marker file says it is still to c
   ``end`` (the input ends normally, the writer sends its short last batches and returns, then
   the task fails: what a UDF failing upstream of the writer looks like to it) or ``exit`` (the
   worker process dies mid-write: an executor kill). The retry must resume after what the
-  first attempt applied. ``reportFile``: commit writes every task's summary there as JSON.
+  first attempt applied. ``purgePartition`` (``end`` mode): before failing, attempt 0 purges
+  that raftq partition of the topic (an operator's purge, or retention, cutting away part of
+  what it wrote). ``reportFile``: commit writes every task's summary there as JSON.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark import TaskContext
 
+from raftq.client import Admin
 from raftq.spark import datasource
 
 
@@ -74,6 +77,7 @@ class FlakyBatchWriter(datasource.RaftqBatchWriter):
         self.fail_after = int(options["failafterrows"])
         self.fail_mode = options.get("failmode", "raise")
         self.report_file = options.get("reportfile", "")
+        self.purge_partition = options.get("purgepartition")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> datasource.RaftqCommitMessage:
         context = TaskContext.get()
@@ -87,6 +91,10 @@ class FlakyBatchWriter(datasource.RaftqBatchWriter):
             return super().write(iterator)
         if self.fail_mode == "end":
             super().write(self._head(iterator))
+            if self.purge_partition is not None:
+                assert self.options.topic is not None, "purgePartition needs the topic option"
+                with Admin(self.options.bootstrap) as admin:
+                    admin.purge_topic(self.options.topic, int(self.purge_partition))
             os.remove(self.fail_file)
             raise RuntimeError(f"injected failure upstream after {self.fail_after} rows")
         return super().write(self._failing(iterator))
@@ -116,7 +124,9 @@ class FlakyBatchWriter(datasource.RaftqBatchWriter):
 
 
 class FlakySource(datasource.RaftqDataSource):
-    extra_options = frozenset({"failfile", "failafterrows", "failmode", "reportfile"})
+    extra_options = frozenset(
+        {"failfile", "failafterrows", "failmode", "reportfile", "purgepartition"}
+    )
 
     @classmethod
     def name(cls) -> str:

@@ -1211,6 +1211,48 @@ def test_sqlite_is_wal_and_synchronous_full_by_default(tmp_path: Path) -> None:
         SqliteStore(str(tmp_path / "q.db"), synchronous="full; DROP TABLE meta")
 
 
+def test_a_tracked_producers_records_cut_away_are_counted_until_forgotten(
+    store: PartitionStore,
+) -> None:
+    """Retention or a purge (the machine calls tracked_cut_below before delete_records_below)
+    cuts records a `spark:` producer wrote: its count keeps them, so a retried task skips
+    every row an earlier attempt wrote; the last batch's offsets are those still in the log.
+    Untracked producers and other tracked ones are not counted in; a second cut adds up."""
+    pid, other = "spark:app:5:0", "spark:app:5:1"
+    with store.transaction():
+        rows = [rec(o, producer=pid, sequence=o // 4) for o in range(10)]  # sequences 0..2
+        rows += [rec(10, producer="plain", sequence=0), rec(11, producer=other, sequence=0)]
+        store.insert_records(rows)
+    assert producer_state(store, pid) == ProducerState(2, [8, 9], 10)
+    with store.transaction():
+        store.tracked_cut_below(5, 1_000)  # batch 0 and half of batch 1
+        store.delete_records_below(5)
+    assert producer_state(store, pid) == ProducerState(2, [8, 9], 10)
+    with store.transaction():
+        store.tracked_cut_below(9, 2_000)  # all but the last record: the last batch's tail
+        store.delete_records_below(9)
+    assert producer_state(store, pid) == ProducerState(2, [9], 10)
+    assert producer_state(store, other) == ProducerState(0, [11], 1)
+    with store.transaction():
+        store.tracked_cut_below(12, 3_000)  # everything: known from the cut alone
+        store.delete_records_below(12)
+    assert producer_state(store, pid) == ProducerState(2, [], 10)
+    assert producer_state(store, other) == ProducerState(0, [], 1)
+    with store.transaction():
+        assert store.tracked_cut_forget_before(3_000) == 0  # both stamped 3_000 by the last cut
+        assert store.tracked_cut_forget_before(3_001) == 2
+    assert producer_state(store, pid) is None and producer_state(store, other) is None
+    with store.transaction():  # a cut rolled back with its transaction
+        store.insert_records([rec(12, producer=pid, sequence=3)])
+    try:
+        with store.transaction():
+            store.tracked_cut_below(13, 4_000)
+            raise RuntimeError("rolled back")
+    except RuntimeError:
+        pass
+    assert producer_state(store, pid) == ProducerState(3, [12], 1)
+
+
 def test_sqlite_tracked_producer_lookup_reads_its_batches_not_the_log(tmp_path: Path) -> None:
     """The Spark writer's resume lookup must not scan the log: SQLite plans it on the
     producer's rows of tracked_batches (one per batch, not an index entry per record) and

@@ -283,6 +283,43 @@ def test_retried_task_resumes_after_what_its_first_attempt_wrote(
     assert max(s["records_skipped"] for s in summaries) >= 600  # the retry skipped, not resent
 
 
+def test_a_retry_after_a_purge_cut_part_of_the_first_attempt_skips_all_it_wrote(
+    spark: Any, cluster: ProcessCluster, admin: Admin, tmp_path: Path
+) -> None:
+    """Attempt 0 of the one task writes its first 900 rows, then raftq partition 0 is purged
+    (an operator's purge, or retention, cutting away part of what it wrote) and the task
+    fails. The retry skips all 900 and writes the rest: each id written once, the cut ones
+    gone, none back. On the code before, the partition counted only the records left, so the
+    retry resent rows of the first attempt (or failed OUT_OF_ORDER_SEQUENCE / a
+    nondeterministic-input error, depending on what was left)."""
+    out = make_topic(cluster, admin, "spark-retry-purged")
+    fail, report = tmp_path / "fail-once", tmp_path / "report.json"
+    fail.touch()
+    df = spark.range(0, 3000, numPartitions=1).selectExpr(
+        "cast(id % 101 as string) as key", "concat('v', cast(id as string)) as value"
+    )
+    (
+        df.write.format("raftq_flaky")
+        .option("bootstrap", cluster.bootstrap)
+        .option("topic", out)
+        .option("batchRecords", 7)
+        .option("failFile", str(fail))
+        .option("failAfterRows", 900)
+        .option("failMode", "end")
+        .option("purgePartition", 0)
+        .option("reportFile", str(report))
+        .mode("append")
+        .save()
+    )
+    assert not fail.exists()  # attempt 0 failed after the purge
+    cut = {i for i in range(900) if partition_for(str(i % 101).encode(), 3, 0) == 0}
+    assert 200 < len(cut) < 700
+    assert admin.list_offsets(out)[0].log_start > 0
+    values_once(admin, out, [b"v%d" % i for i in range(3000) if i not in cut])
+    summaries = json.loads(report.read_text())
+    assert [(s["records_skipped"], s["records_written"]) for s in summaries] == [(900, 2100)]
+
+
 @pytest.mark.parametrize("mode", ["end", "exit"])
 def test_a_retry_resumes_mid_growth_of_default_sized_batches(
     spark: Any, cluster: ProcessCluster, admin: Admin, tmp_path: Path, mode: str

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from raftq.partitions.machine import DEFAULT_CONFIG, PartitionMachine
+from raftq.partitions.machine import DEFAULT_CONFIG, TRACKED_CUT_KEEP_MS, PartitionMachine
+from raftq.partitions.reader import producer_state
 from raftq.partitions.sqlite_store import SqliteStore
 from raftq.partitions.store import MemoryStore
 from raftq.proto import common_pb2, partition_pb2
@@ -232,6 +233,45 @@ def test_retention_leaves_nothing_pending_for_a_group_that_took_only_some(
     assert lag is not None and (lag.committed, lag.pending, lag.lag) == (4, 0, 0)
 
 
+def test_a_spark_producers_records_purged_or_retained_away_still_count_as_written(
+    replica: Replica,
+) -> None:
+    """A retried Spark task resumes after ``records`` rows (ProducerState): retention or a
+    purge that cut the first attempt's records away must not make it write them again (on
+    the code before, the count fell to what was left: the retry re-sent that many rows).
+    The count is kept TRACKED_CUT_KEEP_MS (at least dedup_window_ms) after the last cut."""
+    config = common_pb2.TopicConfig()
+    config.CopyFrom(DEFAULT_CONFIG)
+    config.retention_ms = 1_000
+    assert not replica.apply(configure=partition_pb2.Configure(config=config)).error
+    pid = "spark:app:1:0"
+    for sequence in range(3):
+        append = partition_pb2.Append(values=[b"r%d" % i for i in range(4)], producer_id=pid)
+        append.sequence = sequence
+        assert not replica.apply(append=append).error
+    written = producer_state(replica.machine.store, pid)
+    assert written is not None and (written.records, written.last_sequence) == (12, 2)
+    replica.now_ms += 10_000  # every record past retention_ms
+    assert replica.apply(retain=partition_pb2.Retain()).count == 12
+    kept = producer_state(replica.machine.store, pid)
+    assert kept is not None and (kept.records, kept.last_sequence, kept.last_offsets) == (
+        12,
+        2,
+        [],
+    )
+    more = partition_pb2.Append(values=[b"x", b"y"], producer_id=pid, sequence=3)
+    assert not replica.apply(append=more).error
+    assert replica.apply(purge=partition_pb2.Purge()).count == 2
+    purged = producer_state(replica.machine.store, pid)
+    assert purged is not None and (purged.records, purged.last_sequence) == (14, 3)
+    replica.now_ms += TRACKED_CUT_KEEP_MS  # a week after the purge, less the clock skew
+    replica.apply(retain=partition_pb2.Retain())
+    assert producer_state(replica.machine.store, pid) is not None
+    replica.now_ms += 1
+    replica.apply(retain=partition_pb2.Retain())
+    assert producer_state(replica.machine.store, pid) is None
+
+
 def test_both_stores_end_equal_after_seeks_and_purges(tmp_path: Any) -> None:
     replicas = [
         Replica(PartitionMachine(MemoryStore())),
@@ -243,8 +283,11 @@ def test_both_stores_end_equal_after_seeks_and_purges(tmp_path: Any) -> None:
         r.ack("g", (1, 1))
         r.seek("g", partition_pb2.SEEK_OFFSET, offset=2)
         r.taken("h")
+        spark = partition_pb2.Append(values=[b"s"], producer_id="spark:a:1:0", sequence=0)
+        assert not r.apply(append=spark).error
         r.apply(purge=partition_pb2.Purge())
         r.append(b"e")
         r.seek("h", partition_pb2.SEEK_EARLIEST)
         r.taken("g")
-    assert replicas[0].machine.store.dump() == replicas[1].machine.store.dump()
+    dumps = [r.machine.store.dump() for r in replicas]
+    assert dumps[0] == dumps[1] and dumps[0]["tracked_cut"] == [("spark:a:1:0", 1, 0, 1_000)]
