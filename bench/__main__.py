@@ -33,6 +33,7 @@ BENCHMARKS = [
     "bench.contention",
     "bench.admin_answers",
     "bench.term_write",
+    "bench.disk",
 ]
 
 

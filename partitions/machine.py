@@ -47,7 +47,12 @@ from google.protobuf.message import DecodeError
 
 from raftq.partitions import schedule_ops
 from raftq.partitions.rows import GroupRow, Meta, OutboxRow, PendingRow, RecordRow
-from raftq.partitions.store import BackupWriter, PartitionStore, order_keys
+from raftq.partitions.store import (
+    BackupWriter,
+    PartitionStore,
+    is_tracked_producer,
+    order_keys,
+)
 from raftq.proto import common_pb2, partition_pb2
 from raftq.proto.common_pb2 import ErrorCode
 from raftq.proto.limits import record_size as record_size
@@ -69,6 +74,16 @@ EXPIRY_ROUNDS = 4  # a Lease whose choice held expired records chooses again at 
 PRODUCER_BATCHES_KEPT = 5  # like Kafka: the last five batches of a producer answer retries
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+
+
+def _tracked(producer_id: str) -> bool:
+    """Whether an Append's record rows carry its producer id and sequence: only a tracked
+    producer's (``is_tracked_producer``: a retried Spark writer counts what it wrote from its
+    records). Every other producer's batch is known by its dedup state (``producer_put``, the
+    last batches' offsets) alone: its id is not repeated in each record (32 bytes of a
+    client's uuid per row, in the SQLite file, its WAL and every snapshot)."""
+    return bool(producer_id) and is_tracked_producer(producer_id)
+
 
 _OFFSET = operator.itemgetter(0)  # of a ReadyRecord (or a slim row)
 _TIMESTAMP = operator.itemgetter(2)  # of a ReadyRecord
@@ -465,7 +480,7 @@ class PartitionMachine:
                     result.records.add(offset=o, duplicate=True)
                 return result
         offsets, rows, idem, expiries = self._plan_append(incoming, now_ms)
-        if cmd.producer_id:
+        if _tracked(cmd.producer_id):
             for row in rows:
                 row.producer_id, row.sequence = cmd.producer_id, cmd.sequence
         self.store.insert_records(rows)
@@ -519,12 +534,17 @@ class PartitionMachine:
                         result.records.add(offset=o, duplicate=True)
                 return result
         first = self.meta.next_offset
-        producer_id = cmd.producer_id or None
-        sequence = cmd.sequence if producer_id else None
-        self.store.insert_values(first, now_ms, values, producer_id, sequence)
-        if producer_id:
+        tracked = _tracked(cmd.producer_id)
+        self.store.insert_values(
+            first,
+            now_ms,
+            values,
+            cmd.producer_id if tracked else None,
+            cmd.sequence if tracked else None,
+        )
+        if cmd.producer_id:
             self.store.producer_put(
-                producer_id,
+                cmd.producer_id,
                 cmd.sequence,
                 range(first, first + count),
                 now_ms,

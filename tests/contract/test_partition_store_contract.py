@@ -8,6 +8,7 @@ drives both with the same seeded operation sequence and compares every answer an
 
 from __future__ import annotations
 
+import array
 import os
 import random
 from collections.abc import Callable, Iterator
@@ -1270,6 +1271,31 @@ def test_sqlite_tracked_producer_lookup_reads_its_batches_not_the_log(tmp_path: 
         assert "SCAN" not in plan, plan
         indexes = store._rows("SELECT name FROM sqlite_master WHERE tbl_name = 'records'")
         assert indexes == [("records",)], indexes  # no index on the log's rows
+    finally:
+        store.close()
+
+
+def test_sqlite_keeps_a_batch_of_consecutive_offsets_in_17_bytes(tmp_path: Path) -> None:
+    """A producer's last batches answer its retries with their offsets: a batch of
+    consecutive offsets (an Append's new records) is stored as its first offset and count,
+    not 8 bytes per record; scattered ones (records an idempotency key matched) and blobs
+    written before, 8 bytes each, read back as they were."""
+    store = SqliteStore(str(tmp_path / "p.db"))
+    try:
+        with store.transaction():
+            store.producer_put("p", 0, list(range(5, 10_005)), 1, 5)
+            store.producer_put("p", 1, range(10_005, 10_008), 1, 5)
+            store.producer_put("p", 2, [3, 10_008, 10_009], 1, 5)
+            store._cur.execute(
+                "INSERT INTO producers VALUES ('old', 0, ?, 1)",
+                (array.array("q", [7, 8, 9]).tobytes(),),  # the earlier layout (little-endian)
+            )
+        sizes = store._rows("SELECT sequence, length(offsets) FROM producers WHERE producer_id='p'")
+        assert sorted(sizes) == [(0, 17), (1, 17), (2, 24)]
+        assert store.producer_batch("p", 0) == list(range(5, 10_005))
+        assert store.producer_batch("p", 1) == [10_005, 10_006, 10_007]
+        assert store.producer_batch("p", 2) == [3, 10_008, 10_009]
+        assert store.producer_batch("old", 0) == [7, 8, 9]
     finally:
         store.close()
 

@@ -92,7 +92,8 @@ def test_inspect_shows_records_groups_and_producers_and_changes_nothing(
     assert [r["offset"] for r in records] == [0, 1, 2, 3, 4]
     assert [r["value_preview"] for r in records] == [f"value-{i}" for i in (1, 3, 5, 7, 9)]
     assert records[2]["key"] == "k5" and records[2]["headers"] == {"trace": "t5"}
-    assert records[2]["priority"] == 5 and records[2]["producer_id"]
+    # An ordinary idempotent producer is named by its batches (producers), not in each record.
+    assert records[2]["priority"] == 5 and records[2]["producer_id"] is None
     producers = run_json(capsys, str(data_dir), "producers", "--topic", TOPIC)
     assert {p["partition"] for p in producers} == {0, 1} and len(
         {p["producer_id"] for p in producers}

@@ -108,3 +108,39 @@ def test_batch_equals_one_entry_per_append(new_store: Any, seed: int) -> None:
             alone = single.apply(command("append", one, now), index_s)
             assert batch.batch_results[i] == alone, f"seed={seed} round={round_} append={i}"
     assert comparable(batched.store.dump()) == comparable(single.store.dump()), f"seed={seed}"
+
+
+def test_a_record_row_names_its_producer_only_when_the_producer_is_tracked(
+    new_store: Any,
+) -> None:
+    """An ordinary producer's id and sequence live in its dedup state, once per batch, not
+    in each record row (its uuid was a third of a 100 B record's row); a tracked (Spark)
+    producer's rows keep them, which its retried writer counts. Retries are answered the
+    same either way, on the records path and on the bare values path."""
+    machine = PartitionMachine(new_store())
+    tracked = "spark:app:1:0"
+    bare = partition_pb2.Append(values=[b"v0", b"v1"], producer_id="plain", sequence=1)
+    for index, msg in enumerate(
+        [
+            append("plain", 0, "a", "b"),
+            bare,
+            append(tracked, 0, "c"),
+            partition_pb2.Append(values=[b"d"], producer_id=tracked, sequence=1),
+        ],
+        start=1,
+    ):
+        assert not machine.apply(command("append", msg), index).error
+    rows = [machine.store.get_record(offset) for offset in range(6)]
+    assert [(r.producer_id, r.sequence) for r in rows if r is not None] == [
+        (None, None),
+        (None, None),
+        (None, None),
+        (None, None),
+        (tracked, 0),
+        (tracked, 1),
+    ]
+    retry = machine.apply(command("append", append("plain", 0, "a", "b")), 5)
+    assert [(r.offset, r.duplicate) for r in retry.records] == [(0, True), (1, True)]
+    retry = machine.apply(command("append", bare), 6)
+    assert (retry.range.first_offset, retry.range.count, retry.range.duplicate) == (2, 2, True)
+    assert machine.offsets().end == 6
