@@ -34,6 +34,7 @@ BENCHMARKS = [
     "bench.admin_answers",
     "bench.term_write",
     "bench.disk",
+    "bench.big_records",
 ]
 
 

@@ -150,7 +150,11 @@ class FrameCipher:
         return nonce
 
     def seal(self, kind: int, body: bytes) -> bytes:
-        return self._aead.encrypt(self._nonce(), bytes((kind,)) + body, None)
+        return self.seal_plain(bytes((kind,)) + body)
+
+    def seal_plain(self, plain: bytes) -> bytes:
+        """Seal an inner frame already laid out as kind byte + body (no copy to join them)."""
+        return self._aead.encrypt(self._nonce(), plain, None)
 
     def open(self, sealed: bytes) -> tuple[int, bytes]:
         try:

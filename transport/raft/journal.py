@@ -4,7 +4,7 @@ pysyncobj's ``FileJournal`` writes into an mmap that is never flushed and stores
 without fsync (PYSYNCOBJ.md defect 1). :class:`DurableJournal` replaces it behind the same
 ``pysyncobj.journal.Journal`` interface:
 
-* ``add`` / ``deleteEntriesFrom`` / ``clear`` change the file with plain ``pwrite`` and
+* ``add`` / ``deleteEntriesFrom`` / ``clear`` change the file with plain ``pwrite``/``pwritev`` and
   ``ftruncate`` and mark the journal dirty; nothing is durable until :meth:`sync`, which
   fsyncs once for everything appended since the last call (group commit) and advances
   :attr:`durable_index`. The node calls ``sync`` before an append acknowledgement leaves and
@@ -231,13 +231,18 @@ class DurableJournal(Journal):
         if self._entries:
             assert idx == self._entries[-1][1] + 1, (idx, self._entries[-1][1])
         command = bytes(command)
-        payload = _IDX_TERM.pack(idx, term) + command
-        record = struct.pack("<II", len(payload), zlib.crc32(payload)) + payload
-        os.pwrite(self._fd, record, self._end)
+        # The record is header + idx/term + command, written from its parts: no copy of the
+        # command to join them (the crc runs on over the parts as over the joined payload).
+        idx_term = _IDX_TERM.pack(idx, term)
+        crc = zlib.crc32(command, zlib.crc32(idx_term))
+        header = struct.pack("<II", len(idx_term) + len(command), crc)
+        size = len(header) + len(idx_term) + len(command)
+        if os.pwritev(self._fd, (header, idx_term, command), self._end) != size:
+            raise OSError(f"[group={self.group}] short journal write at {self._end}")
         self._entries.append((command, idx, term))
         self._offsets.append(self._end)
-        self._end += len(record)
-        self.bytes_written += len(record)
+        self._end += size
+        self.bytes_written += size
         self._dirty = True
 
     def clear(self) -> None:

@@ -50,7 +50,7 @@ from raftq.transport.raft.codec import (
     FrameDecoder,
     FrameError,
     dumps_data,
-    encode_frame,
+    frame_header,
     loads_data,
 )
 from raftq.transport.raft.connection import (
@@ -72,6 +72,8 @@ from raftq.transport.raft.group_transport import (
 from raftq.transport.raft.handshake import SEAL_OVERHEAD_BYTES, should_dial
 
 logger = logging.getLogger("raftq.transport.raft.mux")
+
+_BATCH_KIND = bytes((KIND_BATCH,))  # the head of an inner BATCH frame
 
 OUT_BUFFER_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 # Accepted connections still in the handshake: at most this many in all, and per remote host.
@@ -334,8 +336,8 @@ class MuxEndpoint:
             if conn is None or not batch:
                 self.stats["messages_dropped_not_connected"] += len(batch)
                 continue
-            for body in self._encode_batches(peer, batch):
-                self._queue_frame(conn, KIND_BATCH, body)
+            for plain in self._encode_batches(peer, batch):
+                self._queue_plain(conn, plain)
                 self.stats["batches_sent"] += 1
             if conn.state != ConnState.CLOSED:
                 self._write(conn)
@@ -652,17 +654,18 @@ class MuxEndpoint:
     # -- writing -------------------------------------------------------------------------------
 
     def _encode_batches(self, peer: str, batch: list[tuple[str, Any]]) -> list[bytes]:
-        body = dumps_data(batch)
-        if len(body) + 1 + SEAL_OVERHEAD_BYTES <= self.config.frame_bytes_max:
+        """Inner BATCH frames (kind byte + pickled pairs), each sealed within frame_bytes_max."""
+        plain = dumps_data(batch, _BATCH_KIND)
+        if len(plain) + SEAL_OVERHEAD_BYTES <= self.config.frame_bytes_max:
             self.stats["messages_sent"] += len(batch)
-            return [body]
+            return [plain]
         if len(batch) == 1:
             self.stats["messages_dropped_too_large"] += 1
             logger.error(
                 "[group=%s] [peer=%s] dropped a %d-byte message: above frame_bytes_max",
                 batch[0][0],
                 peer,
-                len(body),
+                len(plain) - 1,
             )
             return []
         half = len(batch) // 2
@@ -673,7 +676,21 @@ class MuxEndpoint:
             return
         if conn.tx is not None:
             kind, body = KIND_SEALED, conn.tx.seal(kind, body)
-        conn.out += encode_frame(kind, body)
+        self._queue_body(conn, kind, body)
+
+    def _queue_plain(self, conn: Conn, plain: bytes) -> None:
+        """Queue an inner frame laid out as kind byte + body: sealed as it is, so a large
+        batch is copied only by the cipher and into the link's buffer."""
+        if conn.state == ConnState.CLOSED:
+            return
+        if conn.tx is not None:
+            self._queue_body(conn, KIND_SEALED, conn.tx.seal_plain(plain))
+        else:
+            self._queue_body(conn, plain[0], plain[1:])
+
+    def _queue_body(self, conn: Conn, kind: int, body: bytes) -> None:
+        conn.out += frame_header(kind, len(body))
+        conn.out += body
         self.stats["frames_sent"] += 1
         if len(conn.out) > self.config.out_buffer_bytes_max:
             self._close(conn, f"peer too slow: {len(conn.out)} bytes unsent")
