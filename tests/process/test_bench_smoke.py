@@ -53,6 +53,16 @@ def test_admin_answers_quick_run_prints_the_table() -> None:
         assert metric in done.stdout, done.stdout
 
 
+@pytest.mark.slow  # three broker processes
+def test_disk_quick_run_prints_each_file_kind_on_leader_and_follower() -> None:
+    done = bench("disk", "--quick", timeout_s=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for role in ("leader", "follower"):
+        assert f"disk per 100 B record, {role}, before a snapshot" in done.stdout, done.stdout
+    for kind in (".journal", ".sqlite-wal"):
+        assert kind in done.stdout, done.stdout
+
+
 @pytest.mark.slow
 def test_snapshot_stall_quick_run_prints_the_table() -> None:
     done = bench("snapshot_stall", "--quick", timeout_s=300)
