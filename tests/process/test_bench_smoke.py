@@ -92,3 +92,12 @@ def test_contention_quick_run_prints_the_table() -> None:
     assert "contention: elections under contention" in done.stdout
     # why each term moved (here at least the groups' first elections), from the brokers' logs
     assert "term change:" in done.stderr and "standing for term 1" in done.stderr, done.stderr
+
+
+@pytest.mark.slow  # three broker processes and 2 spawned client processes
+def test_big_records_quick_run_prints_the_table() -> None:
+    done = bench("big_records", "--quick", "--big-clients", "2", timeout_s=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for metric in ("big records, one client", "broker CPU", "big records, 2 clients"):
+        assert metric in out, out
