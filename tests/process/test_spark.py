@@ -283,6 +283,7 @@ def test_retried_task_resumes_after_what_its_first_attempt_wrote(
     assert max(s["records_skipped"] for s in summaries) >= 600  # the retry skipped, not resent
 
 
+@pytest.mark.slow  # a task's two attempts in real Spark: 60-130 s at load 15-30
 def test_a_retry_after_a_purge_cut_part_of_the_first_attempt_skips_all_it_wrote(
     spark: Any, cluster: ProcessCluster, admin: Admin, tmp_path: Path
 ) -> None:
