@@ -24,7 +24,9 @@ One thread, a step every ``interval_s`` (sooner when the table changes). Each st
    while voters are missing (``Membership.promote_voters``);
 5. refreshes the broker's gRPC health (``Broker.not_ready``), so health ``Watch`` streams follow;
 6. every 0.1 s, runs the proposer housekeeping of replicas with sends in flight (a send
-   stream's sends have no waiting thread to do it: broker/proposer.py ``maintain``).
+   stream's sends have no waiting thread to do it: broker/proposer.py ``maintain``);
+7. truncates the SQLite WAL of partitions idle for ``storage.wal_trim_idle_ms``, one at a
+   time on the driver (broker/wal_trim.py).
 
 Every step is idempotent; a failure is logged and retried on the next step.
 
@@ -53,6 +55,7 @@ from raftq.partitions.schedules import plan_fire
 from raftq.proto import api_pb2, common_pb2, errors, internal_pb2, partition_pb2
 from raftq.replica import PartitionReplica, group_name
 from raftq.transport.request_checks import check_send
+from raftq.wal_trim import WalTrimmer
 
 if TYPE_CHECKING:
     from raftq.config import BrokerConfig
@@ -195,6 +198,7 @@ class Backend:
         self._swept: tuple[int, frozenset[int]] | None = None  # table topic ids last swept
         self._deleting: set[str] = set()  # groups whose deletion runs on the background pool
         self._expiring_txns = False  # an ExpireTxns runs on the background pool
+        self._wal_trimmer = WalTrimmer(config.storage.wal_trim_idle_ms / 1000)
 
     def start(self) -> None:
         self._thread.start()
@@ -267,6 +271,7 @@ class Backend:
             for replica in self._replicas.replicas():
                 if replica.proposer.busy():
                     replica.proposer.maintain()
+        self._wal_trimmer.step(self._replicas.replicas, self._clock.monotonic_s())
 
     def _guarded(self, what: str, fn: Callable[[], None]) -> None:
         try:
@@ -373,6 +378,7 @@ class Backend:
             synchronous=self._config.storage.synchronous,
             cache_kib=self._config.storage.cache_kib,
             wal_autocheckpoint_pages=self._config.storage.wal_autocheckpoint_pages,
+            wal_size_limit_bytes=self._config.storage.wal_size_limit_bytes,
             max_inflight_entries=self._config.raft.max_inflight_entries_per_partition,
             max_clock_skew_ms=self._config.raft.max_clock_skew_ms,
             timings=self._partition_timings,

@@ -400,6 +400,8 @@ class StorageSettings(_Section):
     synchronous: Literal["FULL", "NORMAL", "OFF"] = "NORMAL"
     cache_kib: int = _setting(2048, min=64)
     wal_autocheckpoint_pages: int = _setting(1000, min=0)
+    wal_size_limit_bytes: int = _setting(1_048_576, min=-1)
+    wal_trim_idle_ms: int = _setting(10_000, min=0)
 
 
 @dataclass(frozen=True, kw_only=True)

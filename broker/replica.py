@@ -41,6 +41,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ from raftq.partitions.machine import (
 )
 from raftq.partitions.reader import FetchResult, ProducerState, might_have_ready, producer_state
 from raftq.partitions.rows import OutboxRow
-from raftq.partitions.sqlite_store import SqliteStore, copy_position
+from raftq.partitions.sqlite_store import WAL_SIZE_LIMIT_BYTES, SqliteStore, copy_position
 from raftq.partitions.store import PartitionStore
 from raftq.proposer import Proposer
 from raftq.proto import common_pb2, errors, partition_pb2
@@ -130,6 +131,7 @@ class PartitionReplica:
         standby: bool = False,
         cache_kib: int = 2048,
         wal_autocheckpoint_pages: int = 1000,
+        wal_size_limit_bytes: int = WAL_SIZE_LIMIT_BYTES,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -158,11 +160,13 @@ class PartitionReplica:
                 synchronous=synchronous,
                 cache_kib=cache_kib,
                 wal_autocheckpoint_pages=wal_autocheckpoint_pages,
+                wal_size_limit_bytes=wal_size_limit_bytes,
                 deferred_checkpoints=driver is not None,
                 remove_file=remove_paced,
             )
         self.store: PartitionStore = store
         self._checkpoint_deferred = False
+        self._wal_trimmed_at = -1  # entries_applied when the WAL was last truncated to 0
         self.machine = PartitionMachine(self.store)
         # Reads go through a second connection (WAL: committed state, never blocking apply);
         # an injected store (tests) is read under the state lock instead.
@@ -610,6 +614,29 @@ class PartitionReplica:
         with self._state_lock:
             if not self._closed and self._sqlite is not None:
                 self._sqlite.checkpoint()
+
+    def entries_applied(self) -> int:
+        """How many entries this replica applied since it opened (any thread)."""
+        return self._counters["entries_applied"]
+
+    def trim_wal(self) -> Future[bool] | None:
+        """Any thread: truncate the SQLite ``-wal`` file to 0 bytes on the driver thread,
+        after a checkpoint of all of it (SqliteStore.trim_wal), unless nothing was applied
+        since the last trim. The future: True when trimmed or nothing to trim, False when a
+        reader was in the way (call again later). None: no SQLite file or no driver here."""
+        if self._sqlite is None or self._driver is None:
+            return None
+        return self._driver.submit(self._trim_wal)
+
+    def _trim_wal(self) -> bool:
+        with self._state_lock:
+            applied = self._counters["entries_applied"]
+            if self._closed or self._sqlite is None or applied == self._wal_trimmed_at:
+                return True
+            if not self._sqlite.trim_wal():
+                return False
+            self._wal_trimmed_at = applied
+            return True
 
     def _snapshot(self, path: str) -> None:
         with self._state_lock:

@@ -180,6 +180,10 @@ _record_values = operator.attrgetter(
     "size",
 )
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+# What a -wal file is cut back to after a checkpoint (PRAGMA journal_size_limit): a busy
+# partition writes its first MiB again without growing the file, an idle one holds no more.
+WAL_SIZE_LIMIT_BYTES = 1 << 20
+BUSY_TIMEOUT_MS = 5000
 
 
 # A batch's offsets in producers.offsets: consecutive ones (every batch but one whose records
@@ -232,6 +236,7 @@ class SqliteStore:
         synchronous: str = "FULL",
         cache_kib: int = 65536,
         wal_autocheckpoint_pages: int = 1000,
+        wal_size_limit_bytes: int = WAL_SIZE_LIMIT_BYTES,
         deferred_checkpoints: bool = False,
         remove_file: Callable[[str], None] = os.unlink,
     ) -> None:
@@ -239,26 +244,36 @@ class SqliteStore:
         only sets ``checkpoint_due``, and the owner calls ``checkpoint()`` when it suits it
         (the broker: after the driver's round sent its messages), instead of SQLite
         checkpointing inside that commit. ``remove_file(path)``: how the file a restore
-        replaced is freed (the broker: in paced steps on another thread)."""
+        replaced is freed (the broker: in paced steps on another thread).
+        ``wal_size_limit_bytes`` (PRAGMA journal_size_limit): the first commit after a
+        checkpoint copied the whole WAL in cuts the ``-wal`` file back to this size (SQLite
+        truncates it only then: a crash never loses a frame the file did not yet hold);
+        ``trim_wal`` cuts it to 0."""
         if synchronous not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
         self.path = path
         self.checkpoint_due = False
         self.remove_file = remove_file
-        self._settings = (synchronous, int(cache_kib), int(wal_autocheckpoint_pages))
+        self._settings = (
+            synchronous,
+            int(cache_kib),
+            int(wal_autocheckpoint_pages),
+            int(wal_size_limit_bytes),
+        )
         self._deferred_checkpoints = deferred_checkpoints
         self._open()
 
     def _open(self) -> None:
-        synchronous, cache_kib, wal_autocheckpoint_pages = self._settings
+        synchronous, cache_kib, wal_autocheckpoint_pages, wal_size_limit_bytes = self._settings
         self._conn = apsw.Connection(self.path)
-        self._conn.setbusytimeout(5000)
+        self._conn.setbusytimeout(BUSY_TIMEOUT_MS)
         cur = self._conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA synchronous={synchronous}")
         cur.execute(f"PRAGMA cache_size=-{cache_kib}")
         cur.execute("PRAGMA temp_store=MEMORY")
         cur.execute(f"PRAGMA wal_autocheckpoint={wal_autocheckpoint_pages}")
+        cur.execute(f"PRAGMA journal_size_limit={wal_size_limit_bytes}")
         if self._deferred_checkpoints and wal_autocheckpoint_pages > 0:
             threshold = wal_autocheckpoint_pages
 
@@ -1119,6 +1134,21 @@ class SqliteStore:
         """Copy the WAL into the database file (PASSIVE: never waits for readers)."""
         self.checkpoint_due = False
         self._conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+
+    def trim_wal(self) -> bool:
+        """Copy the whole WAL into the database file and truncate the ``-wal`` file to 0 bytes
+        (``wal_checkpoint(TRUNCATE)``: SQLite truncates only after every frame is in the
+        synced database file). False, nothing lost, when another connection is reading
+        (the replica's reader, a pinned snapshot copy): it does not wait for them."""
+        self.checkpoint_due = False
+        self._conn.setbusytimeout(0)
+        try:
+            self._conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+        except apsw.BusyError:
+            return False
+        finally:
+            self._conn.setbusytimeout(BUSY_TIMEOUT_MS)
+        return True
 
     def close(self) -> None:
         self._conn.close()
