@@ -1,6 +1,9 @@
 """The backend: reconciles this broker toward the metadata table, with retries.
 
-One thread, a step every ``interval_s`` (sooner when the table changes). Each step:
+One thread, a step every ``interval_s`` (sooner when the table changes; every
+``IDLE_INTERVAL_S`` while no send is in flight, no consumer session is due to expire here
+(the metadata leader of a group with members), no WAL trim is queued and no replica is left
+to open). Each step:
 
 1. registers this broker in the table if it is missing or its addresses changed;
 2. opens a PartitionReplica for every partition the table places here and closes the replicas
@@ -16,6 +19,8 @@ One thread, a step every ``interval_s`` (sooner when the table changes). Each st
    leadership to the partition's preferred leader when that broker is alive (leader balance,
    like Kafka's preferred-leader election: placement spreads preferred leaders evenly; off
    with ``broker.auto_leader_rebalance: false``, then ``raftq cluster rebalance-leaders``);
+   a replica whose duties left nothing pending is passed over until the table, its applied
+   index or its term changes, or ``LEAD_SETTLED_S`` passed (``_still_settled``);
 4. on the metadata leader: expires consumer sessions (LeaveGroup + lease release), deletes
    groups empty for ``groups.offsets_retention_ms`` by its clock, and groups an interrupted
    DeleteGroup left deleting, and forgets Spark txn watermarks not raised for
@@ -33,10 +38,12 @@ Every step is idempotent; a failure is logged and retried on the next step.
 Reports of this broker's replicas to the metadata leader (its liveness, leadership, offsets)
 go from a thread of their own every ``REPORT_INTERVAL_S``: no backend duty (a proposal to a
 partition without quorum waits up to 5 s) can delay them past the leader's 3 s liveness window.
+A report that says what the last answered one said goes only every ``REPORT_UNCHANGED_MAX_S``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import threading
@@ -73,6 +80,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("raftq.broker.backend")
 
 REPORT_INTERVAL_S = 0.5
+# A report that says what the last one the same metadata leader answered said is sent only once
+# this long passed (liveness: the leader's window is 3 s, and raft link traffic counts too).
+REPORT_UNCHANGED_MAX_S = 1.0
 PROPOSER_MAINTAIN_S = 0.1
 RETAIN_INTERVAL_S = 5.0
 # A partition whose state did not change since its last Retain is retained this seldom (only
@@ -82,6 +92,13 @@ DLQ_INTERVAL_S = 0.5
 # Leader duties run this often (and at once when the table changes): at 1,000 partitions a
 # pass over every led replica each 0.1 s step was a measurable share of an idle broker's CPU.
 LEAD_INTERVAL_S = 0.5
+# A led replica whose duties found nothing pending (config replicated, no dead letters, no
+# schedules, not moving) is passed over until the table, its applied index or its term
+# changes, or this long passed (retention and leader balancing are judged on this grain).
+LEAD_SETTLED_S = 5.0
+# The step interval while nothing needs the 0.1 s grain: no send in flight (proposer
+# housekeeping), no group member (the metadata leader's session expiry), no replica to open.
+IDLE_INTERVAL_S = 0.5
 # Replicas are reconciled on every table change and, for retries, this often.
 RECONCILE_INTERVAL_S = 1.0
 BALANCE_INTERVAL_S = 5.0
@@ -199,6 +216,11 @@ class Backend:
         self._deleting: set[str] = set()  # groups whose deletion runs on the background pool
         self._expiring_txns = False  # an ExpireTxns runs on the background pool
         self._wal_trimmer = WalTrimmer(config.storage.wal_trim_idle_ms / 1000)
+        # replica name -> (table, applied index, term, monotonic until): duties found settled
+        self._settled: dict[str, tuple[Table, int, int, float]] = {}
+        self._busy = True  # the last step found something needing the 0.1 s grain
+        # (metadata leader, monotonic time, report) of the last report it answered
+        self._last_report: tuple[str, float, internal_pb2.BrokerReport] | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -220,7 +242,8 @@ class Backend:
                 self.step()
             except Exception:
                 logger.exception("[broker=%d] backend step failed; retrying", self.broker_id)
-            self._clock.wait_s(self._wake, self.interval_s)
+            interval_s = self.interval_s if self._busy else max(self.interval_s, IDLE_INTERVAL_S)
+            self._clock.wait_s(self._wake, interval_s)
             self._wake.clear()
 
     def _report_run(self) -> None:
@@ -258,20 +281,54 @@ class Backend:
         self._refresh_health()  # gRPC health follows metadata quorum and registration
         if self._every("lead", LEAD_INTERVAL_S) or table is not self._led_table:
             self._led_table = table
+            now = self._clock.monotonic_s()
             for replica in self._replicas.replicas():
                 if replica.is_leader():
                     # the latest table: a topic deleted since this step began is skipped
                     latest = self._meta.table
-                    self._guarded(replica.where, lambda r=replica, t=latest: self._lead(r, t))  # type: ignore[misc]
+                    if not self._still_settled(replica, latest, now):
+                        lead = functools.partial(self._lead_once, replica, latest, now)
+                        self._guarded(replica.where, lead)
         self._guarded("sessions", lambda: self._coordinate(table))
+        busy = (
+            (self._meta.is_leader() and any(g.members for g in table.groups.values()))
+            or self._reconciled_table is None  # replicas left to open
+            or table.broker(self.broker_id) is None  # not registered yet
+        )
         if self._every("proposers", PROPOSER_MAINTAIN_S):
             # Sends taken without a waiting thread (a send stream's) have no waiter to run
             # the proposer's housekeeping (NotLeader for queued sends after a leadership
             # loss, expiry of lost entries): run it here.
             for replica in self._replicas.replicas():
                 if replica.proposer.busy():
+                    busy = True
                     replica.proposer.maintain()
         self._wal_trimmer.step(self._replicas.replicas, self._clock.monotonic_s())
+        self._busy = busy or self._wal_trimmer.busy()  # one trim a step: keep stepping
+
+    def _still_settled(self, replica: PartitionReplica, table: Table, now: float) -> bool:
+        """Whether ``replica``'s leader duties found nothing pending last time and nothing they
+        read has changed since (the table, its applied index, its term), within
+        LEAD_SETTLED_S."""
+        settled = self._settled.get(replica.name)
+        if settled is None:
+            return False
+        was_table, applied, term, until = settled
+        node = replica.node
+        same = was_table is table and (applied, term) == (node.applied_index, node.term)
+        if same and now < until:
+            return True
+        del self._settled[replica.name]
+        return False
+
+    def _lead_once(self, replica: PartitionReplica, table: Table, now: float) -> None:
+        """Run ``replica``'s leader duties; when they left nothing pending, remember it so the
+        next passes skip the replica (``_still_settled``)."""
+        self._settled.pop(replica.name, None)
+        if not self._lead(replica, table):
+            return
+        node = replica.node
+        self._settled[replica.name] = (table, node.applied_index, node.term, now + LEAD_SETTLED_S)
 
     def _guarded(self, what: str, fn: Callable[[], None]) -> None:
         try:
@@ -397,6 +454,7 @@ class Backend:
         topic's directory goes in ``_sweep_deleted_topics``, once no replica of it is open
         here (the topic's partitions share it)."""
         self._replicas.remove(key)
+        self._settled.pop(replica.name, None)
         replica.close()
         if delete_files:  # moved to another broker: this replica's files only
             data_dir = self._partition_dir(replica.topic, replica.topic_id)
@@ -457,21 +515,38 @@ class Backend:
             self.draining = self.broker_id in self._membership.draining
             return
         target = self._metadata.leader_addr()
-        if target:
-            self.draining = self._internal.report(target, report, 2.0).draining
+        if not target:
+            return
+        now = self._clock.monotonic_s()
+        last = self._last_report
+        if (
+            last is not None
+            and last[0] == target
+            and now - last[1] < REPORT_UNCHANGED_MAX_S
+            and last[2].replicas == report.replicas
+        ):
+            return  # the leader has all of it; the raft link keeps this broker live meanwhile
+        self._last_report = None  # until this one is answered
+        self.draining = self._internal.report(target, report, 2.0).draining
+        self._last_report = (target, now, report)
 
     # -- leader duties -----------------------------------------------------------------------
 
-    def _lead(self, replica: PartitionReplica, table: Table) -> None:
+    def _lead(self, replica: PartitionReplica, table: Table) -> bool:
+        """One pass of a led replica's duties; True when nothing is left pending (config
+        replicated, outbox empty, no schedules, not moving): only time (retention, leader
+        balance) or a change of the table, applied index or term gives it more to do."""
         info = table.topic(replica.topic)
         if info is None or info.topic_id != replica.topic_id:
-            return  # deleted (the next reconcile closes it): nothing to propose to
+            return False  # deleted (the next reconcile closes it): nothing to propose to
+        settled = True
         if replica.config_bytes() != info.config_bytes:
             configure = partition_pb2.Configure(
                 config=info.config, topic=replica.topic, partition=replica.partition
             )
             replica.propose(partition_pb2.PartitionCommand(configure=configure), 5.0)
             logger.info("%s config replicated", replica.where)
+            settled = False
         # an idle partition is still retained at least once per retention_ms (5 s at least)
         retention_s = info.config.retention_ms / 1000 or IDLE_RETAIN_INTERVAL_S
         idle_s = max(RETAIN_INTERVAL_S, min(IDLE_RETAIN_INTERVAL_S, retention_s))
@@ -483,17 +558,20 @@ class Backend:
             self._due[f"idle retain {replica.name}"] = self._clock.monotonic_s() + idle_s
         if self._every(f"dlq {replica.name}", DLQ_INTERVAL_S):
             self._forward_dead_letters(replica, table)
-        self._fire_schedules(replica)
+        if self._outbox_empty_at.get(replica.name) != replica.machine.meta.outbox_seq:
+            settled = False  # dead letters to forward
+        if replica.machine.schedule_count:
+            settled = False  # schedules fire by time
+            self._fire_schedules(replica)
         if self._membership.lead_partition(replica, table):
-            return  # replicas moving (broker/membership.py): no leader balancing meanwhile
+            return False  # replicas moving (broker/membership.py): no leader balancing meanwhile
         if self._every(f"balance {replica.name}", BALANCE_INTERVAL_S):
             self._prefer_leader(replica, table)
+        return settled
 
     def _fire_schedules(self, replica: PartitionReplica) -> None:
         """Propose the recurring records due at the partition's clock (partitions/schedules.py
         ``plan_fire``); the machine fires each slot once, whatever else proposes it."""
-        if replica.machine.schedule_count == 0:
-            return
         fire, problems = plan_fire(replica.schedules(), replica.now_ms())
         if problems and self._every(f"schedule problems {replica.name}", 60.0):
             logger.warning("%s schedules that cannot be planned: %s", replica.where, problems)
