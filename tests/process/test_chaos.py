@@ -274,6 +274,47 @@ def test_checker_finds_each_violation(
     assert any(expected in v for v in violations), violations
 
 
+def _late_ack_after_takeover(m1_ack_at: int, m2_acks: bool) -> Callable[[dict[str, Any]], None]:
+    """R-f-0's delivery 1 (m1) lapses; m2 leases delivery 2 at T0 + 2000 and (``m2_acks``)
+    acks it at T0 + 2010; m1's ack of delivery 1 is answered OK at ``m1_ack_at``."""
+
+    def mutate(run: dict[str, Any]) -> None:
+        ack = next(e for e in run["consumer"] if e["ev"] == "ack" and e["offset"] == 0)
+        ack["wall_ms"] = m1_ack_at
+        first = _lease_of(run, 0, 1)
+        at = T0 + 2000
+        run["consumer"].append(
+            dict(first, member="m2", delivery_count=2, wall_ms=at, lease_deadline_ms=at + LEASE_MS)
+        )
+        if m2_acks:
+            run["consumer"].append(dict(ack, member="m2", delivery_count=2, wall_ms=at + 10))
+
+    return mutate
+
+
+@pytest.mark.parametrize(
+    ("m1_ack_at", "m2_acks", "violation"),
+    [
+        (T0 + 3000, True, False),  # m2's delivery and ack came first: m1's ack found it acked
+        (T0 + 2001, True, False),  # just after m2's lease
+        (T0 + 2000, True, True),  # answered when m2's lease was stamped: leased after the ack
+        (T0 + 1500, True, True),  # answered before m2's lease: leased again after an ack
+        (T0 + 3000, False, True),  # nobody acked delivery 2: m1's ack must have ended it
+    ],
+)
+def test_a_late_ack_of_a_delivery_taken_over_is_told_apart(
+    tmp_path: Path, m1_ack_at: int, m2_acks: bool, violation: bool
+) -> None:
+    """An ack of an acked record answers OK, so m1's ack of delivery 1, answered after m2
+    leased and acked delivery 2, is no redelivery after an ack."""
+    violations = _run(tmp_path, _late_ack_after_takeover(m1_ack_at, m2_acks))
+    flagged = any(
+        "ack of delivery 1 succeeded, yet delivered again as [2]" in v for v in violations
+    )
+    assert flagged == violation, violations
+    assert [v for v in violations if "delivered again" not in v] == []
+
+
 def _taking_back(topic_partition: str, offsets: str) -> str:
     """A broker's log line (broker/handlers/leases.py), written before it takes back the
     deliveries of an answer that never reached its member."""
