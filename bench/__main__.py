@@ -35,6 +35,7 @@ BENCHMARKS = [
     "bench.term_write",
     "bench.disk",
     "bench.big_records",
+    "bench.wal_idle",
 ]
 
 

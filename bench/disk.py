@@ -7,9 +7,11 @@ and on a follower: the growth of each kind of file under ``<data>/partitions/`` 
 journal, its meta, the SQLite file, its ``-wal`` and ``-shm``, the snapshot, anything else)
 and their sum. With ``--disk-snapshot`` the brokers snapshot every ``snapshot_interval_s`` =
 2 s and the run waits, after the fill, for every replica's snapshot at the last entry and its
-compacted journal: the steady state of a partition that has been written to for a while.
+compacted journal: the steady state of a partition that has been written to for a while. With
+``--disk-idle-s`` the files are measured that many seconds after that, nothing sent meanwhile
+(an idle partition's WAL is truncated after ``storage.wal_trim_idle_ms``).
 
-    python -m bench disk [--disk-records 20000] [--disk-snapshot]
+    python -m bench disk [--disk-records 20000] [--disk-snapshot] [--disk-idle-s 0]
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--disk-records", type=int, default=20000, help="100 B records to send")
     group.add_argument(
         "--disk-snapshot", action="store_true", help="measure after every replica's snapshot"
+    )
+    group.add_argument(
+        "--disk-idle-s", type=float, default=0.0, help="measure after this many idle seconds"
     )
 
 
@@ -69,6 +74,8 @@ def run(options: argparse.Namespace) -> list[Result]:
     records = 2000 if options.quick else options.disk_records
     env = {"RAFTQ_RAFT__SNAPSHOT_INTERVAL_S": "2"} if options.disk_snapshot else {}
     label = "after a snapshot" if options.disk_snapshot else "before a snapshot"
+    if options.disk_idle_s:
+        label += f", {options.disk_idle_s:g} s idle"
     root = Path(tempfile.mkdtemp(prefix="raftq-bench-disk-"))
     with ProcessCluster(root, fast=False, env=env) as cluster:
         cluster.wait_ready()
@@ -90,6 +97,7 @@ def run(options: argparse.Namespace) -> list[Result]:
                 120,
                 "a snapshot on every replica",
             )
+        time.sleep(options.disk_idle_s)  # nothing sent: what the brokers do while idle
         follower = next(b for b in dirs if b != leader)
         results = []
         for role, broker in (("leader", leader), ("follower", follower)):
