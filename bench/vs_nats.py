@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.big_records import one_client
 from bench.common import Result
 from bench.e2e import cpu_seconds, percentile
 from raftq.client import Consumer, Producer
@@ -265,17 +266,6 @@ def _raftq_e2e(cluster: ProcessCluster, topic: str, rate: int, seconds: float) -
     return latencies
 
 
-def _raftq_big(cluster: ProcessCluster, topic: str, records: int, size: int) -> float:
-    value = b"x" * size
-    with Producer(cluster.bootstrap) as producer:
-        producer.send(topic, value, partition=0).result(30)
-        started = time.perf_counter()
-        for _ in range(records):
-            producer.send(topic, value, partition=0)
-        producer.flush(600)
-        return records / (time.perf_counter() - started)
-
-
 def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -323,7 +313,7 @@ def run(options: argparse.Namespace) -> list[Result]:
                     note("nats e2e p50", statistics.median(e2e))
                     note("nats e2e p99", percentile(e2e, 0.99))
                     cluster.wait_leaders(f"big{r}")
-                    note("raftq 64k", _raftq_big(cluster, f"big{r}", big, 65536))
+                    note("raftq 64k", one_client(cluster, f"big{r}", big, 65536))
                     note(
                         "nats 64k",
                         asyncio.run(_nats_big(nats_cluster.servers, f"big{r}", big, 65536)),
