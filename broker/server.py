@@ -304,7 +304,7 @@ class Broker:
         )
 
     def heard_brokers(self) -> set[int]:
-        """Registered brokers heard on their raft link (pings every 0.25 s) within the liveness
+        """Registered brokers heard on their raft link (pings every 0.1 s) within the liveness
         window of broker reports: alive, whether or not their reports arrived yet."""
         window_s = self.reports.alive_s
         heard = set()
@@ -334,7 +334,7 @@ class Broker:
 
     def hung(self, client_addr: str) -> bool:
         """Whether the broker at ``client_addr`` looks hung: its raft link is open but silent
-        (nothing, not even a 0.25 s ping, for ``silent_after_s``): a SIGSTOPped process or a
+        (nothing, not even a 0.1 s ping, for ``silent_after_s``): a SIGSTOPped process or a
         stuck host, whose sockets stay open. A closed link is not hung (calls fail fast)."""
         for broker in self.meta.table.brokers.values():
             if broker.client_addr == client_addr:

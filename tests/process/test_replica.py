@@ -24,7 +24,7 @@ from raftq.transport.raft.mux import MuxConfig, MuxEndpoint
 from tests.helpers import wait_until
 
 SECRET = b"raftq-replica-test-secret-0123456789"
-FAST_MUX = MuxConfig(ping_interval_s=0.1, silent_after_s=0.4, dead_after_s=0.6, reconnect_max_s=0.2)
+FAST_MUX = MuxConfig(ping_interval_s=0.1, dead_after_s=0.6, reconnect_max_s=0.2)
 TIMINGS = RaftTimings.fast(compaction_min_entries=40, compaction_min_time_s=0.05)
 
 

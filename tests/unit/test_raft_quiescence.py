@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from raftq.transport.raft import FailReason, RaftNode, RaftTimings
-from raftq.transport.raft.driver import FULL_TICK_BATCH_S, RaftDriver
+from raftq.transport.raft.driver import RaftDriver
 from raftq.transport.raft.hub import Hub
 from raftq.transport.raft.membership import TRANSFER_LAG_ENTRIES_MAX
 from raftq.transport.raft.quiescence import QUIESCE_AFTER_HEARTBEATS
@@ -225,7 +225,6 @@ def test_an_idle_group_quiesces_sends_nothing_and_is_rarely_ticked(tmp_path: Pat
         for counter in c.sent.values():
             counter.clear()
         ticks = {a: d.stats["ticks"] for a, d in c.drivers.items()}
-        rounds = {a: d.stats["rounds"] for a, d in c.drivers.items()}
         window_s = 20.0
         c.step(window_s)
         assert c.terms() == terms and c.all_quiesced()
@@ -233,13 +232,8 @@ def test_an_idle_group_quiesces_sends_nothing_and_is_rarely_ticked(tmp_path: Pat
         for addr, driver in c.drivers.items():
             per_group = (driver.stats["ticks"] - ticks[addr]) / len(c.names)
             print(f"{addr}: {per_group:.1f} ticks per group in {window_s} s")
-            # the safety-net tick only: every quiet_full_tick_interval_s (30 s)
+            # the safety-net tick only: every quiet_full_tick_interval_s (5 s)
             assert per_group <= window_s / driver.quiet_full_tick_interval_s + 1
-            # Rounds only when a quiet link could fall silent or safety ticks are due, not
-            # every DRIVER_ROUND_S (20 a second before).
-            per_s = (driver.stats["rounds"] - rounds[addr]) / window_s
-            print(f"{addr}: {per_s:.1f} driver rounds a second")
-            assert per_s <= 1 / (SILENT_AFTER_S - PING_S) + 1 / FULL_TICK_BATCH_S + 1
             assert driver.quiesced_groups() == set(c.names)
             assert driver.statistics()["quiesced"] == len(c.names)  # the metrics gauge
 

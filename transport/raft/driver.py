@@ -9,10 +9,8 @@ and every group registered with it. Each loop iteration:
    that received messages are synced (``node.sync()``, the group-commit fsync) and their
    replies flushed: an ack waits for its fsync only, not for the ticks that apply;
 3. ticks (``node.tick(0)`` if the node has it, else ``node.doTick(0)``) the groups that have
-   something to do, and no others: groups whose *tick deadline* has passed (checked in a
-   *round*, so the ticks of many groups share one flush: rounds are at least `tick_interval_s`
-   apart and come only when a deadline passes, safety ticks fall due, a link that quiesced
-   groups rely on could fall silent, or `IDLE_ROUND_MAX_S` passed), groups that received
+   something to do, and no others: groups whose *tick deadline* has passed (checked once per
+   `tick_interval_s` round, so the ticks of many groups share one flush), groups that received
    messages and are due after the delivery, woken and newly registered groups, every group at
    least once per `full_tick_interval_s` (staggered; any tick counts), and all groups in the
    round after a peer link came up or went down;
@@ -49,7 +47,7 @@ tick deadline becomes +inf. Such a group has no heap entry; it is filed under th
 links keep it asleep (``node.quiesced_peers()``: a follower's leader, a leader's followers), and
 each round checks those O(peers) links: a link that closed or fell silent (nothing heard for the
 endpoint's ``silent_after_s``) gets its quiesced groups ticked, and they wake. A quiesced group's
-safety-net tick comes every `quiet_full_tick_interval_s` (30 s by default) instead of every
+safety-net tick comes every `quiet_full_tick_interval_s` (5 s by default) instead of every
 `full_tick_interval_s`. Before a group is unregistered, ``node.before_unregister()`` lets a
 quiesced leader wake its followers.
 
@@ -81,10 +79,6 @@ T = TypeVar("T")
 
 _LEADER = 2  # pysyncobj.syncobj._RAFT_STATE.LEADER
 AT_ONCE = -math.inf  # a tick deadline: the group has work now
-# An idle driver (no tick deadline, safety tick or quiet link check due) still runs a round
-# this often; safety ticks due within this much of each other share one round.
-IDLE_ROUND_MAX_S = 1.0
-FULL_TICK_BATCH_S = 0.5
 
 
 class DriverEndpoint(Protocol):
@@ -181,8 +175,8 @@ class RaftDriver:
         clock: Callable[[], float] = time.monotonic,
         name: str = "raft-driver",
     ) -> None:
-        if quiet_full_tick_interval_s is None:  # quiesced groups: 30 s by default
-            quiet_full_tick_interval_s = 30 * full_tick_interval_s
+        if quiet_full_tick_interval_s is None:  # quiesced groups: 5 s by default
+            quiet_full_tick_interval_s = 5 * full_tick_interval_s
         if not 0 < tick_interval_s <= full_tick_interval_s <= quiet_full_tick_interval_s:
             raise ValueError(
                 "need 0 < tick_interval_s <= full_tick_interval_s <= quiet_full_tick_interval_s"
@@ -199,8 +193,7 @@ class RaftDriver:
         self._ops: list[tuple[str, str, Any, threading.Event | None]] = []
         self._calls: list[tuple[Callable[[], Any], Future[Any]]] = []
         self._woken: set[str] = set()
-        self._next_round = 0.0  # driver clock: when the next round is needed (_plan_round)
-        self._round_at = 0.0  # driver clock: when the last round started
+        self._next_round = 0.0
         # How late this driver's rounds start (a decaying max): a follower whose own broker
         # runs late gives its leader that much longer before it campaigns (lag.py).
         self.lag = SchedulingLag()
@@ -327,7 +320,7 @@ class RaftDriver:
         logger.info("raft driver %s started", self._name)
         while not self._stopping:
             try:
-                self.run_once(IDLE_ROUND_MAX_S)
+                self.run_once(self.tick_interval_s)
             except Exception:  # a bug in the loop itself: log, breathe, keep the broker alive
                 logger.exception("raft driver iteration failed")
                 time.sleep(self.tick_interval_s)
@@ -360,8 +353,7 @@ class RaftDriver:
         if now >= self._next_round:
             if self._next_round:  # not the first round
                 self.lag.record(now - self._next_round, now)
-            self._round_at = now
-            self._next_round = now + self.tick_interval_s  # planned anew below
+            self._next_round = now + self.tick_interval_s
             self.stats["rounds"] += 1
             forced.update(self._every_round)
             self._pop_due(raft_time, forced)
@@ -405,43 +397,6 @@ class RaftDriver:
                     fn()
                 except Exception:
                     logger.exception("deferred driver task failed")
-        self._next_round = self._plan_round()
-
-    def _plan_round(self) -> float:
-        """Driver clock: when the next round is needed. One `tick_interval_s` after the last
-        round at the earliest (the ticks of many groups share a flush); otherwise when the
-        earliest tick deadline passes, safety ticks fall due (batched `FULL_TICK_BATCH_S`), a
-        link that quiesced groups rely on could fall silent, or at the latest
-        `IDLE_ROUND_MAX_S` after the last round. An idle broker's driver runs a few rounds a
-        second instead of one every `tick_interval_s`; anything delivered, woken or proposed
-        is still handled at once, outside rounds."""
-        earliest = self._round_at + self.tick_interval_s
-        if self._every_round:
-            return earliest
-        now = self._clock()
-        at = self._round_at + IDLE_ROUND_MAX_S
-        if self._due_heap:  # raft time to driver clock; strictly past the deadline
-            at = min(at, now + (self._due_heap[0][0] - raft_now()) + 1e-3)
-        if self._full_heap:
-            at = min(at, max(self._full_heap[0][0], self._round_at + FULL_TICK_BATCH_S))
-        if self._quiet:
-            at = min(at, self._quiet_check_at(now))
-        return max(earliest, at)
-
-    def _quiet_check_at(self, now: float) -> float:
-        """Driver clock: when the first link that quiesced groups rely on would fall silent if
-        nothing more arrived on it (now if one is closed or silent already)."""
-        silence_of = getattr(self.endpoint, "link_silence_s", None)
-        if silence_of is None:
-            return math.inf
-        silent_after_s = self.endpoint.silent_after_s  # type: ignore[attr-defined]
-        at = math.inf
-        for peer in self._quiet:
-            silence = silence_of(peer)
-            if silence is None or silence >= silent_after_s:
-                return now
-            at = min(at, now + silent_after_s - silence)
-        return at
 
     def defer(self, fn: Callable[[], None]) -> None:
         """Driver thread only (a callback, an apply): run ``fn`` at the end of this round,

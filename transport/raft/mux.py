@@ -105,17 +105,11 @@ class MuxConfig:
     handshake_timeout_s: float = 3.0
     # An idle link carries a PING this often, so "heard within silent_after_s" means the peer
     # process and its driver thread are alive: quiesced Raft groups rely on it (quiescence.py).
-    # Every ping wakes the peer's driver: at 0.1 s the pings of an idle 3-broker cluster were
-    # half of its driver's wake-ups. silent_after_s stays below the 0.8 s minimum election
-    # timeout (a quiesced follower wakes before it could campaign, and counts from when it
-    # last heard the leader's broker, so failure detection does not move).
-    ping_interval_s: float = 0.25
-    silent_after_s: float = 0.6  # nothing received for this long: the link is silent
+    ping_interval_s: float = 0.1
+    silent_after_s: float = 0.4  # nothing received for this long: the link is silent
     dead_after_s: float = 5.0  # no frame at all for this long: the connection is dead
     reconnect_min_s: float = 0.05
     reconnect_max_s: float = 1.0
-    # How often housekeeping runs while a dial or handshake is pending; once every link is
-    # open it runs when a ping or a dead link is next due (and at most this late for a ping).
     housekeeping_interval_s: float = 0.1
 
     @property
@@ -260,7 +254,6 @@ class MuxEndpoint:
             self._peers.add(peer)
             if should_dial(self.address, peer):
                 self._dials.setdefault(peer, _Dial())
-        self._next_housekeeping = 0.0  # dial at once
         self.wake()
 
     def wake(self) -> None:
@@ -355,7 +348,8 @@ class MuxEndpoint:
         touched: set[str] = set()
         now = self._clock()
         if now >= self._next_housekeeping:
-            self._next_housekeeping = self._housekeeping(now)
+            self._housekeeping(now)
+            self._next_housekeeping = now + self.config.housekeeping_interval_s
         timeout_s = max(0.0, min(timeout_s, self._next_housekeeping - now))
         for key, mask in self._sel.select(timeout_s):
             obj = key.fileobj
@@ -452,7 +446,6 @@ class MuxEndpoint:
         )
         self._conns.add(conn)
         self._sel.register(sock, selectors.EVENT_READ, conn)
-        self._next_housekeeping = 0.0  # its handshake has a deadline
 
     def _make_room_for_handshake(self, host: str) -> None:
         """Keep accepted handshakes within UNAUTHENTICATED_PER_HOST_MAX for ``host`` and
@@ -510,46 +503,27 @@ class MuxEndpoint:
         dial.next_at = now + dial.backoff_s
         logger.debug("[peer=%s] dial failed (%s); retry in %.2fs", peer, why, dial.backoff_s)
 
-    def _housekeeping(self, now: float) -> float:
-        """Dial, time out handshakes, close dead links, ping idle ones. Returns when it is next
-        needed: `housekeeping_interval_s` on while a dial or handshake is pending, else when the
-        next ping or dead link is due. A ping due now takes along the pings due within the
-        next half interval, so one wake-up pings every peer (not one per peer's phase)."""
+    def _housekeeping(self, now: float) -> None:
         cfg = self.config
         dialing = {c.peer for c in self._conns if c.dialer and c.state != ConnState.CLOSED}
         with self._views_lock:
             dials = list(self._dials.items())
-        pending = False
         for peer, dial in dials:
-            if peer not in self._links and peer not in dialing:
-                pending = True
-                if now >= dial.next_at:
-                    dial.next_at = now + cfg.reconnect_max_s  # until it fails or succeeds
-                    self._dial(peer, now)
-        links = []
+            if peer not in self._links and peer not in dialing and now >= dial.next_at:
+                dial.next_at = now + cfg.reconnect_max_s  # until it fails or succeeds
+                self._dial(peer, now)
         for conn in list(self._conns):
             if conn.state == ConnState.CLOSED:
                 continue
             if conn.state != ConnState.OPEN:
-                pending = True
                 if now - conn.created_at > cfg.handshake_timeout_s:
                     self._close(conn, "handshake timeout")
                 continue
             if now - conn.last_recv > cfg.dead_after_s:
                 self._close(conn, f"nothing received for {now - conn.last_recv:.1f}s")
-            else:
-                links.append(conn)
-        if any(now - conn.last_send >= cfg.ping_interval_s for conn in links):
-            for conn in links:
-                if now - conn.last_send >= cfg.ping_interval_s / 2:
-                    self._queue_frame(conn, KIND_PING)
-                    self._write(conn)
-        next_at = now + (cfg.housekeeping_interval_s if pending else cfg.dead_after_s)
-        for conn in links:
-            if conn.state == ConnState.OPEN:
-                due = min(conn.last_send + cfg.ping_interval_s, conn.last_recv + cfg.dead_after_s)
-                next_at = min(next_at, max(due, now + cfg.housekeeping_interval_s))
-        return next_at
+            elif now - conn.last_send >= cfg.ping_interval_s:
+                self._queue_frame(conn, KIND_PING)
+                self._write(conn)
 
     def _drain_wake(self) -> None:
         try:
@@ -763,7 +737,6 @@ class MuxEndpoint:
         was_open = conn.state == ConnState.OPEN
         conn.state = ConnState.CLOSED
         self._conns.discard(conn)
-        self._next_housekeeping = 0.0  # a dial to retry, or a ping schedule without it
         if log:
             level = logging.INFO if was_open else logging.WARNING
             logger.log(level, "[peer=%s] raft connection closed: %s", conn.label, why)
@@ -779,6 +752,5 @@ class MuxEndpoint:
         conn.sock.close()
 
     def _links_changed(self) -> None:
-        self._next_housekeeping = 0.0  # an opened link's pings are scheduled from now
         self._connected = frozenset(self._links)
         self.peer_generation += 1
