@@ -250,6 +250,35 @@ def test_streaming_sink_crash_in_commit_then_restart_writes_each_row_once(
 # --- 2. a task forced to fail and retried --------------------------------------------------------
 
 
+def _write_failing_once(
+    spark: Any, cluster: ProcessCluster, out: str, tmp_path: Path, partitions: int, **options: Any
+) -> list[dict[str, Any]]:
+    """Write ids 0-2,999 (key ``id % 101``, value ``v<id>``) in ``partitions`` Spark partitions
+    through ``raftq_flaky``, whose attempt 0 of a task fails after 900 rows as ``options`` say
+    (failMode, purgePartition...), batches of 7; assert that attempt failed and return the
+    tasks' summaries (records_written, records_skipped)."""
+    fail, report = tmp_path / "fail-once", tmp_path / "report.json"
+    fail.touch()
+    df = spark.range(0, 3000, numPartitions=partitions).selectExpr(
+        "cast(id % 101 as string) as key", "concat('v', cast(id as string)) as value"
+    )
+    writer = (
+        df.write.format("raftq_flaky")
+        .option("bootstrap", cluster.bootstrap)
+        .option("topic", out)
+        .option("batchRecords", 7)
+        .option("failFile", str(fail))
+        .option("failAfterRows", 900)
+        .option("reportFile", str(report))
+    )
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    writer.mode("append").save()
+    assert not fail.exists()  # attempt 0 of a task failed
+    summaries: list[dict[str, Any]] = json.loads(report.read_text())
+    return summaries
+
+
 @pytest.mark.parametrize("mode", ["raise", "end", "exit"])
 def test_retried_task_resumes_after_what_its_first_attempt_wrote(
     spark: Any, cluster: ProcessCluster, admin: Admin, tmp_path: Path, mode: str
@@ -258,27 +287,9 @@ def test_retried_task_resumes_after_what_its_first_attempt_wrote(
     ends normally so the writer sends short last batches (``end``: a UDF failing upstream),
     or its worker dies (``exit``: an executor kill). The retry writes the rest: every id once."""
     out = make_topic(cluster, admin, f"spark-retry-{mode}")
-    fail, report = tmp_path / "fail-once", tmp_path / "report.json"
-    fail.touch()
-    df = spark.range(0, 3000, numPartitions=2).selectExpr(
-        "cast(id % 101 as string) as key", "concat('v', cast(id as string)) as value"
-    )
-    (
-        df.write.format("raftq_flaky")
-        .option("bootstrap", cluster.bootstrap)
-        .option("topic", out)
-        .option("batchRecords", 7)
-        .option("failFile", str(fail))
-        .option("failAfterRows", 900)  # ~40 batches per raftq partition before the failure
-        .option("failMode", mode)
-        .option("reportFile", str(report))
-        .mode("append")
-        .save()
-    )
-    assert not fail.exists()  # attempt 0 of partition 0 failed
+    # ~40 batches per raftq partition before the failure
+    summaries = _write_failing_once(spark, cluster, out, tmp_path, 2, failMode=mode)
     values_once(admin, out, [b"v%d" % i for i in range(3000)])
-
-    summaries = json.loads(report.read_text())
     assert sum(s["records_written"] + s["records_skipped"] for s in summaries) == 3000
     assert max(s["records_skipped"] for s in summaries) >= 600  # the retry skipped, not resent
 
@@ -294,30 +305,13 @@ def test_a_retry_after_a_purge_cut_part_of_the_first_attempt_skips_all_it_wrote(
     retry resent rows of the first attempt (or failed OUT_OF_ORDER_SEQUENCE / a
     nondeterministic-input error, depending on what was left)."""
     out = make_topic(cluster, admin, "spark-retry-purged")
-    fail, report = tmp_path / "fail-once", tmp_path / "report.json"
-    fail.touch()
-    df = spark.range(0, 3000, numPartitions=1).selectExpr(
-        "cast(id % 101 as string) as key", "concat('v', cast(id as string)) as value"
+    summaries = _write_failing_once(
+        spark, cluster, out, tmp_path, 1, failMode="end", purgePartition=0
     )
-    (
-        df.write.format("raftq_flaky")
-        .option("bootstrap", cluster.bootstrap)
-        .option("topic", out)
-        .option("batchRecords", 7)
-        .option("failFile", str(fail))
-        .option("failAfterRows", 900)
-        .option("failMode", "end")
-        .option("purgePartition", 0)
-        .option("reportFile", str(report))
-        .mode("append")
-        .save()
-    )
-    assert not fail.exists()  # attempt 0 failed after the purge
     cut = {i for i in range(900) if partition_for(str(i % 101).encode(), 3, 0) == 0}
     assert 200 < len(cut) < 700
     assert admin.list_offsets(out)[0].log_start > 0
     values_once(admin, out, [b"v%d" % i for i in range(3000) if i not in cut])
-    summaries = json.loads(report.read_text())
     assert [(s["records_skipped"], s["records_written"]) for s in summaries] == [(900, 2100)]
 
 
