@@ -76,15 +76,6 @@ INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 
 
-def _tracked(producer_id: str) -> bool:
-    """Whether an Append's record rows carry its producer id and sequence: only a tracked
-    producer's (``is_tracked_producer``: a retried Spark writer counts what it wrote from its
-    records). Every other producer's batch is known by its dedup state (``producer_put``, the
-    last batches' offsets) alone: its id is not repeated in each record (32 bytes of a
-    client's uuid per row, in the SQLite file, its WAL and every snapshot)."""
-    return bool(producer_id) and is_tracked_producer(producer_id)
-
-
 _OFFSET = operator.itemgetter(0)  # of a ReadyRecord (or a slim row)
 _TIMESTAMP = operator.itemgetter(2)  # of a ReadyRecord
 
@@ -480,7 +471,10 @@ class PartitionMachine:
                     result.records.add(offset=o, duplicate=True)
                 return result
         offsets, rows, idem, expiries = self._plan_append(incoming, now_ms)
-        if _tracked(cmd.producer_id):
+        # Only a tracked producer's rows carry its id and sequence (a retried Spark writer
+        # counts what it wrote from its records); any other producer's batch is known by its
+        # dedup state alone (producer_put), not by 32 bytes of uuid in every row.
+        if is_tracked_producer(cmd.producer_id):
             for row in rows:
                 row.producer_id, row.sequence = cmd.producer_id, cmd.sequence
         self.store.insert_records(rows)
@@ -534,7 +528,7 @@ class PartitionMachine:
                         result.records.add(offset=o, duplicate=True)
                 return result
         first = self.meta.next_offset
-        tracked = _tracked(cmd.producer_id)
+        tracked = is_tracked_producer(cmd.producer_id)
         self.store.insert_values(
             first,
             now_ms,
